@@ -1,0 +1,358 @@
+"""The requests-based client of the service's REST API v2.
+
+>>> client = Client("http://127.0.0.1:5000", token)          # doctest: +SKIP
+>>> client.submit({"message": "Disk space is low"})          # doctest: +SKIP
+>>> [project.name for project in client.list_projects()]     # doctest: +SKIP
+
+Every answer that is not a success raises a subclass of :class:`~eventlog_handler.errors.ApiError`
+(see :mod:`eventlog_handler.errors`); a request that got no answer raises
+:class:`~eventlog_handler.errors.TransportError`. The token travels only in the
+``Authorization`` header and is masked in ``repr`` and in every message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import gzip
+import json
+import os
+import platform
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+from eventlog_handler import errors
+from eventlog_handler._version import __version__
+from eventlog_handler.events import encode
+from eventlog_handler.jsonsafe import to_jsonable
+from eventlog_handler.models import Project, Token
+from eventlog_handler.settings import (
+    is_loopback_url,
+    mask_secret,
+    validate_server_url,
+    validate_token,
+)
+
+#: Bodies larger than this are gzip-compressed.
+GZIP_THRESHOLD = 1024
+
+USER_AGENT = (
+    f"eventlog-handler/{__version__} python-requests/{requests.__version__} "
+    f"({platform.python_implementation()} {platform.python_version()})"
+)
+
+
+class InsecureTransportWarning(UserWarning):
+    """A token would travel over plain ``http://`` to a host that is not loopback."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmitResult:
+    """What the service said to an accepted submission."""
+
+    status: int
+    events: int
+    bytes_sent: int
+    config_version: int | None = None
+    rate_limit_remaining: int | None = None
+
+
+def compress(body: bytes) -> tuple[bytes, bool]:
+    """``body`` gzip-compressed when it is over :data:`GZIP_THRESHOLD`, and whether it was."""
+    if len(body) <= GZIP_THRESHOLD:
+        return body, False
+    return gzip.compress(body, compresslevel=6, mtime=0), True
+
+
+def batch_body(encoded_events: Iterable[bytes]) -> bytes:
+    """A JSON array from events already encoded with :func:`eventlog_handler.events.encode`."""
+    return b"[" + b",".join(encoded_events) + b"]"
+
+
+class Client:
+    """One server, one token, one ``requests.Session`` (re-made in a forked child)."""
+
+    def __init__(
+        self,
+        server_url: str,
+        token: str,
+        *,
+        timeout: float | tuple[float, float] = 10.0,
+        verify: bool | str = True,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.server_url = validate_server_url("server_url", server_url)
+        self._token = validate_token("token", token)
+        self.timeout = timeout
+        self.verify = verify
+        self._session = session
+        self._session_pid = os.getpid()
+        if not is_loopback_url(self.server_url) and self.server_url.startswith("http://"):
+            warnings.warn(
+                f"eventlog_handler: the token would be sent over plain http:// to "
+                f"{urlsplit(self.server_url).hostname}; use https://",
+                InsecureTransportWarning,
+                stacklevel=2,
+            )
+
+    def __repr__(self) -> str:
+        return f"Client({self.server_url!r}, token={mask_secret(self._token)!r})"
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @property
+    def session(self) -> requests.Session:
+        """The session of this process; a forked child gets a new one."""
+        if self._session is None or self._session_pid != os.getpid():
+            session = requests.Session()
+            session.headers["User-Agent"] = USER_AGENT
+            session.trust_env = True
+            self._session = session
+            self._session_pid = os.getpid()
+        return self._session
+
+    def close(self) -> None:
+        """Close the session's connections."""
+        if self._session is not None and self._session_pid == os.getpid():
+            self._session.close()
+        self._session = None
+
+    def _request(
+        self,
+        method: str,
+        path_or_url: str,
+        *,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> requests.Response:
+        url = path_or_url if "://" in path_or_url else self.server_url + path_or_url
+        all_headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
+        all_headers.update(headers or {})
+        try:
+            response = self.session.request(
+                method,
+                url,
+                data=body,
+                headers=all_headers,
+                params=params,
+                timeout=self.timeout,
+                verify=self.verify,
+                allow_redirects=False,
+            )
+        except requests.RequestException as exc:
+            raise _transport_error(exc, url) from None
+        if response.status_code >= 300 and response.status_code != 304:
+            raise _api_error(response)
+        return response
+
+    # -- events -----------------------------------------------------------------------------
+
+    def submit(self, event_or_events: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> SubmitResult:
+        """Post one event (a mapping) or a batch (a list of them); 202 on success.
+
+        Values are made JSON-safe first, so any mapping can be passed. An empty batch is a
+        :class:`ValueError` (the service answers 411 to an empty array).
+        """
+        if isinstance(event_or_events, Mapping):
+            body = encode(to_jsonable(dict(event_or_events)))
+            count = 1
+        else:
+            events = [encode(to_jsonable(dict(event))) for event in event_or_events]
+            if not events:
+                raise ValueError("submit() needs at least one event")
+            body, count = batch_body(events), len(events)
+        return self.post_events(body, count)
+
+    def post_events(self, body: bytes, count: int = 1) -> SubmitResult:
+        """Post an encoded JSON body (an object or an array of ``count`` events)."""
+        payload, gzipped = compress(body)
+        headers = {"Content-Type": "application/json"}
+        if gzipped:
+            headers["Content-Encoding"] = "gzip"
+        response = self._request("POST", "/api/v2/events", body=payload, headers=headers)
+        return SubmitResult(
+            status=response.status_code,
+            events=count,
+            bytes_sent=len(payload),
+            config_version=_int_header(response, "X-Exceptionless-ConfigVersion"),
+            rate_limit_remaining=_int_header(response, "X-RateLimit-Remaining"),
+        )
+
+    # -- projects and tokens ----------------------------------------------------------------
+
+    def iter_projects(self, page_size: int = 100) -> Iterator[Project]:
+        """Every project of the caller, page after page (``Link: rel="next"``)."""
+        url: str | None = "/api/v2/projects"
+        params: dict[str, Any] | None = {"page": 1, "limit": page_size}
+        seen: set[str] = set()
+        while url:
+            response = self._request("GET", url, params=params)
+            data = _json(response)
+            if not isinstance(data, list):
+                raise errors.ApiError(
+                    response.status_code, title="expected a JSON array of projects",
+                    url=response.url,
+                )
+            for item in data:
+                yield Project.from_json(item)
+            next_url = response.links.get("next", {}).get("url")
+            if not next_url or not data:
+                return
+            next_url = self._same_origin(next_url, response.url)
+            if next_url in seen:
+                return
+            seen.add(next_url)
+            url, params = next_url, None
+
+    def list_projects(self, page_size: int = 100) -> list[Project]:
+        """All projects of the caller, following every page."""
+        return list(self.iter_projects(page_size))
+
+    def create_token(
+        self, project_id: str, scopes: Iterable[str] = ("client",), notes: str | None = None
+    ) -> Token:
+        """Generate a project token (201 Created; 200 is tolerated)."""
+        if not isinstance(project_id, str) or not project_id or "/" in project_id:
+            raise ValueError(f"not a project id: {project_id!r}")
+        payload: dict[str, Any] = {"scopes": list(scopes)}
+        if notes is not None:
+            payload["notes"] = notes
+        response = self._request(
+            "POST",
+            f"/api/v2/projects/{project_id}/tokens",
+            body=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        data = _json(response)
+        try:
+            return Token.from_json(data)
+        except ValueError as exc:
+            raise errors.ApiError(response.status_code, title=str(exc), url=response.url) from None
+
+    def get_config(self, version: int | None = None) -> dict[str, Any] | None:
+        """The project's client configuration, or ``None`` when ``version`` is current (304)."""
+        params = {"v": version} if version is not None else None
+        response = self._request("GET", "/api/v2/projects/config", params=params)
+        if response.status_code == 304:
+            return None
+        data = _json(response)
+        return data if isinstance(data, dict) else {}
+
+    def _same_origin(self, url: str, base: str) -> str:
+        """The token goes only to the server it was given for."""
+        absolute = urljoin(base, url)
+        here, there = urlsplit(self.server_url), urlsplit(absolute)
+        if (here.scheme, here.netloc) != (there.scheme, there.netloc):
+            raise errors.ApiError(
+                200, title=f"refusing to follow a page link to another origin: {there.netloc}"
+            )
+        return absolute
+
+
+# -- answers -> errors ------------------------------------------------------------------------
+
+
+def _json(response: requests.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise errors.ApiError(
+            response.status_code,
+            title="the answer is not JSON",
+            body=response.text[:500],
+            url=response.url,
+        ) from None
+
+
+def _int_header(response: requests.Response, name: str) -> int | None:
+    try:
+        return int(response.headers[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), or ``None``."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    import datetime as _dt
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
+
+
+def _api_error(response: requests.Response) -> errors.ApiError:
+    status = response.status_code
+    title: str | None = None
+    problems: dict[str, Any] = {}
+    body = ""
+    try:
+        body = response.text[:2000]
+        data = json.loads(body) if body else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        if isinstance(data.get("title"), str):
+            title = data["title"]
+        elif isinstance(data.get("message"), str):
+            title = data["message"]
+        if isinstance(data.get("errors"), dict):
+            problems = data["errors"]
+    if title is None:
+        title = response.reason or None
+    cls = errors.error_class_for(status)
+    kwargs: dict[str, Any] = {"title": title, "errors": problems, "body": body, "url": response.url}
+    if cls is errors.RateLimitedError:
+        return errors.RateLimitedError(
+            status, retry_after=parse_retry_after(response.headers.get("Retry-After")), **kwargs
+        )
+    return cls(status, **kwargs)
+
+
+def _transport_error(exc: requests.RequestException, url: str) -> errors.TransportError:
+    where = urlsplit(url).netloc
+    if isinstance(exc, requests.exceptions.SSLError):
+        return errors.TransportError(f"TLS failure talking to {where}: {exc}", "tls")
+    if isinstance(exc, requests.Timeout):
+        return errors.TransportError(f"no answer from {where} in time", "timeout")
+    chain = _causes(exc)
+    if any(isinstance(item, ConnectionRefusedError) for item in chain) or "refused" in str(exc):
+        return errors.TransportError(f"connection to {where} refused", "refused")
+    if any(isinstance(item, ConnectionResetError | BrokenPipeError) for item in chain) or any(
+        word in str(exc) for word in ("reset", "RemoteDisconnected", "aborted", "Broken pipe")
+    ):
+        return errors.TransportError(f"connection to {where} reset", "reset")
+    return errors.TransportError(f"cannot reach {where}: {type(exc).__name__}", "other")
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    stack: list[BaseException | None] = [exc]
+    while stack and len(found) < 20:
+        item = stack.pop()
+        if item is None or any(item is seen for seen in found):
+            continue
+        found.append(item)
+        stack.extend([item.__cause__, item.__context__])
+        stack.extend(arg for arg in getattr(item, "args", ()) if isinstance(arg, BaseException))
+        reason = getattr(item, "reason", None)
+        if isinstance(reason, BaseException):
+            stack.append(reason)
+    return found

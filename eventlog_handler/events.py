@@ -1,0 +1,363 @@
+"""The wire forms of an event: builders, the date format, reference ids and size limits.
+
+The three forms of the service's interface document::
+
+    {"message": "Disk space is low"}
+    {"type": "log", "message": "User logged in", "date": "2030-01-01T12:00:00.0000000-05:00",
+     "@user": {"identity": "u-42", "name": "Ann"}}
+    {"type": "error", "date": "2030-01-01T12:00:00.0000000-05:00",
+     "@simple_error": {"message": "division by zero", "type": "ZeroDivisionError",
+                       "stack_trace": "Traceback (most recent call last): ..."}}
+
+Every builder adds one field to these: a unique ``reference_id``, which makes a retried batch
+safe (the service discards a second event with the same id within 24 hours). Optional fields
+(``source``, ``tags``, ``data``, ``@level``, ``@user``) appear only when given.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import json
+import os
+import platform
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from eventlog_handler.jsonsafe import safe_str, to_jsonable, truncate
+from eventlog_handler.simple_error import simple_error
+
+#: ``message`` and ``source`` are cut by the service past this many characters.
+MAX_MESSAGE = 2_000
+MAX_SOURCE = 2_000
+#: Tags the service keeps per event, and the longest tag it keeps.
+MAX_TAGS = 50
+MAX_TAG_LENGTH = 100
+#: Bytes of JSON one event may take. Below the service's 200,000-byte request limit even if
+#: it would not compress at all, so any single event can always be sent.
+MAX_EVENT_BYTES = 180_000
+#: Events older than this are discarded by the service.
+MAX_AGE_SECONDS = 3 * 24 * 3600
+
+LEVELS = ("Trace", "Debug", "Info", "Warn", "Error", "Fatal")
+
+
+# -- date -----------------------------------------------------------------------------------
+
+
+def format_date(when: float | _dt.datetime | None = None) -> str:
+    """ISO 8601 with 7 fractional digits and the local UTC offset.
+
+    ``when`` is a POSIX timestamp (as in ``LogRecord.created``), an aware or naive (local)
+    datetime, or ``None`` for now: ``2030-01-01T12:00:00.1234567-05:00``.
+    """
+    if when is None:
+        when = time.time()
+    if isinstance(when, _dt.datetime):
+        aware = when if when.tzinfo is not None else when.astimezone()
+        offset = aware.utcoffset() or _dt.timedelta(0)
+        return _compose(
+            aware.strftime("%Y-%m-%dT%H:%M:%S"),
+            aware.microsecond * 10,
+            int(offset.total_seconds()),
+        )
+    seconds = int(when // 1)
+    fraction = round((when - seconds) * 10_000_000)
+    if fraction >= 10_000_000:
+        seconds, fraction = seconds + 1, fraction - 10_000_000
+    cached = _last_second
+    if cached[0] != seconds:
+        local = time.localtime(seconds)
+        cached = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", local), _offset(local.tm_gmtoff))
+        _remember(cached)
+    return f"{cached[1]}.{fraction:07d}{cached[2]}"
+
+
+# Most records of a process share their second: keep its formatted head and offset.
+_last_second: tuple[int, str, str] = (-1, "", "")
+
+
+def _remember(cached: tuple[int, str, str]) -> None:
+    global _last_second
+    _last_second = cached
+
+
+def _offset(offset_seconds: int) -> str:
+    sign = "-" if offset_seconds < 0 else "+"
+    minutes = abs(offset_seconds) // 60
+    return f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _compose(base: str, fraction: int, offset_seconds: int) -> str:
+    return f"{base}.{fraction:07d}{_offset(offset_seconds)}"
+
+
+def parse_date(text: str) -> _dt.datetime:
+    """Parse a date of the service (7 fractional digits, ``Z`` or an offset) into an aware datetime.
+
+    Naive values are taken as UTC, as the service writes ``created_utc``.
+    """
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    head, sep, rest = value.partition(".")
+    if sep:
+        digits = "".join(itertools.takewhile(str.isdigit, rest))
+        value = f"{head}.{(digits + '000000')[:6]}{rest[len(digits):]}"
+    parsed = _dt.datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=_dt.timezone.utc)
+
+
+# -- reference ids --------------------------------------------------------------------------
+
+
+class _ReferenceIds:
+    """``<16 random hex>-<counter>``: unique across processes (the prefix is re-drawn after a
+    fork) and cheap enough for the caller's thread."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.prefix = secrets.token_hex(8)
+        self.counter = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self.prefix}-{next(self.counter):x}"
+
+
+new_reference_id = _ReferenceIds()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=new_reference_id.reset)
+
+
+def is_valid_reference_id(value: object) -> bool:
+    """What the service accepts: 8 to 100 letters, digits and ``-``."""
+    return (
+        isinstance(value, str)
+        and 8 <= len(value) <= 100
+        and all(ch.isascii() and (ch.isalnum() or ch == "-") for ch in value)
+    )
+
+
+# -- builders -------------------------------------------------------------------------------
+
+
+def user_info(
+    identity: Any = None, name: Any = None, data: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The ``@user`` object, or ``None`` when neither identity nor name is given."""
+    if identity is None and name is None:
+        return None
+    user: dict[str, Any] = {}
+    if identity is not None:
+        user["identity"] = truncate(safe_str(identity), 1000)
+    if name is not None:
+        user["name"] = truncate(safe_str(name), 1000)
+    if data:
+        user["data"] = to_jsonable(dict(data))
+    return user
+
+
+def message_event(message: Any, *, reference_id: str | None = None) -> dict[str, Any]:
+    """The message form: ``{"message": ...}`` (plus its ``reference_id``)."""
+    return {
+        "message": truncate(safe_str(message), MAX_MESSAGE),
+        "reference_id": reference_id or new_reference_id(),
+    }
+
+
+def log_event(
+    message: Any,
+    *,
+    date: float | _dt.datetime | None = None,
+    user: Mapping[str, Any] | None = None,
+    level: str | None = None,
+    source: str | None = None,
+    tags: Iterable[str] = (),
+    data: Mapping[str, Any] | None = None,
+    exclusions: Collection[str] = (),
+    reference_id: str | None = None,
+) -> dict[str, Any]:
+    """The log form: ``type`` = ``log``, ``message``, ``date`` and, when known, ``@user``."""
+    event: dict[str, Any] = {
+        "type": "log",
+        "message": truncate(safe_str(message), MAX_MESSAGE),
+        "date": format_date(date),
+    }
+    _add_common(event, user, level, source, tags, data, exclusions, reference_id)
+    return event
+
+
+def error_event(
+    exc: BaseException,
+    *,
+    message: Any = None,
+    date: float | _dt.datetime | None = None,
+    user: Mapping[str, Any] | None = None,
+    level: str | None = None,
+    source: str | None = None,
+    tags: Iterable[str] = (),
+    data: Mapping[str, Any] | None = None,
+    exclusions: Collection[str] = (),
+    reference_id: str | None = None,
+) -> dict[str, Any]:
+    """The error form: ``type`` = ``error``, ``date`` and ``@simple_error`` (with ``inner``).
+
+    ``message`` (for instance the text of ``logger.exception("...")``) is added when given.
+    """
+    event: dict[str, Any] = {"type": "error", "date": format_date(date)}
+    if message is not None:
+        event["message"] = truncate(safe_str(message), MAX_MESSAGE)
+    event["@simple_error"] = simple_error(exc, exclusions)
+    _add_common(event, user, level, source, tags, data, exclusions, reference_id)
+    return event
+
+
+def _add_common(
+    event: dict[str, Any],
+    user: Mapping[str, Any] | None,
+    level: str | None,
+    source: str | None,
+    tags: Iterable[str],
+    data: Mapping[str, Any] | None,
+    exclusions: Collection[str],
+    reference_id: str | None,
+) -> None:
+    if user:
+        event["@user"] = to_jsonable(dict(user), ())
+    if level is not None:
+        event["@level"] = level
+    if source:
+        event["source"] = truncate(safe_str(source), MAX_SOURCE)
+    clean_tags = normalize_tags(tags)
+    if clean_tags:
+        event["tags"] = clean_tags
+    if data:
+        converted = to_jsonable(dict(data), exclusions)
+        if converted:
+            event["data"] = converted
+    event["reference_id"] = reference_id or new_reference_id()
+
+
+def normalize_tags(tags: Iterable[Any]) -> list[str]:
+    """Distinct non-empty tags of at most 100 characters, 50 at most, in order."""
+    result: list[str] = []
+    for tag in tags:
+        text = safe_str(tag).strip()
+        if text and len(text) <= MAX_TAG_LENGTH and text not in result:
+            result.append(text)
+            if len(result) == MAX_TAGS:
+                break
+    return result
+
+
+# -- environment ----------------------------------------------------------------------------
+
+_ENVIRONMENT: dict[str, Any] | None = None
+
+
+def environment_info() -> dict[str, Any]:
+    """``@environment`` of this process (computed once per process), without thread fields."""
+    global _ENVIRONMENT
+    pid = os.getpid()
+    if _ENVIRONMENT is None or _ENVIRONMENT.get("process_id") != str(pid):
+        uname = platform.uname()
+        _ENVIRONMENT = {
+            "machine_name": socket.gethostname(),
+            "process_id": str(pid),
+            "process_name": os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python",
+            "command_line": truncate(" ".join(sys.argv), 1000),
+            "o_s_name": uname.system,
+            "o_s_version": uname.release,
+            "architecture": uname.machine,
+            "runtime_version": f"{platform.python_implementation()} {platform.python_version()}",
+            "processor_count": os.cpu_count() or 1,
+        }
+    return _ENVIRONMENT
+
+
+def thread_info() -> dict[str, Any]:
+    """The calling thread's name and id, for ``@environment``."""
+    thread = threading.current_thread()
+    return {"thread_name": thread.name, "thread_id": str(threading.get_ident())}
+
+
+# -- encoding and limits --------------------------------------------------------------------
+
+
+def encode(event: Mapping[str, Any]) -> bytes:
+    """Compact UTF-8 JSON of a JSON-ready event (lone surrogates become ``?``)."""
+    text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8", "replace")
+
+
+def fit(event: dict[str, Any], max_bytes: int = MAX_EVENT_BYTES) -> tuple[dict[str, Any], bytes]:
+    """``event`` and its JSON, shrunk until the JSON is at most ``max_bytes``.
+
+    Cuts, in order, until it fits: long strings in ``data``, the inner errors, the stack trace,
+    ``data`` itself. What was cut is listed in ``data["@trimmed"]``.
+    """
+    body = encode(event)
+    if len(body) <= max_bytes:
+        return event, body
+    trimmed: list[str] = []
+    event = dict(event)
+    for step in (_trim_data_strings, _trim_inner, _trim_stack, _drop_data, _trim_message):
+        name = step(event, max_bytes)
+        if name:
+            trimmed.append(name)
+            data = dict(event.get("data") or {})
+            data["@trimmed"] = trimmed
+            event["data"] = data
+            body = encode(event)
+            if len(body) <= max_bytes:
+                return event, body
+    return event, body
+
+
+def _trim_data_strings(event: dict[str, Any], max_bytes: int) -> str | None:
+    if not event.get("data"):
+        return None
+    event["data"] = to_jsonable(event["data"], max_string=max(64, max_bytes // 200), max_items=50)
+    return "data values"
+
+
+def _trim_inner(event: dict[str, Any], max_bytes: int) -> str | None:
+    error = event.get("@simple_error")
+    if not isinstance(error, dict) or "inner" not in error:
+        return None
+    event["@simple_error"] = {key: value for key, value in error.items() if key != "inner"}
+    return "inner errors"
+
+
+def _trim_stack(event: dict[str, Any], max_bytes: int) -> str | None:
+    error = event.get("@simple_error")
+    if not isinstance(error, dict):
+        return None
+    error = dict(error)
+    error["stack_trace"] = truncate(str(error.get("stack_trace", "")), max_bytes // 4)
+    error.pop("data", None)
+    event["@simple_error"] = error
+    return "stack trace"
+
+
+def _drop_data(event: dict[str, Any], max_bytes: int) -> str | None:
+    data = event.get("data")
+    if not data:
+        return None
+    event["data"] = {}
+    return "data"
+
+
+def _trim_message(event: dict[str, Any], max_bytes: int) -> str | None:
+    for key in ("message", "source"):
+        if isinstance(event.get(key), str):
+            event[key] = truncate(event[key], 200)
+    event.pop("@user", None)
+    return "message"

@@ -1,0 +1,282 @@
+"""The options of the package: defaults, ``EVENTLOG_*`` environment variables, validation.
+
+Every option can be given as a keyword argument (to :func:`eventlog_handler.setup`, to
+:class:`eventlog_handler.EventLogHandler`, or in a ``dictConfig``/``fileConfig`` entry, where
+values may arrive as strings). An explicit argument wins over the environment, which wins over
+the default. A malformed value raises :class:`ValueError` naming the setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+#: Where events go when neither ``server_url`` nor ``EVENTLOG_SERVER_URL`` says otherwise:
+#: the local collector (``eventlog serve``).
+DEFAULT_SERVER_URL = "http://127.0.0.1:5000"
+
+#: Keys whose values are replaced by :data:`MASK` wherever they appear in event data.
+#: A key matches when its lower-case form with ``-`` and ``_`` removed contains a word.
+DEFAULT_DATA_EXCLUSIONS: tuple[str, ...] = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "authorization",
+    "cookie",
+    "session",
+    "credential",
+    "privatekey",
+)
+
+MASK = "[excluded]"
+
+ENV_API_KEY = "EVENTLOG_API_KEY"
+ENV_SERVER_URL = "EVENTLOG_SERVER_URL"
+ENV_USER_TOKEN = "EVENTLOG_USER_TOKEN"
+ENV_SPOOL_PATH = "EVENTLOG_SPOOL_PATH"
+
+
+def mask_secret(secret: str | None) -> str:
+    """A form of ``secret`` safe to print: its first 4 characters, then ``…``."""
+    if not secret:
+        return "<none>"
+    if len(secret) <= 8:
+        return "****"
+    return secret[:4] + "…"
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether ``url``'s host is a loopback address (or ``localhost``)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Validated options of one delivery engine and its handlers.
+
+    Build one with :meth:`Settings.from_options`, which reads the environment and checks every
+    value; the constructor itself checks nothing.
+    """
+
+    server_url: str = DEFAULT_SERVER_URL
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+    #: Seconds to wait for the service to connect and to answer one request.
+    timeout: float = 10.0
+    #: TLS verification: ``True``, ``False`` or the path of a CA bundle.
+    verify: bool | str = True
+    #: Events held in memory at most; beyond it the oldest log event is evicted first.
+    queue_size: int = 10_000
+    #: Events per request at most.
+    batch_size: int = 500
+    #: Bytes per request at most, as sent (after gzip). The service refuses more than 200,000.
+    max_batch_bytes: int = 200_000
+    #: Bytes per request at most before compression (the service allows 10x the sent limit).
+    max_raw_batch_bytes: int = 2_000_000
+    #: Seconds a log event may wait to fill a batch.
+    flush_interval: float = 3.0
+    #: Seconds an error event may wait before it is sent.
+    error_delay: float = 0.25
+    #: Seconds the exit flush may take at interpreter exit.
+    shutdown_timeout: float = 2.0
+    #: Longest pause between retries, in seconds.
+    max_backoff: float = 300.0
+    #: Words of keys whose values are masked in event data (see :data:`DEFAULT_DATA_EXCLUSIONS`).
+    data_exclusions: tuple[str, ...] = DEFAULT_DATA_EXCLUSIONS
+    #: Tags added to every event.
+    tags: tuple[str, ...] = ()
+    #: Whether to add ``@environment`` (machine, process, runtime) to events.
+    include_environment: bool = True
+
+    def __repr__(self) -> str:
+        return (
+            f"Settings(server_url={self.server_url!r}, api_key={mask_secret(self.api_key)!r}, "
+            f"queue_size={self.queue_size}, batch_size={self.batch_size})"
+        )
+
+    @property
+    def engine_key(self) -> tuple[str, str]:
+        """What makes two settings share one delivery engine: the server and the key."""
+        return (self.server_url, self.api_key or "")
+
+    @classmethod
+    def from_options(
+        cls,
+        options: Mapping[str, Any] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        require_api_key: bool = True,
+    ) -> Settings:
+        """Merge ``options`` over the environment over the defaults, and validate.
+
+        ``None`` values in ``options`` count as absent. Unknown option names are a
+        :class:`TypeError`, like an unknown keyword argument.
+        """
+        env = os.environ if environ is None else environ
+        given = {key: value for key, value in (options or {}).items() if value is not None}
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise TypeError(f"eventlog_handler: unknown option(s): {', '.join(unknown)}")
+        if "server_url" not in given and env.get(ENV_SERVER_URL):
+            given["server_url"] = env[ENV_SERVER_URL]
+        if "api_key" not in given and env.get(ENV_API_KEY):
+            given["api_key"] = env[ENV_API_KEY]
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            if field.name in given:
+                values[field.name] = _CONVERTERS[field.name](field.name, given[field.name])
+        settings = cls(**values)
+        if require_api_key and not settings.api_key:
+            raise ValueError(
+                "eventlog_handler: setting 'api_key' is missing: pass api_key=... "
+                f"or set {ENV_API_KEY} (a project token of the service)"
+            )
+        return settings
+
+
+def validate_server_url(name: str, value: Any) -> str:
+    """A ``http(s)://host[:port][/path]`` URL, without a trailing slash."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"eventlog_handler: setting {name!r} must be a URL, got {value!r}")
+    url = value.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be an http:// or https:// URL "
+            f"with a host, got {value!r}"
+        )
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:
+        raise ValueError(f"eventlog_handler: setting {name!r} has a bad port: {value!r}") from None
+    if parts.query or parts.fragment:
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must not carry a query or fragment: {value!r}"
+        )
+    return url
+
+
+def validate_token(name: str, value: Any) -> str:
+    """A token: no whitespace, at least 10 characters (real keys have 40)."""
+    if not isinstance(value, str):
+        raise ValueError(f"eventlog_handler: setting {name!r} must be a string")
+    token = value.strip()
+    if any(ch.isspace() for ch in token) or len(token) < 10 or not token.isprintable():
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} does not look like a token "
+            f"({mask_secret(token)!s}, {len(token)} characters): a token has no spaces "
+            "and at least 10 characters"
+        )
+    return token
+
+
+def _number(name: str, value: Any, *, minimum: float, integer: bool) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"eventlog_handler: setting {name!r} must be a number, got {value!r}")
+    try:
+        number = float(value.strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be a number, got {value!r}"
+        ) from None
+    if math.isnan(number) or number < minimum or math.isinf(number):
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be a finite number >= {minimum}, "
+            f"got {value!r}"
+        )
+    if integer:
+        if number != int(number):
+            raise ValueError(f"eventlog_handler: setting {name!r} must be a whole number")
+        return int(number)
+    return number
+
+
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"eventlog_handler: setting {name!r} must be true or false, got {value!r}")
+
+
+def _verify(name: str, value: Any) -> bool | str:
+    if isinstance(value, str) and value.strip().lower() not in (
+        "1", "true", "yes", "on", "0", "false", "no", "off",
+    ):
+        if not os.path.exists(value):
+            raise ValueError(f"eventlog_handler: setting {name!r}: no CA bundle at {value!r}")
+        return value
+    return _bool(name, value)
+
+
+def _words(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items: Iterable[Any] = [part for part in value.replace(";", ",").split(",")]
+    elif isinstance(value, Iterable):
+        items = value
+    else:
+        raise ValueError(f"eventlog_handler: setting {name!r} must be a list of strings")
+    words = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(
+                f"eventlog_handler: setting {name!r} must hold strings, got {item!r}"
+            )
+        if item.strip():
+            words.append(item.strip())
+    return tuple(words)
+
+
+def _exclusions(name: str, value: Any) -> tuple[str, ...]:
+    return tuple(normalize_key(word) for word in _words(name, value))
+
+
+def _tags(name: str, value: Any) -> tuple[str, ...]:
+    tags = _words(name, value)
+    for tag in tags:
+        if len(tag) > 100:
+            raise ValueError(f"eventlog_handler: setting {name!r}: tag longer than 100 characters")
+    return tags
+
+
+def normalize_key(key: str) -> str:
+    """The form of a data key that exclusions are matched against."""
+    return key.lower().replace("_", "").replace("-", "")
+
+
+_CONVERTERS: dict[str, Any] = {
+    "server_url": validate_server_url,
+    "api_key": validate_token,
+    "timeout": lambda n, v: _number(n, v, minimum=0.001, integer=False),
+    "verify": _verify,
+    "queue_size": lambda n, v: _number(n, v, minimum=1, integer=True),
+    "batch_size": lambda n, v: _number(n, v, minimum=1, integer=True),
+    "max_batch_bytes": lambda n, v: _number(n, v, minimum=1024, integer=True),
+    "max_raw_batch_bytes": lambda n, v: _number(n, v, minimum=1024, integer=True),
+    "flush_interval": lambda n, v: _number(n, v, minimum=0.001, integer=False),
+    "error_delay": lambda n, v: _number(n, v, minimum=0, integer=False),
+    "shutdown_timeout": lambda n, v: _number(n, v, minimum=0, integer=False),
+    "max_backoff": lambda n, v: _number(n, v, minimum=0.01, integer=False),
+    "data_exclusions": _exclusions,
+    "tags": _tags,
+    "include_environment": _bool,
+}
