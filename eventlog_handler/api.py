@@ -153,7 +153,9 @@ class Client:
 
     # -- events -----------------------------------------------------------------------------
 
-    def submit(self, event_or_events: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> SubmitResult:
+    def submit(
+        self, event_or_events: Mapping[str, Any] | Iterable[Mapping[str, Any]]
+    ) -> SubmitResult:
         """Post one event (a mapping) or a batch (a list of them); 202 on success.
 
         Values are made JSON-safe first, so any mapping can be passed. An empty batch is a
@@ -196,7 +198,8 @@ class Client:
             data = _json(response)
             if not isinstance(data, list):
                 raise errors.ApiError(
-                    response.status_code, title="expected a JSON array of projects",
+                    response.status_code,
+                    title="expected a JSON array of projects",
                     url=response.url,
                 )
             for item in data:
@@ -286,9 +289,6 @@ def parse_retry_after(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
-    import datetime as _dt
-    from email.utils import parsedate_to_datetime
-
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):

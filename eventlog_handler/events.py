@@ -108,7 +108,7 @@ def parse_date(text: str) -> _dt.datetime:
     head, sep, rest = value.partition(".")
     if sep:
         digits = "".join(itertools.takewhile(str.isdigit, rest))
-        value = f"{head}.{(digits + '000000')[:6]}{rest[len(digits):]}"
+        value = f"{head}.{(digits + '000000')[:6]}{rest[len(digits) :]}"
     parsed = _dt.datetime.fromisoformat(value)
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=_dt.timezone.utc)
 

@@ -220,7 +220,14 @@ def _bool(name: str, value: Any) -> bool:
 
 def _verify(name: str, value: Any) -> bool | str:
     if isinstance(value, str) and value.strip().lower() not in (
-        "1", "true", "yes", "on", "0", "false", "no", "off",
+        "1",
+        "true",
+        "yes",
+        "on",
+        "0",
+        "false",
+        "no",
+        "off",
     ):
         if not os.path.exists(value):
             raise ValueError(f"eventlog_handler: setting {name!r}: no CA bundle at {value!r}")
@@ -238,9 +245,7 @@ def _words(name: str, value: Any) -> tuple[str, ...]:
     words = []
     for item in items:
         if not isinstance(item, str):
-            raise ValueError(
-                f"eventlog_handler: setting {name!r} must hold strings, got {item!r}"
-            )
+            raise ValueError(f"eventlog_handler: setting {name!r} must hold strings, got {item!r}")
         if item.strip():
             words.append(item.strip())
     return tuple(words)
