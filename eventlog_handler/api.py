@@ -174,6 +174,10 @@ class Client:
     def post_events(self, body: bytes, count: int = 1) -> SubmitResult:
         """Post an encoded JSON body (an object or an array of ``count`` events)."""
         payload, gzipped = compress(body)
+        return self.post_payload(payload, gzipped, count)
+
+    def post_payload(self, payload: bytes, gzipped: bool, count: int = 1) -> SubmitResult:
+        """Post a body already made by :func:`compress` (``gzipped`` says whether it is)."""
         headers = {"Content-Type": "application/json"}
         if gzipped:
             headers["Content-Encoding"] = "gzip"

@@ -91,6 +91,8 @@ class Settings:
     error_delay: float = 0.25
     #: Seconds the exit flush may take at interpreter exit.
     shutdown_timeout: float = 2.0
+    #: First pause before a retry, in seconds; doubled on each failure up to ``max_backoff``.
+    retry_initial: float = 1.0
     #: Longest pause between retries, in seconds.
     max_backoff: float = 300.0
     #: Words of keys whose values are masked in event data (see :data:`DEFAULT_DATA_EXCLUSIONS`).
@@ -280,7 +282,8 @@ _CONVERTERS: dict[str, Any] = {
     "flush_interval": lambda n, v: _number(n, v, minimum=0.001, integer=False),
     "error_delay": lambda n, v: _number(n, v, minimum=0, integer=False),
     "shutdown_timeout": lambda n, v: _number(n, v, minimum=0, integer=False),
-    "max_backoff": lambda n, v: _number(n, v, minimum=0.01, integer=False),
+    "retry_initial": lambda n, v: _number(n, v, minimum=0.001, integer=False),
+    "max_backoff": lambda n, v: _number(n, v, minimum=0.001, integer=False),
     "data_exclusions": _exclusions,
     "tags": _tags,
     "include_environment": _bool,
