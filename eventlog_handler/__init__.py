@@ -1,5 +1,56 @@
-"""Ship Python logs, structlog events and uncaught exceptions to an event collection service."""
+"""Ship Python logs, structlog events and uncaught exceptions to an event collection service.
+
+One call sets everything up::
+
+    import eventlog_handler
+    eventlog_handler.setup(api_key="...", server_url="https://...")
+
+See the README for ``dictConfig``, structlog and the ``eventlog`` command.
+"""
 
 from eventlog_handler._version import __version__
+from eventlog_handler.api import Client, InsecureTransportWarning, SubmitResult
+from eventlog_handler.errors import (
+    ApiError,
+    AuthenticationError,
+    BadRequestError,
+    EventLogError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PaymentRequiredError,
+    PermissionDeniedError,
+    RateLimitedError,
+    ServerError,
+    ServiceUnavailableError,
+    TransportError,
+    ValidationError,
+)
+from eventlog_handler.events import error_event, log_event, message_event
+from eventlog_handler.models import Project, Token
+from eventlog_handler.settings import Settings
 
-__all__ = ["__version__"]
+__all__ = [
+    "ApiError",
+    "AuthenticationError",
+    "BadRequestError",
+    "Client",
+    "EventLogError",
+    "InsecureTransportWarning",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PaymentRequiredError",
+    "PermissionDeniedError",
+    "Project",
+    "RateLimitedError",
+    "ServerError",
+    "ServiceUnavailableError",
+    "Settings",
+    "SubmitResult",
+    "Token",
+    "TransportError",
+    "ValidationError",
+    "__version__",
+    "error_event",
+    "log_event",
+    "message_event",
+]
