@@ -63,7 +63,9 @@ class FaultServer:
         self._server.owner = self
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     def start(self) -> FaultServer:
         self._thread.start()
