@@ -1,0 +1,317 @@
+"""HTTP plumbing of the collector: a threading HTTP/1.1 server and its request handler.
+
+The handler turns each request into a :class:`~eventlog_handler.collector.messages.Request`,
+lets :class:`~eventlog_handler.collector.endpoints.Api` answer it, writes the answer and records
+it. It never lets an exception escape (a bug answers 500, a closed store 503), logs nothing to
+stderr unless asked to, and takes care of request bodies it did not read: the connection is
+then closed after the answer, and a body of reasonable size is drained first so the client can
+read the answer instead of a connection reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import socket
+import socketserver
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NamedTuple
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from eventlog_handler.collector.endpoints import Api
+from eventlog_handler.collector.messages import Request, Response, problem_response
+from eventlog_handler.collector.problems import HttpError, problem_body
+from eventlog_handler.collector.storage import StorageClosed
+
+__all__ = ["CollectorHTTPServer", "CollectorRequestHandler", "RequestInfo", "RequestRecord"]
+
+logger = logging.getLogger("eventlog_handler.collector")
+
+_DRAIN_LIMIT = 32 * 1024 * 1024
+_DRAIN_TIMEOUT = 2.0
+_HOST_RE = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+
+
+class RequestRecord(NamedTuple):
+    """One request the collector answered: ``("POST", "/api/v2/events", 202)``."""
+
+    method: str
+    path: str
+    status: int
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """One request in detail. Header names are lowercased."""
+
+    method: str
+    path: str
+    query: str
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body_bytes: int = 0
+    events_stored: int = 0
+    events_discarded: int = 0
+    time: float = 0.0
+
+    @property
+    def record(self) -> RequestRecord:
+        """The ``(method, path, status)`` summary."""
+        return RequestRecord(self.method, self.path, self.status)
+
+
+class _ClientGone(Exception):
+    """The client hung up or stalled while sending its body."""
+
+
+class CollectorHTTPServer(ThreadingHTTPServer):
+    """A ``ThreadingHTTPServer`` with daemon threads that can close its open connections."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        api: Api,
+        *,
+        record: Callable[[RequestInfo], None],
+        verbose: bool = False,
+        family: socket.AddressFamily = socket.AF_INET,
+    ) -> None:
+        self.address_family = family
+        self.api = api
+        self.record = record
+        self.verbose = verbose
+        self.url = ""
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, CollectorRequestHandler)
+        host, port = self.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else str(host)
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{port}"
+
+    def server_bind(self) -> None:
+        """Bind without ``HTTPServer``'s reverse DNS lookup of the host name."""
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Track the connection, then serve it in a daemon thread."""
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        """Forget the connection and close it."""
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Shut down every open connection, so idle keep-alive threads end at once."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Log connection errors at debug level instead of printing tracebacks on stderr."""
+        logger.debug("error on a connection from %s", client_address, exc_info=True)
+
+
+class CollectorRequestHandler(BaseHTTPRequestHandler):
+    """Answers one connection's requests with the server's :class:`Api`."""
+
+    protocol_version = "HTTP/1.1"
+    default_request_version = "HTTP/1.0"  # never answer in HTTP/0.9 style (no status line)
+    server_version = "eventlog-collector"
+    sys_version = ""
+    timeout = 30
+    disable_nagle_algorithm = True  # headers and body are separate writes
+    server: CollectorHTTPServer
+
+    _body_read = 0
+    _expect_refused = False
+
+    def version_string(self) -> str:
+        """The ``Server`` header."""
+        return self.server_version
+
+    # -- entry points ------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_HEAD(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_PUT(self) -> None:
+        self._serve()
+
+    def do_PATCH(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
+    def do_OPTIONS(self) -> None:
+        self._serve()
+
+    def handle_expect_100(self) -> bool:
+        """Refuse a too-large body before the client sends it; otherwise say continue."""
+        length = self.headers.get("Content-Length", "").strip()
+        if length.isascii() and length.isdigit() and int(length) > self.server.api.max_body_bytes:
+            self._expect_refused = True
+            return True
+        return super().handle_expect_100()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Per-request logging goes to stderr only when the server is verbose."""
+        if self.server.verbose:
+            sys.stderr.write(f"{self.address_string()} - {format % args}\n")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors raised by ``http.server`` itself (bad request line...), as problem bodies."""
+        try:
+            self.log_error("code %d, message %s", code, message)
+            body = json.dumps(
+                problem_body(code, getattr(self, "path", "") or "", detail=message or explain)
+            ).encode("ascii")
+            self.send_response(code, message)
+            self.send_header("Content-Type", "application/problem+json; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            if getattr(self, "command", None) != "HEAD" and code >= 200 and code not in (204, 304):
+                self.wfile.write(body)
+        except OSError:
+            self.close_connection = True
+
+    # -- one request -------------------------------------------------------------------------
+
+    def _declared_length(self) -> int | None:
+        raw = (self.headers.get("Content-Length") or "").strip()
+        return int(raw) if raw.isascii() and raw.isdigit() else None
+
+    def _read_body(self, size: int) -> bytes:
+        try:
+            data = self.rfile.read(size)
+        except OSError as exc:
+            raise _ClientGone() from exc
+        self._body_read += len(data)
+        if len(data) < size:
+            raise _ClientGone()
+        return data
+
+    def _base_url(self) -> str:
+        host = (self.headers.get("Host") or "").strip()
+        return f"http://{host}" if _HOST_RE.match(host) else self.server.url
+
+    def _serve(self) -> None:
+        self._body_read = 0
+        started = time.time()
+        split = urlsplit(self.path)
+        path = unquote(split.path) or "/"
+        request = Request(
+            method=self.command,
+            path=path,
+            query=parse_qs(split.query, keep_blank_values=True),
+            headers=self.headers,
+            read_body=self._read_body,
+            base_url=self._base_url(),
+        )
+        try:
+            response = self.server.api.handle(request)
+        except _ClientGone:
+            self.close_connection = True
+            return
+        except StorageClosed:
+            response = problem_response(HttpError(503, "The collector is stopping."), path)
+        except Exception:
+            logger.exception("the collector failed on %s %s", self.command, path[:200])
+            response = problem_response(HttpError(500, "The collector failed; see its log."), path)
+        unread = self._unread_body()
+        try:
+            self._write(response, close=unread)
+        except OSError:
+            self.close_connection = True
+            return
+        finally:
+            self.server.record(
+                RequestInfo(
+                    method=self.command,
+                    path=path,
+                    query=split.query,
+                    status=response.status,
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    body_bytes=self._body_read,
+                    events_stored=int(response.headers.get("X-Events-Stored", 0)),
+                    events_discarded=int(response.headers.get("X-Events-Discarded", 0)),
+                    time=started,
+                )
+            )
+        if unread:
+            self._drain()
+
+    def _unread_body(self) -> bool:
+        if self.headers.get("Transfer-Encoding"):
+            return True
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return False
+        declared = self._declared_length()
+        return declared is None or self._body_read < declared
+
+    def _write(self, response: Response, *, close: bool) -> None:
+        body = response.body
+        sent = b"" if self.command == "HEAD" or response.status in (204, 304) else body
+        self.send_response(response.status)
+        if response.content_type and response.status not in (204, 304):
+            self.send_header("Content-Type", response.content_type)
+        if response.status not in (204, 304):
+            self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if sent:
+            self.wfile.write(sent)
+        self.wfile.flush()
+
+    def _drain(self) -> None:
+        """Read and drop what is left of a body the answer did not need (bounded)."""
+        declared = self._declared_length()
+        if self._expect_refused or declared is None or self.headers.get("Transfer-Encoding"):
+            return
+        remaining = declared - self._body_read
+        if remaining > _DRAIN_LIMIT:
+            return
+        try:
+            self.connection.settimeout(_DRAIN_TIMEOUT)
+            while remaining > 0:
+                chunk = self.rfile.read1(min(remaining, 65536))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+        except OSError:
+            pass

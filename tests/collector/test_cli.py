@@ -1,0 +1,134 @@
+"""``python -m eventlog_handler.collector`` / ``eventlog serve`` in a subprocess."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from eventlog_handler.collector.cli import DEFAULT_DB, DEFAULT_PORT, add_serve_arguments
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 20
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "eventlog_handler.collector", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _read_banner(process: subprocess.Popen[str]) -> str:
+    """The output up to "Press Ctrl-C", read without risking a hang."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    banner: list[str] = []
+    while True:
+        line = lines.get(timeout=START_TIMEOUT)
+        assert line is not None, "".join(banner) + (process.stderr.read() if process.stderr else "")
+        banner.append(line)
+        if line.startswith("Press Ctrl-C"):
+            return "".join(banner)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    process = _spawn("--port", "0", "--db", str(tmp_path / "cli.sqlite3"), "--print-env")
+    try:
+        yield process, _read_banner(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _value(banner: str, pattern: str) -> str:
+    match = re.search(pattern, banner, flags=re.MULTILINE)
+    assert match is not None, (pattern, banner)
+    return match.group(1)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_serve_prints_tokens_serves_and_stops_cleanly(
+    served: tuple[subprocess.Popen[str], str], stop_signal: signal.Signals
+) -> None:
+    process, banner = served
+    url = _value(banner, r"serving at (http://127\.0\.0\.1:\d+)$")
+    assert not url.endswith(":0")
+    project_id = _value(banner, r"project id:\s+([0-9a-f]{24})$")
+    project_token = _value(banner, r"project token:\s+([A-Za-z0-9]{40})\b")
+    user_token = _value(banner, r"user token:\s+([A-Za-z0-9]{40})\b")
+    assert f"export EVENTLOG_SERVER_URL={url}\n" in banner
+    assert f"export EVENTLOG_API_KEY={project_token}\n" in banner
+    assert f"export EVENTLOG_USER_TOKEN={user_token}\n" in banner
+
+    session = requests.Session()
+    session.trust_env = False
+    response = session.post(
+        url + "/api/v2/events",
+        json={"message": "from the cli test"},
+        headers={"Authorization": f"Bearer {project_token}"},
+        timeout=10,
+    )
+    assert response.status_code == 202
+    projects = session.get(
+        url + "/api/v2/projects", headers={"Authorization": f"Bearer {user_token}"}, timeout=10
+    )
+    assert [p["id"] for p in projects.json()] == [project_id]
+    session.close()
+
+    process.send_signal(stop_signal)
+    assert process.wait(timeout=10) == 0
+    assert process.stderr is not None
+    assert "Traceback" not in process.stderr.read()
+
+
+def test_serve_refuses_a_non_loopback_host(tmp_path: Path) -> None:
+    process = _spawn("--host", "0.0.0.0", "--port", "0", "--db", ":memory:")
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 2
+    assert "--allow-remote" in err
+    assert out == ""
+    assert not (tmp_path / DEFAULT_DB).exists()
+
+
+def test_serve_arguments_and_defaults() -> None:
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.host, args.port, args.db, args.throttle) == (
+        "127.0.0.1",
+        DEFAULT_PORT,
+        DEFAULT_DB,
+        None,
+    )
+    assert not args.print_env
+    assert not args.allow_remote
+    args = parser.parse_args(["--port", "0", "--throttle", "10", "--print-env", "--db", "x.db"])
+    assert (args.port, args.throttle, args.print_env, args.db) == (0, 10, True, "x.db")
