@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import requests
 
@@ -225,14 +225,20 @@ class Client:
         self, project_id: str, scopes: Iterable[str] = ("client",), notes: str | None = None
     ) -> Token:
         """Generate a project token (201 Created; 200 is tolerated)."""
-        if not isinstance(project_id, str) or not project_id or "/" in project_id:
+        if (
+            not isinstance(project_id, str)
+            or not project_id.strip()
+            or project_id in (".", "..")
+            or any(ch in project_id for ch in "/?#\\")
+            or not project_id.isprintable()
+        ):
             raise ValueError(f"not a project id: {project_id!r}")
         payload: dict[str, Any] = {"scopes": list(scopes)}
         if notes is not None:
             payload["notes"] = notes
         response = self._request(
             "POST",
-            f"/api/v2/projects/{project_id}/tokens",
+            f"/api/v2/projects/{quote(project_id, safe='')}/tokens",
             body=json.dumps(payload).encode(),
             headers={"Content-Type": "application/json"},
         )

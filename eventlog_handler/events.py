@@ -62,7 +62,7 @@ def format_date(when: float | _dt.datetime | None = None) -> str:
         aware = when if when.tzinfo is not None else when.astimezone()
         offset = aware.utcoffset() or _dt.timedelta(0)
         return _compose(
-            aware.strftime("%Y-%m-%dT%H:%M:%S"),
+            f"{aware.year:04d}-{aware:%m-%dT%H:%M:%S}",
             aware.microsecond * 10,
             int(offset.total_seconds()),
         )
@@ -71,18 +71,21 @@ def format_date(when: float | _dt.datetime | None = None) -> str:
     if fraction >= 10_000_000:
         seconds, fraction = seconds + 1, fraction - 10_000_000
     cached = _last_second
-    if cached[0] != seconds:
+    zone = (time.timezone, time.altzone, time.tzname)
+    if cached[0] != seconds or cached[3] != zone:
         local = time.localtime(seconds)
-        cached = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", local), _offset(local.tm_gmtoff))
+        head = f"{local.tm_year:04d}-" + time.strftime("%m-%dT%H:%M:%S", local)
+        cached = (seconds, head, _offset(local.tm_gmtoff), zone)
         _remember(cached)
     return f"{cached[1]}.{fraction:07d}{cached[2]}"
 
 
-# Most records of a process share their second: keep its formatted head and offset.
-_last_second: tuple[int, str, str] = (-1, "", "")
+# Most records of a process share their second: keep its formatted head and offset (and the
+# time zone they were made in, which time.tzset() may change).
+_last_second: tuple[int, str, str, Any] = (-1, "", "", None)
 
 
-def _remember(cached: tuple[int, str, str]) -> None:
+def _remember(cached: tuple[int, str, str, Any]) -> None:
     global _last_second
     _last_second = cached
 
@@ -230,7 +233,7 @@ def _add_common(
     reference_id: str | None,
 ) -> None:
     if user:
-        event["@user"] = to_jsonable(dict(user), ())
+        event["@user"] = _user_with_exclusions(user, exclusions)
     if level is not None:
         event["@level"] = level
     if source:
@@ -243,6 +246,14 @@ def _add_common(
         if converted:
             event["data"] = converted
     event["reference_id"] = reference_id or new_reference_id()
+
+
+def _user_with_exclusions(user: Mapping[str, Any], exclusions: Collection[str]) -> Any:
+    """``@user`` as JSON: identity and name as given, its ``data`` under the exclusions."""
+    result = to_jsonable({key: value for key, value in user.items() if key != "data"}, ())
+    if isinstance(result, dict) and user.get("data") is not None:
+        result["data"] = to_jsonable(user["data"], exclusions)
+    return result
 
 
 def normalize_tags(tags: Iterable[Any]) -> list[str]:

@@ -199,6 +199,8 @@ def _non_finite(value: float) -> str:
 
 
 def _key(key: Any) -> str:
+    if isinstance(key, str):
+        return str.__str__(key)
     if key is None or isinstance(key, bool | int | float):
         return str(key)
     return safe_str(key)

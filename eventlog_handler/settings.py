@@ -154,7 +154,10 @@ def validate_server_url(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"eventlog_handler: setting {name!r} must be a URL, got {value!r}")
     url = value.strip().rstrip("/")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ValueError(f"eventlog_handler: setting {name!r} is not a valid URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(
             f"eventlog_handler: setting {name!r} must be an http:// or https:// URL "

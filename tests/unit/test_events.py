@@ -185,11 +185,6 @@ def test_data_is_snapshotted_and_excluded():
     assert "hunter2" not in encode(event).decode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="events._add_common/user_info convert @user with no exclusions: "
-    "secrets in @user.data are sent in clear",
-)
 def test_user_data_is_excluded_like_event_data():
     event = log_event(
         "m",
@@ -293,11 +288,6 @@ def test_many_floats_are_well_formed(set_tz):
         assert DATE_RE.match(text), text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="events.format_date caches the UTC offset per second (_last_second) and "
-    "ignores a TZ change",
-)
 def test_time_zone_change_is_honoured_for_the_same_second(monkeypatch):
     when = utc_ts(2030, 1, 1, 17, 0, 0) + 11
     try:
@@ -312,9 +302,6 @@ def test_time_zone_change_is_honoured_for_the_same_second(monkeypatch):
         time.tzset()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="events.format_date: strftime %Y does not zero-pad years < 1000"
-)
 def test_ancient_year_is_zero_padded():
     assert DATE_RE.match(format_date(dt.datetime(999, 1, 1, tzinfo=UTC)))
 

@@ -259,10 +259,6 @@ def test_every_numeric_option_rejects_garbage(name, value):
     assert repr(name) in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="settings.validate_server_url: urlsplit() raises 'Invalid IPv6 URL' unwrapped",
-)
 def test_malformed_ipv6_url_names_the_setting():
     # urlsplit() raises its own ValueError ("Invalid IPv6 URL") for an unclosed bracket.
     with pytest.raises(ValueError) as info:
