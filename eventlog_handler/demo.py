@@ -1,0 +1,166 @@
+"""``eventlog demo``: the package at work in one command, with no account.
+
+It starts the local collector on a free loopback port, connects logging to it with
+:func:`eventlog_handler.setup` exactly as a program would, sends a message, logs at several
+levels with extras and a user, logs a caught exception with a chained cause, lets an
+exception escape a thread, flushes, and prints a table of what the collector received and the
+dashboard's address.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from eventlog_handler.api import Client
+from eventlog_handler.cli import format_table
+from eventlog_handler.collector import Collector
+from eventlog_handler.configure import setup
+from eventlog_handler.context import user_context
+from eventlog_handler.events import message_event
+
+#: Events the demo produces: 1 message, 4 logs (DEBUG..ERROR), 1 caught error, 1 thread error.
+EXPECTED_EVENTS = 7
+
+
+class PaymentError(Exception):
+    """The demo's own exception type."""
+
+
+def _charge(order_id: int) -> None:
+    try:
+        {"card": "4242"}["cvv"]
+    except KeyError as exc:
+        raise PaymentError(f"payment for order {order_id} failed") from exc
+
+
+def _worker() -> None:
+    raise RuntimeError("the background job crashed")
+
+
+def produce_events(collector: Collector) -> dict[str, Any]:
+    """Use the package as a program would; return the delivery statistics."""
+    handle = setup(
+        api_key=collector.project_token,
+        server_url=collector.url,
+        level=logging.DEBUG,
+        tags=["demo"],
+        shutdown_timeout=2.0,
+    )
+    try:
+        Client(collector.url, collector.project_token).submit(
+            message_event("Disk space is low")
+        )
+        log = logging.getLogger("shop.checkout")
+        with user_context("u-42", name="Ann", data={"plan": "pro"}):
+            log.debug("cart loaded with %d items", 3, extra={"cart_id": "c-7"})
+            log.info("order %s placed", 1001, extra={"total": 59.90, "currency": "EUR"})
+            log.warning("stock for %s is low", "SKU-1", extra={"left": 2, "password": "hunter2"})
+            log.error("coupon %s rejected", "SPRING", extra={"reason": "expired"})
+            try:
+                _charge(1001)
+            except PaymentError:
+                log.exception("checkout failed for order %s", 1001)
+        thread = threading.Thread(target=_worker, name="background-job")
+        original_hook = threading.excepthook
+        threading.excepthook = _quiet_chain(original_hook)
+        try:
+            thread.start()
+            thread.join()
+        finally:
+            threading.excepthook = original_hook
+        handle.flush(10.0)
+        return handle.stats()
+    finally:
+        handle.close(5.0)
+
+
+def _quiet_chain(hook: Any) -> Any:
+    """Keep the demo's output readable: the thread's traceback is summed up in one line."""
+
+    def chained(args: Any) -> None:
+        saved = sys.stderr
+        try:
+            sys.stderr = _Discard()
+            hook(args)
+        finally:
+            sys.stderr = saved
+        print(f"  (a {args.exc_type.__name__} escaped thread {args.thread.name!r})")
+
+    return chained
+
+
+class _Discard:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def describe(events: list[dict[str, Any]]) -> str:
+    """The received events as a table, oldest first."""
+    rows = [("TYPE", "LEVEL", "SOURCE", "USER", "MESSAGE / ERROR")]
+    for event in sorted(events, key=lambda item: str(item.get("date"))):
+        data = event.get("data") or {}
+        user = (data.get("@user") or {}).get("identity", "")
+        error = data.get("@simple_error")
+        text = str(event.get("message") or "")
+        if isinstance(error, dict):
+            chain = []
+            while isinstance(error, dict) and len(chain) < 4:
+                chain.append(str(error.get("type", "")).rsplit(".", 1)[-1])
+                error = error.get("inner")
+            text = f"{text}  [{' <- '.join(chain)}]".strip()
+        rows.append(
+            (
+                str(event.get("type") or ""),
+                str(data.get("@level") or ""),
+                str(event.get("source") or ""),
+                str(user),
+                text[:70],
+            )
+        )
+    return format_table(rows)
+
+
+def run_demo(keep_serving: bool = False, port: int = 0) -> int:
+    """Run the demo; 0 when every event arrived."""
+    with tempfile.TemporaryDirectory(prefix="eventlog-demo-") as folder:
+        collector = Collector(db_path=Path(folder) / "demo.sqlite3", port=port).start()
+        try:
+            print(f"Local collector listening on {collector.url}")
+            print("Logging through eventlog_handler.setup() ...")
+            stats = produce_events(collector)
+            try:
+                events = collector.wait_for_events(EXPECTED_EVENTS, timeout=10.0)
+            except TimeoutError:
+                events = collector.events()
+            print()
+            print(f"The collector received {len(events)} event(s):")
+            print(describe(events))
+            print()
+            dropped = stats.get("dropped_total", 0)
+            print(
+                f"Handler statistics: captured {stats.get('captured')}, delivered "
+                f"{stats.get('delivered')}, dropped {dropped}."
+            )
+            print(f"Dashboard: {collector.url}/")
+            ok = len(events) >= EXPECTED_EVENTS and not dropped
+            if not ok:
+                print(f"eventlog demo: expected {EXPECTED_EVENTS} events", file=sys.stderr)
+            if keep_serving:
+                print("Serving the dashboard; press Ctrl-C to stop.")
+                try:
+                    while True:
+                        time.sleep(3600)
+                except KeyboardInterrupt:
+                    print()
+            return 0 if ok else 1
+        finally:
+            collector.close()
