@@ -53,9 +53,7 @@ def produce_events(collector: Collector) -> dict[str, Any]:
         shutdown_timeout=2.0,
     )
     try:
-        Client(collector.url, collector.project_token).submit(
-            message_event("Disk space is low")
-        )
+        Client(collector.url, collector.project_token).submit(message_event("Disk space is low"))
         log = logging.getLogger("shop.checkout")
         with user_context("u-42", name="Ann", data={"plan": "pro"}):
             log.debug("cart loaded with %d items", 3, extra={"cart_id": "c-7"})

@@ -613,6 +613,14 @@ def shutdown_all(timeout: float | None = None) -> int:
     return unsent
 
 
+def remove_engines(server_url: str, timeout: float = 1.0) -> int:
+    """Shut down and forget every engine that sends to ``server_url``; return events unsent."""
+    with _REGISTRY_LOCK:
+        keys = [key for key in _ENGINES if key[0] == server_url.rstrip("/")]
+        removed = [_ENGINES.pop(key) for key in keys]
+    return sum(engine.shutdown(timeout) for engine in removed)
+
+
 def _forget_engines_for_tests() -> None:
     """Drop every engine without sending (tests only)."""
     with _REGISTRY_LOCK:

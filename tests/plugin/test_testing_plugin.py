@@ -1,0 +1,74 @@
+"""The opt-in pytest plugin, used the way a user's own test suite uses it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFTEST = 'pytest_plugins = ["eventlog_handler.testing"]\n'
+
+USER_TESTS = """
+import logging
+import os
+
+import eventlog_handler
+
+
+def checkout(order):
+    if order is None:
+        raise ValueError("no order")
+
+
+def test_events_of_my_code_arrive(eventlog):
+    assert os.environ["EVENTLOG_SERVER_URL"] == eventlog.url
+    eventlog_handler.setup(level="INFO")
+    logging.getLogger("shop").info("order %s placed", 7, extra={"total": 3.5})
+    try:
+        checkout(None)
+    except ValueError:
+        logging.getLogger("shop").exception("checkout failed")
+    [log] = eventlog.events(type="log")
+    assert log["message"] == "order 7 placed"
+    assert log["data"]["total"] == 3.5
+    [error] = eventlog.events(type="error")
+    assert error["data"]["@simple_error"]["type"] == "ValueError"
+    assert eventlog.messages() == ["order 7 placed", "checkout failed"]
+
+
+def test_each_test_gets_a_fresh_collector(eventlog):
+    assert eventlog.events() == []
+    eventlog_handler.setup(level="WARNING")
+    logging.getLogger("shop").info("not sent: below the level")
+    logging.getLogger("shop").warning("sent")
+    assert eventlog.messages() == ["sent"]
+    eventlog.clear()
+    assert eventlog.events() == []
+
+
+def test_a_failing_assertion_fails(eventlog):
+    eventlog_handler.setup()
+    logging.getLogger("x").error("real")
+    assert eventlog.messages() == ["something else"]
+"""
+
+
+def test_plugin_gives_user_tests_a_collector_and_their_events(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_user_app.py").write_text(textwrap.dedent(USER_TESTS))
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    output = completed.stdout + completed.stderr
+    # Two tests pass; the third, whose assertion is wrong on purpose, fails.
+    assert "2 passed" in output and "1 failed" in output, output
+    assert "test_a_failing_assertion_fails" in output
+    assert "'real'" in output  # the failure shows what actually arrived
