@@ -110,7 +110,7 @@ def describe(events: list[dict[str, Any]]) -> str:
         error = data.get("@simple_error")
         text = str(event.get("message") or "")
         if isinstance(error, dict):
-            chain = []
+            chain: list[str] = []
             while isinstance(error, dict) and len(chain) < 4:
                 chain.append(str(error.get("type", "")).rsplit(".", 1)[-1])
                 error = error.get("inner")
