@@ -21,6 +21,7 @@ worker, and never sends its parent's events.
 from __future__ import annotations
 
 import atexit
+import multiprocessing.util
 import os
 import sys
 import threading
@@ -639,6 +640,19 @@ def _after_fork_in_child() -> None:
         engine._reset_process_state()
 
 
+class _ProcessHooks:
+    """Anchor of the multiprocessing after-fork registration (it is kept by weak reference)."""
+
+    @staticmethod
+    def in_child(_anchor: object) -> None:
+        # A multiprocessing child started by fork ends with os._exit(), which skips atexit,
+        # but runs multiprocessing's own finalizers: flush there.
+        multiprocessing.util.Finalize(None, shutdown_all, exitpriority=100)
+
+
+_PROCESS_HOOKS = _ProcessHooks()
+
 atexit.register(shutdown_all)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+multiprocessing.util.register_after_fork(_PROCESS_HOOKS, _ProcessHooks.in_child)

@@ -143,13 +143,22 @@ engine = transport.get_engine(settings)
 """
 
 
-def run_script(body: str, url: str, shutdown: float = 1.0, timeout: float = 30.0) -> Any:
+def run_script(
+    body: str,
+    url: str,
+    shutdown: float = 1.0,
+    timeout: float = 30.0,
+    as_file: Path | None = None,
+) -> Any:
     code = PRELUDE.format(root=str(ROOT), url=url, key=API_KEY, shutdown=shutdown)
     code += textwrap.dedent(body)
+    command = [sys.executable, "-c", code]
+    if as_file is not None:  # multiprocessing's spawn re-imports the main module from a file
+        script = as_file / "app.py"
+        script.write_text(code)
+        command = [sys.executable, str(script)]
     started = time.monotonic()
-    completed = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
-    )
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     return completed, time.monotonic() - started
 
 
@@ -278,3 +287,41 @@ def test_dead_server_exit_reports_unsent_and_accounting_holds():
     assert result["unsent"] == 50
     assert result["stats"]["dropped"]["shutdown"] == 50
     assert result["stats"]["captured"] == accounted(result["stats"])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_multiprocessing_children_deliver_their_events_once(server, method, tmp_path):
+    if method == "fork" and not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    body = f"""
+    import multiprocessing
+
+    def child(index):
+        from eventlog_handler import transport
+        from eventlog_handler.events import log_event
+        from eventlog_handler.settings import Settings
+        engine = transport.get_engine(settings)
+        for i in range(30):
+            engine.enqueue(log_event(f"child {{index}} event {{i}}", level="Info"))
+        # no flush: the child's normal end must send what is pending
+
+    if __name__ == "__main__":
+        for i in range(10):
+            engine.enqueue(log_event(f"parent {{i}}", level="Info"))
+        context = multiprocessing.get_context({method!r})
+        processes = [context.Process(target=child, args=(n,)) for n in range(3)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(30)
+        assert all(process.exitcode == 0 for process in processes)
+    """
+    completed, _ = run_script(body, server.url, shutdown=5.0, timeout=60, as_file=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    messages = sorted(event["message"] for event in server.accepted)
+    expected = sorted(
+        [f"parent {i}" for i in range(10)]
+        + [f"child {n} event {i}" for n in range(3) for i in range(30)]
+    )
+    assert messages == expected
+    assert server.duplicates == []
