@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from eventlog_handler import errors
 from eventlog_handler._version import __version__
-from eventlog_handler.api import Client
+from eventlog_handler.api import Client, InsecureTransportWarning
 from eventlog_handler.events import LEVELS, log_event
 from eventlog_handler.settings import (
     DEFAULT_SERVER_URL,
@@ -48,10 +50,16 @@ def _server_url(args: argparse.Namespace) -> str:
 def _client(args: argparse.Namespace, token: str | None, env_name: str, flag: str) -> Client:
     if not token:
         raise CommandError(f"no token: pass {flag} or set {env_name}")
-    try:
-        return Client(_server_url(args), token, timeout=args.timeout)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InsecureTransportWarning)
+        try:
+            client = Client(_server_url(args), token, timeout=args.timeout)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    for warning in caught:
+        text = str(warning.message).removeprefix("eventlog_handler: ")
+        print(f"eventlog: warning: {text}", file=sys.stderr)
+    return client
 
 
 def _user_client(args: argparse.Namespace) -> Client:
@@ -154,6 +162,16 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
 # -- parser ---------------------------------------------------------------------------------
 
 
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eventlog", description="Send and inspect events of an event collection service."
@@ -161,9 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--server-url", help=f"service base URL (default: ${ENV_SERVER_URL} or {DEFAULT_SERVER_URL})"
+        "--server-url",
+        help=f"service base URL (default: ${ENV_SERVER_URL} or {DEFAULT_SERVER_URL})",
     )
-    common.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    common.add_argument("--timeout", type=_timeout, default=10.0, help="seconds per request")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     projects = sub.add_parser("projects", parents=[common], help="list your projects")

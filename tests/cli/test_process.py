@@ -13,6 +13,7 @@ import pytest
 
 from eventlog_handler._version import __version__
 from eventlog_handler.collector import Collector
+from tests.cli.conftest import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 RANDOM_TOKEN = "Zq3xR7vLk2pW9mT4nB8cY1dF6gH0jK5sA2eU7iO3"
@@ -85,19 +86,17 @@ def test_usage_and_version_in_a_process(tmp_path) -> None:
     assert version.stdout == f"eventlog {__version__}\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py: for a plain http:// URL whose host is not loopback, Client() emits an "
-    "InsecureTransportWarning through the warnings module, so stderr gets two more lines "
-    "('.../cli.py:52: InsecureTransportWarning: ...' and the source line) before the error",
-)
-def test_non_loopback_http_url_failure_is_one_line(closed_url: str, tmp_path) -> None:
-    # 0.0.0.0 is not a loopback address, yet connecting to it reaches this machine
-    url = closed_url.replace("127.0.0.1", "0.0.0.0")
-    command = [sys.executable, "-m", "eventlog_handler.cli"]
+def test_plain_http_to_a_remote_host_warns_in_one_line(
+    run: Run, closed_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The request stays on 127.0.0.1; the URL is treated as remote to trigger the warning.
+    monkeypatch.setattr("eventlog_handler.api.is_loopback_url", lambda url: False)
 
-    done = _run(command, "projects", "--server-url", url, "--token", RANDOM_TOKEN, cwd=tmp_path)
+    result = run("projects", "--server-url", closed_url, "--token", RANDOM_TOKEN)
 
-    assert done.returncode == 1
-    assert "refused" in done.stderr
-    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert result.code == 1
+    lines = result.err.splitlines()
+    assert len(lines) == 2, result.err
+    assert lines[0].startswith("eventlog: warning: the token would be sent over plain http://")
+    assert lines[1].startswith("eventlog: error:") and "refused" in lines[1]
+    assert RANDOM_TOKEN not in result.err
