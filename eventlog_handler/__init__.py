@@ -10,6 +10,15 @@ See the README for ``dictConfig``, structlog and the ``eventlog`` command.
 
 from eventlog_handler._version import __version__
 from eventlog_handler.api import Client, InsecureTransportWarning, SubmitResult
+from eventlog_handler.configure import EventLogSetup, setup
+from eventlog_handler.context import (
+    add_tags,
+    clear_user,
+    get_tags,
+    get_user,
+    set_user,
+    user_context,
+)
 from eventlog_handler.errors import (
     ApiError,
     AuthenticationError,
@@ -26,6 +35,8 @@ from eventlog_handler.errors import (
     ValidationError,
 )
 from eventlog_handler.events import error_event, log_event, message_event
+from eventlog_handler.handler import EventLogHandler
+from eventlog_handler.hooks import install_hooks
 from eventlog_handler.models import Project, Token
 from eventlog_handler.settings import Settings
 
@@ -35,6 +46,8 @@ __all__ = [
     "BadRequestError",
     "Client",
     "EventLogError",
+    "EventLogHandler",
+    "EventLogSetup",
     "InsecureTransportWarning",
     "NotFoundError",
     "PayloadTooLargeError",
@@ -50,7 +63,15 @@ __all__ = [
     "TransportError",
     "ValidationError",
     "__version__",
+    "add_tags",
+    "clear_user",
     "error_event",
+    "get_tags",
+    "get_user",
+    "install_hooks",
     "log_event",
     "message_event",
+    "set_user",
+    "setup",
+    "user_context",
 ]

@@ -1,0 +1,219 @@
+"""``EventLogHandler``: a :class:`logging.Handler` that sends records to the service.
+
+In code::
+
+    import logging
+    from eventlog_handler import EventLogHandler
+
+    logging.getLogger().addHandler(EventLogHandler(level="INFO", tags=["web"]))
+
+In a ``dictConfig`` (every argument is plain JSON; ``api_key`` and ``server_url`` may be left
+out and come from ``EVENTLOG_API_KEY`` / ``EVENTLOG_SERVER_URL``)::
+
+    "handlers": {
+        "eventlog": {
+            "class": "eventlog_handler.EventLogHandler",
+            "level": "INFO",
+            "tags": ["web", "eu-1"],
+            "flush_interval": 2,
+        }
+    }
+
+In a ``fileConfig`` file::
+
+    [handler_eventlog]
+    class = eventlog_handler.EventLogHandler
+    level = INFO
+    args = ()
+    kwargs = {"tags": ["web"], "server_url": "https://collector.example.com"}
+
+How a record becomes an event is described in :mod:`eventlog_handler.records`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from eventlog_handler import records
+from eventlog_handler.records import is_ignored_logger, note_sent, record_to_event, was_sent
+from eventlog_handler.settings import Settings
+from eventlog_handler.transport import Engine, get_engine, is_sender_thread
+
+#: Seconds :meth:`EventLogHandler.flush` and :meth:`EventLogHandler.close` wait at most.
+DEFAULT_FLUSH_TIMEOUT = 1.0
+
+
+def check_level(level: Any, name: str = "level") -> int:
+    """A :mod:`logging` level from a number or a level name (``"INFO"``, ``"warning"``)."""
+    if isinstance(level, bool):
+        raise ValueError(f"eventlog_handler: setting {name!r} must be a level, got {level!r}")
+    if isinstance(level, int):
+        if level < 0:
+            raise ValueError(f"eventlog_handler: setting {name!r} must not be negative")
+        return level
+    if isinstance(level, str):
+        text = level.strip()
+        if text.isdigit():
+            return int(text)
+        number = logging.getLevelName(text.upper())
+        if isinstance(number, int):
+            return number
+    raise ValueError(
+        f"eventlog_handler: setting {name!r} must be a level number or a level name "
+        f"(DEBUG, INFO, WARNING, ERROR, CRITICAL), got {level!r}"
+    )
+
+
+class EventLogHandler(logging.Handler):
+    """Send log records to the event collection service.
+
+    ``api_key`` and ``server_url`` default to ``EVENTLOG_API_KEY`` and ``EVENTLOG_SERVER_URL``
+    (and the server to the local collector, ``http://127.0.0.1:5000``). ``level`` is a number or
+    a level name. Every other keyword is an option of :class:`~eventlog_handler.Settings`:
+    ``tags`` (added to every event of this handler), ``data_exclusions``,
+    ``include_environment``, and the delivery options (``queue_size``, ``batch_size``,
+    ``flush_interval``, ``error_delay``, ``shutdown_timeout``, ``timeout``, ``verify``, ...).
+    A missing or malformed setting raises :class:`ValueError` naming it; an unknown option name
+    raises :class:`TypeError`. ``flush_timeout`` bounds :meth:`flush` and :meth:`close`.
+
+    The constructor does no network I/O. Handlers pointing at the same server with the same key
+    share one delivery engine (the first one's delivery options apply); ``tags``,
+    ``data_exclusions`` and ``include_environment`` are each handler's own.
+
+    ``emit`` never raises and never blocks on the network: it builds the event on the calling
+    thread and queues it. Records of ``urllib3``, ``requests``, ``charset_normalizer`` and
+    ``eventlog_handler`` (and their child loggers) and records logged on a thread that is
+    sending events are ignored. Records that cannot be turned into events are counted in
+    :attr:`emit_errors` (see :meth:`stats`), never raised.
+
+    :meth:`close` sends what is pending for up to ``flush_timeout`` seconds but leaves the shared
+    engine running, so reconfiguring logging loses nothing; the exit flush happens at interpreter
+    exit for every engine.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        server_url: str | None = None,
+        level: int | str = logging.NOTSET,
+        *,
+        flush_timeout: float = DEFAULT_FLUSH_TIMEOUT,
+        **options: Any,
+    ) -> None:
+        level_number = check_level(level)
+        timeout = _timeout(flush_timeout)
+        settings = Settings.from_options({"api_key": api_key, "server_url": server_url, **options})
+        super().__init__(level_number)
+        self.settings = settings
+        self.flush_timeout = timeout
+        #: Records that could not be turned into events (they were skipped, not raised).
+        self.emit_errors = 0
+        self.last_emit_error: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.settings.server_url} "
+            f"({logging.getLevelName(self.level)})>"
+        )
+
+    @property
+    def engine(self) -> Engine:
+        """The delivery engine of this handler's server and key (shared)."""
+        return get_engine(self.settings)
+
+    def handle(self, record: logging.LogRecord) -> Any:
+        """Filter and emit ``record``. ``emit`` is thread-safe, so no handler lock is taken."""
+        result: Any = self.filter(record)
+        if isinstance(result, logging.LogRecord):  # Python 3.12+: a filter may swap the record
+            record = result
+        if result:
+            self.emit(record)
+        return result
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Turn ``record`` into an event and queue it. Never raises."""
+        try:
+            if is_sender_thread() or is_ignored_logger(record.name):
+                return
+            settings = self.settings
+            if records._processors_exist:
+                # A structlog processor may have sent this record already; note ours for it.
+                key = settings.engine_key
+                if was_sent(records.PROCESSOR, record.msg, record.created, key):
+                    return
+                note_sent(records.HANDLER, (record.msg,), record.created, key)
+            event = record_to_event(record, settings, self.formatter)
+            get_engine(settings).enqueue(event, created=record.created)
+        except RecursionError:
+            self._count_error("RecursionError")
+        except Exception as exc:
+            self._count_error(f"{type(exc).__name__}: {exc!s}")
+
+    def _count_error(self, text: str) -> None:
+        try:
+            self.emit_errors += 1
+            self.last_emit_error = text[:500]
+        except Exception:  # pragma: no cover - str() of the error failed
+            pass
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        """Count the failure; never print or raise (the application must not notice)."""
+        self._count_error("handleError")
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send what is pending; wait at most ``timeout`` (default ``flush_timeout``) seconds.
+
+        Never raises. ``handler.engine.flush(timeout)`` does the same and returns whether
+        everything was settled. When called while :mod:`logging`'s module lock is held (by
+        ``dictConfig``/``fileConfig`` closing the old handlers), it does not wait: the sending
+        thread may need that lock to log, and the events are sent within ``flush_interval``.
+        """
+        try:
+            if _logging_lock_held():
+                return
+            get_engine(self.settings).flush(self.flush_timeout if timeout is None else timeout)
+        except Exception:  # pragma: no cover - flush must return
+            pass
+
+    def close(self) -> None:
+        """Flush for at most ``flush_timeout`` seconds and detach from :mod:`logging`.
+
+        The shared engine keeps running (other handlers may use it, and the same handler still
+        works if it is used again); pending events are sent by the exit flush at the latest.
+        """
+        try:
+            self.flush()
+        finally:
+            super().close()
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's statistics plus this handler's ``emit_errors``."""
+        stats = get_engine(self.settings).stats()
+        stats["emit_errors"] = self.emit_errors
+        return stats
+
+
+def _logging_lock_held() -> bool:
+    """Whether this thread holds :mod:`logging`'s module lock (configuration in progress)."""
+    is_owned = getattr(getattr(logging, "_lock", None), "_is_owned", None)
+    if is_owned is None:
+        return False
+    try:
+        return bool(is_owned())
+    except Exception:  # pragma: no cover - an unusual lock
+        return False
+
+
+def _timeout(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0:
+        raise ValueError(
+            f"eventlog_handler: setting 'flush_timeout' must be a number of seconds >= 0, "
+            f"got {value!r}"
+        )
+    return number

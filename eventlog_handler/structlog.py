@@ -1,0 +1,230 @@
+"""A structlog processor that sends each event dict to the service.
+
+:class:`EventLogProcessor` sends the event and returns the event dict unchanged, so it goes
+anywhere in the chain **before the renderer**. Put it after the processors whose keys you want
+sent (``add_log_level``, ``add_logger_name``, ``merge_contextvars``, ...) and **before**
+``format_exc_info`` / ``dict_tracebacks`` / ``ExceptionRenderer``: those replace ``exc_info``
+by text, and the processor needs the exception object itself to build ``@simple_error``.
+
+Plain structlog::
+
+    import structlog
+    from eventlog_handler.structlog import EventLogProcessor
+
+    structlog.configure(processors=[
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        EventLogProcessor(level="info", tags=["worker"]),
+        structlog.processors.format_exc_info,
+        structlog.processors.TimeStamper(fmt="iso"),
+        structlog.dev.ConsoleRenderer(),
+    ])
+
+With structlog's stdlib integration, place it before ``ProcessorFormatter.wrap_for_formatter``::
+
+    structlog.configure(
+        processors=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            EventLogProcessor(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )
+
+An :class:`~eventlog_handler.EventLogHandler` on the same server and key (for instance from
+:func:`~eventlog_handler.setup`) then skips the records the processor already sent, so each
+event arrives once, while records of plain :mod:`logging` loggers still go through the handler.
+The processor also works inside ``ProcessorFormatter(processors=[...])``, where it reads the
+record's logger name, time and exception.
+
+Mapping: ``event`` → message; the ``level`` key (from ``add_log_level``), else the method name
+→ ``@level``; the ``logger`` key (or the logger's own name) → ``source``; ``exc_info`` (``True``,
+an ``exc_info`` tuple or an exception) → the error form with ``@simple_error``; ``tags`` (a list)
+→ tags; ``@user`` (a mapping or an identity) → the event's user instead of the context's;
+``timestamp`` is not sent (the event's ``date`` is the time of the call); every other key →
+``data``, with the data exclusions applied.
+
+structlog itself is not imported here: the processor only receives plain values, so
+``eventlog_handler`` never requires structlog.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+from eventlog_handler import records
+from eventlog_handler.handler import check_level
+from eventlog_handler.jsonsafe import safe_str
+from eventlog_handler.records import (
+    build_event,
+    exception_of,
+    is_ignored_logger,
+    note_sent,
+    tags_from,
+    user_from,
+    was_sent,
+)
+from eventlog_handler.settings import Settings
+from eventlog_handler.transport import Engine, get_engine, is_sender_thread
+
+__all__ = ["EventLogProcessor"]
+
+#: Level numbers of structlog's method names and ``level`` values.
+METHOD_LEVELS: dict[str, int] = {
+    "trace": 5,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "msg": logging.INFO,
+    "log": logging.INFO,
+    "notset": logging.NOTSET,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "err": logging.ERROR,
+    "exception": logging.ERROR,
+    "failure": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
+#: Keys of an event dict that are not data.
+RESERVED_KEYS = frozenset(
+    {
+        "event",
+        "level",
+        "logger",
+        "logger_name",
+        "timestamp",
+        "exc_info",
+        "positional_args",
+        records.TAGS_KEY,
+        records.USER_KEY,
+        "_record",
+        "_from_structlog",
+    }
+)
+
+
+def level_number(level: Any, method_name: str | None) -> int:
+    """The :mod:`logging` level of an event: its ``level`` value, else its method name."""
+    if isinstance(level, int) and not isinstance(level, bool):
+        return level
+    if isinstance(level, str):
+        number = METHOD_LEVELS.get(level.lower())
+        if number is not None:
+            return number
+    if isinstance(method_name, str):
+        return METHOD_LEVELS.get(method_name.lower(), logging.INFO)
+    return logging.INFO
+
+
+class EventLogProcessor:
+    """Send structlog events to the service; return the event dict unchanged.
+
+    ``api_key`` and ``server_url`` default to ``EVENTLOG_API_KEY`` / ``EVENTLOG_SERVER_URL``;
+    ``level`` (a number or a name, default ``INFO``) is the lowest level sent; every other
+    keyword is an option of :class:`~eventlog_handler.EventLogHandler` (``tags``,
+    ``data_exclusions``, ``include_environment``, delivery options). The processor shares the
+    delivery engine of any handler with the same server and key. It never raises and never
+    blocks on the network; events that can't be converted are counted in :attr:`errors`.
+    See the module docstring for the mapping and where it goes in the chain.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        server_url: str | None = None,
+        level: int | str = logging.INFO,
+        **options: Any,
+    ) -> None:
+        self.level = check_level(level)
+        self.settings = Settings.from_options(
+            {"api_key": api_key, "server_url": server_url, **options}
+        )
+        #: Events that could not be converted (skipped, never raised).
+        self.errors = 0
+        records.processors_exist()
+
+    def __repr__(self) -> str:
+        return (
+            f"<EventLogProcessor {self.settings.server_url} ({logging.getLevelName(self.level)})>"
+        )
+
+    @property
+    def engine(self) -> Engine:
+        """The delivery engine of this processor's server and key (shared)."""
+        return get_engine(self.settings)
+
+    def __call__(
+        self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        try:
+            self._send(logger, method_name, event_dict)
+        except Exception:
+            self.errors += 1
+        return event_dict
+
+    def _send(self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> None:
+        if is_sender_thread():
+            return
+        levelno = level_number(event_dict.get("level"), method_name)
+        if levelno < self.level:
+            return
+        record = event_dict.get("_record")
+        if not isinstance(record, logging.LogRecord):
+            record = None
+        source = event_dict.get("logger")
+        if source is None:
+            source = event_dict.get("logger_name")
+        if source is None:
+            source = record.name if record is not None else getattr(logger, "name", None)
+        if source is not None and not isinstance(source, str):
+            source = safe_str(source)
+        if is_ignored_logger(source):
+            return
+        settings = self.settings
+        key = settings.engine_key
+        if record is not None and (
+            was_sent(records.HANDLER, record.msg, record.created, key)
+            or was_sent(records.PROCESSOR, record.msg, record.created, key)
+        ):
+            return
+
+        data: dict[str, Any] = {}
+        tags: tuple[Any, ...] = ()
+        user: dict[str, Any] | None = None
+        for name, value in event_dict.items():
+            if name not in RESERVED_KEYS:
+                data[name if isinstance(name, str) else safe_str(name)] = value
+        if records.TAGS_KEY in event_dict:
+            tags = tags_from(event_dict[records.TAGS_KEY])
+        if records.USER_KEY in event_dict:
+            user = user_from(event_dict[records.USER_KEY])
+        exc = exception_of(event_dict.get("exc_info"))
+        if exc is None and record is not None and record.exc_info:
+            exc = exception_of(record.exc_info)
+        created = record.created if record is not None else time.time()
+        message = event_dict.get("event")
+        event = build_event(
+            settings,
+            message=message if message is not None else "",
+            levelno=levelno,
+            source=source,
+            created=created,
+            data=data,
+            exc=exc,
+            user=user,
+            tags=tags,
+        )
+        get_engine(settings).enqueue(event, created=created)
+        if record is not None:
+            note_sent(records.PROCESSOR, (record.msg,), record.created, key)
+        elif isinstance(logger, logging.Logger):
+            # Through the stdlib bridge the record's msg will be this dict
+            # (wrap_for_formatter) or its "event" value (render_to_log_kwargs).
+            note_sent(records.PROCESSOR, (event_dict, message), None, key)

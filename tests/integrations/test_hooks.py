@@ -1,0 +1,276 @@
+"""Uncaught exceptions: reported once, before the process ends, with the old hook still run."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import threading
+from types import TracebackType
+from typing import Any
+
+from eventlog_handler import Settings, install_hooks, transport
+from eventlog_handler.hooks import ExceptionHooks
+
+from .conftest import API_KEY, FAST, CaptureServer, run_python
+
+
+def errors_of(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [event for event in events if event.get("type") == "error"]
+
+
+def script(code: str) -> list[str]:
+    return ["-c", textwrap.dedent(code)]
+
+
+def test_uncaught_exception_in_the_main_thread(server: CaptureServer) -> None:
+    result = run_python(
+        server.url,
+        script(
+            """
+            import logging, sys
+            import eventlog_handler
+
+            def previous(exc_type, exc, tb):
+                print("PREVIOUS HOOK RAN", file=sys.stderr)
+                sys.__excepthook__(exc_type, exc, tb)
+
+            sys.excepthook = previous
+            eventlog_handler.setup()
+            eventlog_handler.set_user("u-1", name="Ann")
+            logging.getLogger("app").info("starting")
+
+            def crash():
+                raise RuntimeError("main thread crash")
+
+            crash()
+            """
+        ),
+    )
+    assert result.returncode == 1
+    assert "PREVIOUS HOOK RAN" in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "RuntimeError: main thread crash" in result.stderr
+    events = server.wait_for(2)
+    assert len(events) == 2
+    (error,) = errors_of(events)
+    assert error["@level"] == "Fatal"
+    assert error["data"]["@submission_method"] == "unhandled_exception"
+    assert error["@simple_error"]["type"] == "RuntimeError"
+    assert error["@simple_error"]["message"] == "main thread crash"
+    assert "in crash" in error["@simple_error"]["stack_trace"]
+    assert error["@user"] == {"identity": "u-1", "name": "Ann"}
+    assert error["data"]["@environment"]["thread_name"] == "MainThread"
+
+
+def test_uncaught_exception_in_a_worker_thread(server: CaptureServer) -> None:
+    result = run_python(
+        server.url,
+        script(
+            """
+            import threading
+            import eventlog_handler
+
+            eventlog_handler.setup()
+
+            def work():
+                raise ValueError("thread crash")
+
+            thread = threading.Thread(target=work, name="worker-1")
+            thread.start()
+            thread.join()
+            print("main thread carried on")
+            """
+        ),
+    )
+    assert result.returncode == 0
+    assert "main thread carried on" in result.stdout
+    assert "Exception in thread worker-1" in result.stderr
+    assert "ValueError: thread crash" in result.stderr
+    events = server.wait_for(1)
+    (error,) = events
+    assert error["type"] == "error"
+    assert error["@level"] == "Error"
+    assert error["data"]["@submission_method"] == "unhandled_thread_exception"
+    assert error["data"]["@environment"]["thread_name"] == "worker-1"
+    assert error["data"]["thread"] == "worker-1"
+    assert error["@simple_error"]["type"] == "ValueError"
+
+
+def test_keyboard_interrupt_is_not_reported(server: CaptureServer) -> None:
+    result = run_python(
+        server.url,
+        script(
+            """
+            import logging
+            import eventlog_handler
+
+            eventlog_handler.setup()
+            logging.getLogger("app").warning("before the interrupt")
+            raise KeyboardInterrupt
+            """
+        ),
+    )
+    assert result.returncode != 0
+    assert "KeyboardInterrupt" in result.stderr
+    events = server.wait_for(1)
+    assert [event["message"] for event in events] == ["before the interrupt"]
+
+
+def test_hooks_chain_and_report_in_process(server: CaptureServer) -> None:
+    seen: list[Any] = []
+
+    def previous_sys(
+        exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        seen.append(("sys", exc))
+
+    def previous_thread(args: Any) -> None:
+        seen.append(("thread", args.exc_value))
+
+    sys.excepthook = previous_sys
+    threading.excepthook = previous_thread
+    hooks = install_hooks(API_KEY, server.url, force=True, **FAST)
+    assert hooks is not None
+    try:
+        raise LookupError("main")
+    except LookupError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        main_error = exc
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        interrupt = exc
+
+    def fail() -> None:
+        raise OSError("in a thread")
+
+    thread = threading.Thread(target=fail, name="t-1")
+    thread.start()
+    thread.join()
+    # The hooks waited for delivery: the events are there without a flush.
+    events = server.events
+    assert [event["data"]["@submission_method"] for event in events] == [
+        "unhandled_exception",
+        "unhandled_thread_exception",
+    ]
+    assert seen[0] == ("sys", main_error)
+    assert seen[1] == ("sys", interrupt)
+    assert seen[2][0] == "thread" and isinstance(seen[2][1], OSError)
+
+
+def test_uninstall_restores_only_hooks_that_are_still_ours(server: CaptureServer) -> None:
+    previous_calls: list[Any] = []
+
+    def previous_sys(exc_type: Any, exc: Any, tb: Any) -> None:
+        previous_calls.append(exc)
+
+    sys.excepthook = previous_sys
+    original_thread = threading.excepthook
+    hooks = ExceptionHooks(
+        Settings.from_options({"api_key": API_KEY, "server_url": server.url, **FAST})
+    )
+    hooks.install()
+    ours = sys.excepthook
+    assert ours is not previous_sys
+    calls: list[str] = []
+
+    def wrapper(exc_type: Any, exc: Any, tb: Any) -> None:  # another library wraps ours
+        calls.append("wrapper")
+        ours(exc_type, exc, tb)
+
+    sys.excepthook = wrapper
+    hooks.uninstall()
+    assert sys.excepthook is wrapper  # not ours any more: left in place
+    assert threading.excepthook is original_thread  # still ours: restored
+    try:
+        raise ValueError("after uninstall")
+    except ValueError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        assert previous_calls == [exc]  # still chained
+    assert calls == ["wrapper"]
+    assert transport.get_engine(hooks.settings).flush(5)
+    assert server.events == []  # but inert
+
+
+def test_exception_logged_then_uncaught_is_sent_once(server: CaptureServer) -> None:
+    result = run_python(
+        server.url,
+        script(
+            """
+            import logging
+            import eventlog_handler
+
+            eventlog_handler.setup()
+            log = logging.getLogger("app")
+            try:
+                raise RuntimeError("logged, then re-raised")
+            except RuntimeError:
+                log.exception("operation failed")
+                raise
+            """
+        ),
+    )
+    assert result.returncode == 1
+    assert "RuntimeError: logged, then re-raised" in result.stderr
+    events = server.wait_for(1)
+    (error,) = events
+    assert error["message"] == "operation failed"
+    assert "@submission_method" not in error.get("data", {})
+
+
+def test_exception_logged_in_a_thread_then_uncaught_is_sent_once(server: CaptureServer) -> None:
+    result = run_python(
+        server.url,
+        script(
+            """
+            import logging, threading
+            import eventlog_handler
+
+            eventlog_handler.setup()
+
+            def work():
+                try:
+                    raise KeyError("k")
+                except KeyError:
+                    logging.getLogger("app").error("lookup failed", exc_info=True)
+                    raise
+
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join()
+            """
+        ),
+    )
+    assert result.returncode == 0
+    assert "Exception in thread" in result.stderr
+    (error,) = server.wait_for(1)
+    assert error["message"] == "lookup failed"
+
+
+def test_thread_hook_skips_sender_threads_and_system_exit(
+    server: CaptureServer,
+) -> None:
+    previous_calls: list[Any] = []
+    threading.excepthook = previous_calls.append
+    hooks = install_hooks(API_KEY, server.url, force=True, **FAST)
+    assert hooks is not None
+
+    idents: list[int] = []
+
+    def sender_fails() -> None:
+        idents.append(threading.get_ident())
+        transport._SENDER_THREADS.add(idents[0])  # until the hook has run
+        raise RuntimeError("inside the sender")
+
+    class Exiting(threading.Thread):
+        def run(self) -> None:
+            raise SystemExit(3)
+
+    for thread in (threading.Thread(target=sender_fails), Exiting()):
+        thread.start()
+        thread.join()
+    transport._SENDER_THREADS.discard(idents[0])
+    assert transport.get_engine(hooks.settings).flush(5)
+    assert server.events == []
+    assert len(previous_calls) == 2

@@ -1,0 +1,135 @@
+"""setup(): the handler on the root logger, the level semantics, the hooks, the handle."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+
+import pytest
+
+import eventlog_handler
+from eventlog_handler import EventLogHandler, EventLogSetup, configure, setup
+
+from .conftest import API_KEY, FAST, CaptureServer
+
+
+def root_eventlog_handlers() -> list[EventLogHandler]:
+    return [h for h in logging.getLogger().handlers if isinstance(h, EventLogHandler)]
+
+
+def messages(handle: EventLogSetup, server: CaptureServer, count: int) -> list[str]:
+    assert handle.flush(5)
+    events = server.wait_for(count, timeout=5)
+    assert len(events) == count, events
+    return [event["message"] for event in events]
+
+
+def test_setup_attaches_the_handler_and_hooks(server: CaptureServer) -> None:
+    handle = setup(API_KEY, server.url, force_hooks=True, **FAST)
+    assert root_eventlog_handlers() == [handle.handler]
+    assert handle.hooks is not None and handle.hooks.active
+    assert getattr(sys.excepthook, "__eventlog_hooks__", None) is handle.hooks
+    assert getattr(threading.excepthook, "__eventlog_hooks__", None) is handle.hooks
+    assert configure.current() is handle
+    logging.getLogger("app").info("hello")
+    assert messages(handle, server, 1) == ["hello"]
+    stats = handle.stats()
+    assert stats["delivered"] == 1
+    assert stats["dropped_total"] == 0
+
+
+def test_info_arrives_although_the_root_logger_defaults_to_warning(
+    server: CaptureServer,
+) -> None:
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING)
+    handle = setup(API_KEY, server.url, level="INFO", capture_exceptions=False, **FAST)
+    assert root.level == logging.INFO
+    assert handle.handler.level == logging.INFO
+    app = logging.getLogger("app")
+    app.debug("debug is below the level")
+    app.info("info arrives")
+    app.warning("warning arrives")
+    assert messages(handle, server, 2) == ["info arrives", "warning arrives"]
+
+
+def test_root_logger_is_never_raised(server: CaptureServer) -> None:
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG)
+    handle = setup(API_KEY, server.url, level=logging.WARNING, capture_exceptions=False, **FAST)
+    assert root.level == logging.DEBUG  # other handlers still get DEBUG
+    logging.getLogger("app").info("below the handler's level")
+    logging.getLogger("app").error("sent")
+    assert messages(handle, server, 1) == ["sent"]
+
+
+def test_a_logger_with_its_own_level_still_filters(server: CaptureServer) -> None:
+    handle = setup(API_KEY, server.url, level="DEBUG", capture_exceptions=False, **FAST)
+    noisy = logging.getLogger("app")
+    noisy.setLevel(logging.ERROR)
+    noisy.warning("filtered by the logger")
+    noisy.error("passes")
+    logging.getLogger("other").debug("debug of another logger")
+    assert messages(handle, server, 2) == ["passes", "debug of another logger"]
+
+
+def test_close_restores_the_root_level_and_the_hooks(server: CaptureServer) -> None:
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING)
+    previous_hooks = (sys.excepthook, threading.excepthook)
+    handle = setup(API_KEY, server.url, level="INFO", force_hooks=True, **FAST)
+    logging.getLogger("app").info("before close")
+    assert handle.close(5)
+    assert [event["message"] for event in server.events] == ["before close"]
+    assert root.level == logging.WARNING
+    assert root_eventlog_handlers() == []
+    assert (sys.excepthook, threading.excepthook) == previous_hooks
+    assert configure.current() is None
+    assert not handle.stats()["worker_alive"]
+
+
+def test_setup_twice_does_not_send_twice(server: CaptureServer) -> None:
+    previous_hook = sys.excepthook
+    first = setup(API_KEY, server.url, force_hooks=True, **FAST)
+    second = setup(API_KEY, server.url, force_hooks=True, tags=["second"], **FAST)
+    assert root_eventlog_handlers() == [second.handler]
+    assert first.closed and not second.closed
+    assert first.hooks is not None and not first.hooks.active
+    assert second.hooks is not None
+    assert sys.excepthook.__eventlog_hooks__ is second.hooks  # type: ignore[attr-defined]
+    logging.getLogger("app").warning("once")
+    assert messages(second, server, 1) == ["once"]
+    assert server.events[0]["tags"] == ["second"]
+    second.close(5)
+    assert sys.excepthook is previous_hook
+
+
+def test_hooks_are_skipped_in_interactive_sessions(
+    server: CaptureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    previous = sys.excepthook
+    handle = setup(API_KEY, server.url, **FAST)
+    assert handle.hooks is None
+    assert sys.excepthook is previous
+    forced = setup(API_KEY, server.url, force_hooks=True, **FAST)
+    assert forced.hooks is not None and sys.excepthook is not previous
+
+
+def test_setup_reads_the_environment(
+    server: CaptureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVENTLOG_SERVER_URL", server.url)
+    monkeypatch.setenv("EVENTLOG_API_KEY", API_KEY)
+    handle = eventlog_handler.setup(capture_exceptions=False)
+    assert handle.handler.settings.server_url == server.url
+    assert API_KEY not in repr(handle)
+
+
+def test_setup_bad_settings(server: CaptureServer) -> None:
+    with pytest.raises(ValueError, match="api_key"):
+        setup(None, server.url)
+    with pytest.raises(ValueError, match="level"):
+        setup(API_KEY, server.url, level="chatty")
+    assert root_eventlog_handlers() == []

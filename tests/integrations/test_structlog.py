@@ -1,0 +1,259 @@
+"""The structlog processor: alone, through the stdlib bridge, inside ProcessorFormatter."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from typing import Any
+
+import pytest
+
+from eventlog_handler import EventLogHandler, setup, user_context
+from eventlog_handler.structlog import EventLogProcessor
+
+from .conftest import API_KEY, FAST, CaptureServer
+
+structlog = pytest.importorskip("structlog")
+
+
+def processor(server: CaptureServer, **options: Any) -> EventLogProcessor:
+    return EventLogProcessor(API_KEY, server.url, **{**FAST, **options})
+
+
+def delivered(proc: EventLogProcessor, server: CaptureServer, count: int) -> list[dict[str, Any]]:
+    assert proc.engine.flush(5)
+    events = server.wait_for(count, timeout=5)
+    assert len(events) == count, events
+    return events
+
+
+def test_returns_the_event_dict_unchanged(server: CaptureServer) -> None:
+    proc = processor(server)
+    event_dict = {"event": "hello", "level": "info", "k": [1, 2], "timestamp": "now"}
+    copy = json.loads(json.dumps(event_dict))
+    assert proc(None, "info", event_dict) is event_dict
+    assert event_dict == copy
+    (event,) = delivered(proc, server, 1)
+    assert event["message"] == "hello"
+    assert event["data"] == {"k": [1, 2]}  # the timestamp is not data
+
+
+def test_plain_structlog(server: CaptureServer) -> None:
+    proc = processor(server, level="debug", tags=["worker"])
+    output = io.StringIO()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            proc,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        logger_factory=structlog.PrintLoggerFactory(file=output),
+        cache_logger_on_first_use=False,
+    )
+    log = structlog.get_logger().bind(logger="svc.jobs")
+    log.debug("debugging", step=1)
+    with user_context("u-5"):
+        log.info("job done", job_id="j-1", tags=["nightly"])
+    log.warning("slow", seconds=2.5, password="hunter2")
+    try:
+        1 / 0  # noqa: B018
+    except ZeroDivisionError:
+        log.exception("job failed", job_id="j-2")
+        log.error("as a tuple", exc_info=sys.exc_info())
+    log.error("as an exception", exc_info=KeyError("gone"))
+    events = delivered(proc, server, 6)
+    errors = [event for event in events if event["type"] == "error"]
+    logs = [event for event in events if event["type"] == "log"]
+    assert [event["message"] for event in logs] == ["debugging", "job done", "slow"]
+    assert [event["@level"] for event in logs] == ["Debug", "Info", "Warn"]
+    assert all(event["source"] == "svc.jobs" for event in events)
+    assert logs[0]["data"] == {"step": 1}
+    assert logs[1]["@user"] == {"identity": "u-5"}
+    assert logs[1]["tags"] == ["worker", "nightly"]
+    assert logs[1]["data"] == {"job_id": "j-1"}
+    assert logs[2]["data"] == {"seconds": 2.5, "password": "[excluded]"}
+    assert [event["message"] for event in errors] == ["job failed", "as a tuple", "as an exception"]
+    assert [e["@simple_error"]["type"] for e in errors] == [
+        "ZeroDivisionError",
+        "ZeroDivisionError",
+        "KeyError",
+    ]
+    assert errors[0]["@level"] == "Error"
+    assert errors[0]["data"]["job_id"] == "j-2"
+    assert "@environment" in errors[0]["data"]
+    assert "exception" not in errors[0]["data"]
+    # the renderer still got everything, the traceback included
+    lines = [json.loads(line) for line in output.getvalue().splitlines()]
+    assert len(lines) == 6
+    assert "ZeroDivisionError" in lines[3]["exception"]
+
+
+def test_level_threshold_and_method_names(server: CaptureServer) -> None:
+    proc = processor(server, level="warning")
+    proc(None, "info", {"event": "below"})
+    proc(None, "debug", {"event": "below too", "level": "debug"})
+    proc(None, "warning", {"event": "warn by method"})
+    proc(None, "msg", {"event": "critical by key", "level": "critical"})
+    proc(None, "info", {"event": "numeric", "level": 45})
+    events = delivered(proc, server, 3)
+    assert [(e["message"], e["@level"]) for e in events] == [
+        ("warn by method", "Warn"),
+        ("critical by key", "Fatal"),
+        ("numeric", "Error"),
+    ]
+
+
+def test_processor_never_raises(server: CaptureServer) -> None:
+    proc = processor(server)
+
+    class Hostile:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+        __repr__ = __str__
+
+    event_dict: dict[Any, Any] = {"event": Hostile(), 3: "int key", "value": Hostile()}
+    assert proc(None, "info", event_dict) is event_dict
+    proc(None, "info", {"event": "ignored logger", "logger": "urllib3.connectionpool"})
+    (event,) = delivered(proc, server, 1)
+    assert event["data"]["3"] == "int key"
+    assert proc.errors == 0
+
+
+def stdlib_bridge(*chain: Any) -> None:
+    structlog.configure(
+        processors=[
+            structlog.stdlib.add_logger_name,
+            structlog.stdlib.add_log_level,
+            *chain,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+
+
+def console_handler(*processors: Any) -> tuple[logging.Handler, io.StringIO]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                *processors,
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.JSONRenderer(),
+            ],
+            foreign_pre_chain=[structlog.stdlib.add_log_level],
+        )
+    )
+    return handler, stream
+
+
+def test_stdlib_bridge_with_processor_formatter_sends_once(server: CaptureServer) -> None:
+    handle = setup(API_KEY, server.url, level="INFO", capture_exceptions=False, **FAST)
+    console, stream = console_handler()
+    logging.getLogger().addHandler(console)
+    proc = processor(server)
+    stdlib_bridge(
+        proc,
+        structlog.processors.format_exc_info,
+        structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+    )
+    log = structlog.get_logger("svc")
+    log.info("hello", k=1)
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        log.exception("failed")
+    logging.getLogger("plain").warning("plain %s", "record")
+    assert handle.flush(5)
+    events = server.wait_for(3)
+    assert len(events) == 3
+    by_message = {event["message"]: event for event in events}
+    assert set(by_message) == {"hello", "failed", "plain record"}
+    assert by_message["hello"]["source"] == "svc"
+    assert by_message["hello"]["data"] == {"k": 1}
+    assert by_message["failed"]["@simple_error"]["type"] == "ValueError"
+    assert by_message["plain record"]["source"] == "plain"
+    rendered = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["event"] for line in rendered] == ["hello", "failed", "plain record"]
+    assert all(not key.startswith("_") for line in rendered for key in line)
+    assert proc.engine is handle.engine
+
+
+def test_handler_alone_reads_structlog_records(server: CaptureServer) -> None:
+    handle = setup(API_KEY, server.url, level="INFO", capture_exceptions=False, **FAST)
+    stdlib_bridge(structlog.stdlib.ProcessorFormatter.wrap_for_formatter)
+    log = structlog.get_logger("svc")
+    log.info("via the handler", k=2, tags=["t"])
+    try:
+        raise KeyError("x")
+    except KeyError:
+        log.exception("error via the handler")
+    assert handle.flush(5)
+    error, event = server.wait_for(2)
+    assert event["message"] == "via the handler"
+    assert event["@level"] == "Info"
+    assert event["data"] == {"k": 2}
+    assert event["tags"] == ["t"]
+    assert error["@simple_error"]["type"] == "KeyError"
+
+
+def test_render_to_log_kwargs_sends_once(server: CaptureServer) -> None:
+    handle = setup(API_KEY, server.url, level="INFO", capture_exceptions=False, **FAST)
+    proc = processor(server)
+    stdlib_bridge(proc, structlog.stdlib.render_to_log_kwargs)
+    structlog.get_logger("svc").warning("kwargs style", n=3)
+    logging.getLogger("svc").warning("kwargs style")  # a plain record, same text: sent
+    assert handle.flush(5)
+    events = server.wait_for(2)
+    assert len(events) == 2
+    assert events[0]["data"] == {"n": 3}
+    assert "data" not in events[1]
+
+
+@pytest.mark.parametrize("handler_first", [True, False])
+def test_processor_inside_processor_formatter_sends_once(
+    server: CaptureServer, handler_first: bool
+) -> None:
+    proc = processor(server)
+    console, stream = console_handler(proc)
+    eventlog = EventLogHandler(API_KEY, server.url, **FAST)
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    for handler in (eventlog, console) if handler_first else (console, eventlog):
+        root.addHandler(handler)
+    stdlib_bridge(structlog.stdlib.ProcessorFormatter.wrap_for_formatter)
+    structlog.get_logger("svc").info("structlog event", k=1)
+    logging.getLogger("plain").info("foreign record")
+    try:
+        raise OSError("disk")
+    except OSError:
+        logging.getLogger("plain").exception("foreign error")
+    assert eventlog.engine.flush(5)
+    events = server.wait_for(3)
+    assert len(events) == 3
+    assert sorted(event["message"] for event in events) == [
+        "foreign error",
+        "foreign record",
+        "structlog event",
+    ]
+    assert len(stream.getvalue().splitlines()) >= 3
+
+
+def test_a_plain_record_with_the_same_text_right_after_is_sent(server: CaptureServer) -> None:
+    handle = setup(API_KEY, server.url, level="INFO", capture_exceptions=False, **FAST)
+    proc = processor(server)
+    stdlib_bridge(proc, structlog.stdlib.ProcessorFormatter.wrap_for_formatter)
+    structlog.get_logger("svc").info("same text")
+    logging.getLogger("svc").info("same text")
+    assert handle.flush(5)
+    events = server.wait_for(2)
+    assert len(events) == 2
+    assert proc.engine.stats()["captured"] == 2
