@@ -24,8 +24,9 @@ log.warning("disk space is low", extra={"free_mb": 512, "mount": "/var"})
 with eventlog_handler.user_context("u-42", name="Ann"):
     log.info("user %s opened the settings page", "u-42")
 
+profiles: dict[str, str] = {}
 try:
-    {}["missing"]
+    profiles["u-42"]
 except KeyError:
     log.exception("could not load the profile")
 

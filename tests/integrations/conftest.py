@@ -28,7 +28,7 @@ EXAMPLES = REPO / "examples"
 #: A well-formed 40-character project token.
 API_KEY = "Ik3vQ8mZ2pLr7VbN4cYw9ZdF1gHj6KeA0uMo5PiR"
 #: Engine timings that keep the tests fast.
-FAST = {
+FAST: dict[str, Any] = {
     "flush_interval": 0.05,
     "error_delay": 0.01,
     "retry_initial": 0.01,

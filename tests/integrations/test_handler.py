@@ -32,7 +32,8 @@ def dict_config(server_url: str | None, **handler: Any) -> dict[str, Any]:
         "handlers": {"eventlog": entry},
         "loggers": {"app": {"handlers": ["eventlog"], "level": "DEBUG", "propagate": False}},
     }
-    return json.loads(json.dumps(config))  # only JSON-able values
+    result: dict[str, Any] = json.loads(json.dumps(config))  # only JSON-able values
+    return result
 
 
 def app_handler() -> EventLogHandler:

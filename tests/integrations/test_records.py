@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from eventlog_handler import EventLogHandler, add_tags, set_user
-from eventlog_handler.events import format_date, parse_date
+from eventlog_handler.events import format_date, log_event, parse_date
 from eventlog_handler.records import RESERVED_ATTRS, level_name, record_to_event
 from eventlog_handler.settings import MASK, Settings
 
-from .conftest import API_KEY, CaptureServer, deliver
+from .conftest import API_KEY, CaptureServer, deliver, run_python
 
 MakeHandler = Callable[..., tuple[logging.Logger, EventLogHandler]]
 
@@ -157,8 +157,9 @@ def test_exception_becomes_the_error_form(make_handler: MakeHandler, server: Cap
     logger, handler = make_handler()
 
     def fail() -> None:
+        table: dict[str, int] = {}
         try:
-            {}["missing"]
+            table["missing"]
         except KeyError as exc:
             raise RuntimeError("lookup failed") from exc
 
@@ -322,3 +323,46 @@ def test_large_and_odd_values(make_handler: MakeHandler, server: CaptureServer) 
     assert len(event["message"]) <= 2000
     assert event["data"]["big"] == str(2**70)
     assert event["data"]["nan"] == "NaN"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"a": 1, "b": "two", "c": 3.5, "d": None, "e": True, "password": "x"},
+        {"nested": {"x": [1]}},  # not flat: the general path
+        {"big": 2**80},
+    ],
+)
+def test_fast_path_builds_what_log_event_builds(extra: dict[str, Any]) -> None:
+    settings = Settings(api_key=API_KEY, tags=("t",))
+    record = logging.LogRecord("app", logging.INFO, __file__, 1, "m %s", ("x",), None)
+    record.__dict__.update(extra)
+    with set_user("u-1", name="Ann"):
+        built = record_to_event(record, settings)
+        expected = log_event(
+            "m x",
+            date=record.created,
+            user={"identity": "u-1", "name": "Ann"},
+            level="Info",
+            source="app",
+            tags=["t"],
+            data=extra,
+            exclusions=settings.data_exclusions,
+        )
+    built.pop("reference_id")
+    expected.pop("reference_id")
+    assert built == expected
+    assert list(built) == list(expected)
+
+
+def test_importing_the_package_does_not_need_structlog(server: CaptureServer) -> None:
+    code = (
+        "import sys; sys.modules['structlog'] = None\n"
+        "import eventlog_handler, eventlog_handler.structlog\n"
+        "assert eventlog_handler.EventLogHandler and eventlog_handler.structlog.EventLogProcessor\n"
+        "print('imported')"
+    )
+    result = run_python(server.url, ["-c", code])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "imported"
