@@ -248,25 +248,26 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             logger.exception("the collector failed on %s %s", self.command, path[:200])
             response = problem_response(HttpError(500, "The collector failed; see its log."), path)
         unread = self._unread_body()
+        # Recorded before the answer is written, so a client that has its answer finds the
+        # request in the log.
+        self.server.record(
+            RequestInfo(
+                method=self.command,
+                path=path,
+                query=split.query,
+                status=response.status,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body_bytes=self._body_read,
+                events_stored=int(response.headers.get("X-Events-Stored", 0)),
+                events_discarded=int(response.headers.get("X-Events-Discarded", 0)),
+                time=started,
+            )
+        )
         try:
             self._write(response, close=unread)
         except OSError:
             self.close_connection = True
             return
-        finally:
-            self.server.record(
-                RequestInfo(
-                    method=self.command,
-                    path=path,
-                    query=split.query,
-                    status=response.status,
-                    headers={k.lower(): v for k, v in self.headers.items()},
-                    body_bytes=self._body_read,
-                    events_stored=int(response.headers.get("X-Events-Stored", 0)),
-                    events_discarded=int(response.headers.get("X-Events-Discarded", 0)),
-                    time=started,
-                )
-            )
         if unread:
             self._drain()
 
