@@ -99,8 +99,17 @@ class Settings:
     data_exclusions: tuple[str, ...] = DEFAULT_DATA_EXCLUSIONS
     #: Tags added to every event.
     tags: tuple[str, ...] = ()
-    #: Whether to add ``@environment`` (machine, process, runtime) to events.
+    #: Whether to add ``@environment`` (machine, process, runtime) to error events.
     include_environment: bool = True
+    #: A directory for the durable spool (unsent events on disk); ``None``: memory only.
+    spool_path: str | None = None
+    #: Write every event to the spool before it is sent (survives SIGKILL); otherwise events
+    #: go to disk only when they can't be delivered promptly, and at exit.
+    spool_all: bool = False
+    #: Bytes the spool directory may take at most; past it the oldest logs are evicted first.
+    spool_max_bytes: int = 100_000_000
+    #: Seconds between looks for spool files of ended processes to replay.
+    spool_scan_interval: float = 30.0
 
     def __repr__(self) -> str:
         return (
@@ -136,6 +145,8 @@ class Settings:
             given["server_url"] = env[ENV_SERVER_URL]
         if "api_key" not in given and env.get(ENV_API_KEY):
             given["api_key"] = env[ENV_API_KEY]
+        if "spool_path" not in given and env.get(ENV_SPOOL_PATH):
+            given["spool_path"] = env[ENV_SPOOL_PATH]
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             if field.name in given:
@@ -268,6 +279,16 @@ def _tags(name: str, value: Any) -> tuple[str, ...]:
     return tags
 
 
+def _path(name: str, value: Any) -> str:
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if not text or not str(text).strip():
+        raise ValueError(f"eventlog_handler: setting {name!r} must be a directory path")
+    path = os.path.abspath(os.path.expanduser(str(text)))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"eventlog_handler: setting {name!r}: {path} is not a directory")
+    return path
+
+
 def normalize_key(key: str) -> str:
     """The form of a data key that exclusions are matched against."""
     return key.lower().replace("_", "").replace("-", "")
@@ -287,6 +308,10 @@ _CONVERTERS: dict[str, Any] = {
     "shutdown_timeout": lambda n, v: _number(n, v, minimum=0, integer=False),
     "retry_initial": lambda n, v: _number(n, v, minimum=0.001, integer=False),
     "max_backoff": lambda n, v: _number(n, v, minimum=0.001, integer=False),
+    "spool_path": lambda n, v: _path(n, v),
+    "spool_all": _bool,
+    "spool_max_bytes": lambda n, v: _number(n, v, minimum=100_000, integer=True),
+    "spool_scan_interval": lambda n, v: _number(n, v, minimum=0.01, integer=False),
     "data_exclusions": _exclusions,
     "tags": _tags,
     "include_environment": _bool,

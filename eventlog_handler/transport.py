@@ -21,27 +21,34 @@ worker, and never sends its parent's events.
 from __future__ import annotations
 
 import atexit
+import math
 import multiprocessing.util
 import os
+import sqlite3
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from eventlog_handler import errors
 from eventlog_handler.api import Client, compress
+from eventlog_handler.batches import Part, encode_parts
 from eventlog_handler.buffer import Entry, EventBuffer
-from eventlog_handler.events import MAX_AGE_SECONDS, MAX_EVENT_BYTES, encode_batch, fit
+from eventlog_handler.events import MAX_AGE_SECONDS, fit
 from eventlog_handler.jsonsafe import safe_str
 from eventlog_handler.retry import Action, RetryPolicy
 from eventlog_handler.settings import Settings, mask_secret
+from eventlog_handler.spool import Spool, SpoolFile
 
-DROP_REASONS = ("queue_full", "rejected", "too_large", "expired", "shutdown")
+DROP_REASONS = ("queue_full", "rejected", "too_large", "expired", "shutdown", "spool_full")
 
 #: Events this close to the service's 3-day window are dropped rather than sent.
 EXPIRY_MARGIN_SECONDS = 60
+
+#: Disk bytes a spooled event takes per byte of its JSON (row, page and journal overhead).
+_SPOOL_OVERHEAD = 1.4
 
 #: Threads that send (workers, or an exiting thread draining the buffer): what they log is
 #: never captured, so the HTTP library's own logs can't feed back into the engine.
@@ -53,49 +60,8 @@ def is_sender_thread() -> bool:
     return threading.get_ident() in _SENDER_THREADS
 
 
-class _Part:
-    """The events of one request in the making, with their JSON.
-
-    Either ``bodies`` holds each event's JSON, or ``body`` the whole array's (the fast path);
-    splitting a part encodes its events one by one.
-    """
-
-    __slots__ = ("_body", "bodies", "events", "shrunk")
-
-    def __init__(
-        self,
-        events: list[dict[str, Any]],
-        bodies: list[bytes],
-        shrunk: bool = False,
-        body: bytes | None = None,
-    ) -> None:
-        self.events = events
-        self.bodies = bodies
-        self.shrunk = shrunk
-        self._body = body
-
-    def __len__(self) -> int:
-        return len(self.events)
-
-    def halves(self) -> tuple[_Part, _Part]:
-        if len(self.bodies) != len(self.events):
-            fitted = [fit(event) for event in self.events]
-            self.events = [pair[0] for pair in fitted]
-            self.bodies = [pair[1] for pair in fitted]
-        mid = len(self.events) // 2
-        return (
-            _Part(self.events[:mid], self.bodies[:mid]),
-            _Part(self.events[mid:], self.bodies[mid:]),
-        )
-
-    def body(self) -> bytes:
-        if self._body is None:
-            self._body = b"[" + b",".join(self.bodies) + b"]"
-        return self._body
-
-
 class Engine:
-    """The queue, the worker, batching, retries, flush/close, exit and fork handling."""
+    """The queue, the worker, batching, retries, the spool, flush/close, exit and fork."""
 
     def __init__(
         self,
@@ -112,7 +78,11 @@ class Engine:
             refused_delay=min(60.0, settings.max_backoff),
         )
         self._client_factory = client_factory or _default_client
+        self._spool: Spool | None = None
         self._reset_process_state()
+        if self._spool is not None:
+            with self._lock:  # replay what ended processes left in the spool, from the start
+                self._start_worker()
 
     def __repr__(self) -> str:
         return (
@@ -123,6 +93,8 @@ class Engine:
     # -- state of this process ----------------------------------------------------------------
 
     def _reset_process_state(self) -> None:
+        if self._spool is not None:  # a forked child: the parent's file stays the parent's
+            self._spool.after_fork()
         self._pid = os.getpid()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -146,6 +118,16 @@ class Engine:
         self._finished = False  # after exit: nothing more is sent or counted
         self._deadline: float | None = None
         self._client: Client | None = None
+        self._current: deque[Part] = deque()  # in-memory parts being delivered
+        # The disk spool (see eventlog_handler.spool): this process's events on disk, the
+        # files of ended processes being replayed, and when to look for more.
+        if self.settings.spool_path and self._spool is None:
+            self._spool = Spool(self.settings.spool_path, self.settings.spool_max_bytes)
+        self._spooled = 0
+        self._replayed = {"delivered": 0, "dropped": 0}
+        self._orphans: list[SpoolFile] = []
+        self._next_scan = 0.0
+        self._spool_due = math.inf
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -179,16 +161,20 @@ class Engine:
                     or self._flushing
                     or len(self._buffer) >= self.settings.batch_size
                     or self._closing
+                    or self.settings.spool_all
                 ):
                     self._changed.notify_all()
                 if self._worker is None:
                     self._start_worker()
-                backlog = len(self._buffer) > self._yield_above and not self._retrying
+                backlog = len(self._buffer) > self._yield_above and (
+                    not self._retrying or self._spool is not None
+                )
             if backlog:
-                # A burst is outrunning the worker while the service accepts events: give the
-                # worker the interpreter now rather than at the next forced switch (5 ms
-                # later), so it keeps up instead of the buffer overflowing. This waits for no
-                # I/O: only for the worker's turn on the CPU.
+                # A burst is outrunning the worker while it can take events (the service
+                # accepts them, or the spool does): give the worker the interpreter now rather
+                # than at the next forced switch (5 ms later), so it keeps up instead of the
+                # buffer overflowing. This waits for no I/O: only for the worker's turn on the
+                # CPU.
                 time.sleep(0)
             return evicted is not entry
         except Exception:  # pragma: no cover - a log call must never raise
@@ -216,10 +202,15 @@ class Engine:
         _SENDER_THREADS.add(ident)
         try:
             while True:
+                if self._spool is not None:
+                    self._spool_work()
                 batch = self._next_batch()
                 if batch is None:
                     return
-                self._deliver(batch)
+                if batch and not (
+                    self._spool is not None and self._should_spill() and self._spill(batch)
+                ):
+                    self._deliver_entries(batch)
         except BaseException as exc:  # pragma: no cover - the worker must not die silently
             self._last_error = f"worker failed: {type(exc).__name__}: {safe_str(exc)}"
             _say(f"eventlog_handler: the delivery worker stopped: {self._last_error}")
@@ -231,26 +222,37 @@ class Engine:
                 self._changed.notify_all()
 
     def _next_batch(self) -> list[Entry] | None:
-        """Wait until a batch is due and take it; ``None`` when the worker should stop."""
+        """Wait until a batch (or spool work) is due and take it; ``None`` to stop the worker.
+
+        An empty list means: nothing from memory, but the spool has work due.
+        """
         settings = self.settings
         with self._lock:
             while True:
                 if self._finished or self._pid != os.getpid():
                     return None
+                now = time.monotonic()
+                spool_due = self._spool_due_at(now)
                 buffer = self._buffer
                 if not buffer:
+                    if spool_due <= now:
+                        return []
                     self._changed.notify_all()  # idle: wake flush() waiters
-                    if self._stop_worker:
+                    if self._stop_worker and not self._spooled:
                         self._worker = None
                         return None
-                    self._changed.wait(timeout=60.0)
+                    self._changed.wait(timeout=min(60.0, spool_due - now))
                     continue
-                now = time.monotonic()
-                if self._closing or self._flushing or len(buffer) >= settings.batch_size:
+                if (
+                    self._closing
+                    or self._flushing
+                    or len(buffer) >= settings.batch_size
+                    or settings.spool_all
+                ):
                     due = now
                 else:
                     oldest_error, oldest_log = buffer.oldest()
-                    due = float("inf")
+                    due = math.inf
                     if oldest_error is not None:
                         due = oldest_error.enqueued + settings.error_delay
                     if oldest_log is not None:
@@ -259,7 +261,9 @@ class Engine:
                     batch = buffer.take(settings.batch_size)
                     self._in_flight += len(batch)
                     return batch
-                self._changed.wait(timeout=due - now)
+                if spool_due <= now:
+                    return []
+                self._changed.wait(timeout=min(due, spool_due) - now)
 
     def _client_for(self, timeout: float | None = None) -> Client:
         if timeout is not None:
@@ -268,18 +272,31 @@ class Engine:
             self._client = self._client_factory(self.settings, None)
         return self._client
 
-    def _deliver(self, batch: list[Entry], client: Client | None = None) -> None:
-        """Send ``batch`` until every event in it is delivered or dropped (or time is up)."""
+    def _deliver_entries(self, batch: list[Entry], client: Client | None = None) -> bool:
+        """Send in-memory events (taken from the buffer, now in flight)."""
         oldest_allowed = time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS
-        fresh = [entry.event for entry in batch if entry.created >= oldest_allowed]
+        fresh = [entry for entry in batch if entry.created >= oldest_allowed]
         if len(fresh) < len(batch):
             self._settle(len(batch) - len(fresh), "expired")
-        parts = deque(self._encode(fresh))
+        parts = encode_parts(
+            [entry.event for entry in fresh],
+            [entry.created for entry in fresh],
+            self.settings.max_raw_batch_bytes,
+        )
+        self._current = deque(parts)
+        try:
+            return self._deliver(self._current, client)
+        finally:
+            self._current = deque()
+
+    def _deliver(self, parts: deque[Part], client: Client | None = None) -> bool:
+        """Send ``parts`` until each is delivered or dropped; ``False`` when time ran out or the
+        events went to the spool to wait for the service."""
         client = client or self._client_for()
         attempt = 0
         while parts:
             if self._finished:
-                return
+                return False
             part = parts[0]
             payload, gzipped = compress(part.body())
             if len(payload) > self.settings.max_batch_bytes and len(part) > 1:
@@ -298,22 +315,25 @@ class Engine:
                         self._retries += 1
                     attempt += 1
                     self._retrying = True
+                    if self._spool is not None and part.origin is None and self._spill_parts(parts):
+                        self._pause(decision.delay)
+                        return False
                     if not self._pause(decision.delay):
-                        return
+                        return False
                 elif decision.action is Action.SPLIT:
                     parts.popleft()
                     parts.extendleft(reversed(part.halves()))
                 elif decision.action is Action.SHRINK and not part.shrunk:
-                    parts[0] = self._shrunk(part)
+                    parts[0] = part.shrunk_copy()
                 else:
                     parts.popleft()
                     reason = "rejected" if decision.action is Action.DROP else "too_large"
-                    self._settle(len(part), reason)
+                    self._settle_part(part, reason)
                 continue
             except Exception as exc:  # pragma: no cover - a bug must not lose the batch silently
                 parts.popleft()
                 self._last_error = f"unexpected: {type(exc).__name__}: {safe_str(exc)}"
-                self._settle(len(part), "rejected")
+                self._settle_part(part, "rejected")
                 continue
             parts.popleft()
             attempt = 0
@@ -321,43 +341,8 @@ class Engine:
             with self._lock:
                 self._batches += 1
                 self._bytes_sent += result.bytes_sent
-            self._settle(len(part), None)
-
-    def _encode(self, events: list[dict[str, Any]]) -> list[_Part]:
-        """The events as request parts, each under the raw size limit.
-
-        The common case (a batch well under the limits) is one ``json.dumps`` of the whole list,
-        more than twice as fast as encoding events one by one; only a batch that is too big is
-        encoded event by event, shrinking any single event over :data:`MAX_EVENT_BYTES`.
-        """
-        if not events:
-            return []
-        body = encode_batch(events)
-        if len(body) <= min(self.settings.max_raw_batch_bytes, MAX_EVENT_BYTES):
-            return [_Part(events, [], body=body)]
-        fitted = [fit(event) for event in events]
-        return list(
-            self._split_by_raw_size([pair[0] for pair in fitted], [pair[1] for pair in fitted])
-        )
-
-    def _split_by_raw_size(
-        self, events: list[dict[str, Any]], bodies: list[bytes]
-    ) -> Iterator[_Part]:
-        limit = self.settings.max_raw_batch_bytes
-        start, size = 0, 2
-        for index, body in enumerate(bodies):
-            if index > start and size + len(body) + 1 > limit:
-                yield _Part(events[start:index], bodies[start:index])
-                start, size = index, 2
-            size += len(body) + 1
-        if start < len(bodies):
-            yield _Part(events[start:], bodies[start:])
-
-    @staticmethod
-    def _shrunk(part: _Part) -> _Part:
-        body = part.body()
-        event, smaller = fit(part.events[0], max(2_000, min(len(body) // 4, 32_000)))
-        return _Part([event], [smaller], shrunk=True)
+            self._settle_part(part, None)
+        return True
 
     def _settle(self, count: int, reason: str | None) -> None:
         """Record the outcome of ``count`` in-flight events (``None``: delivered)."""
@@ -372,27 +357,56 @@ class Engine:
             if self._in_flight == 0:
                 self._changed.notify_all()
 
+    def _settle_part(self, part: Part, reason: str | None) -> None:
+        """Record the outcome of a part: in flight from memory, or rows of a spool file."""
+        if part.origin is None:
+            self._settle(len(part), reason)
+            return
+        deleted = part.origin.delete(part.rows)
+        with self._lock:
+            if self._finished:
+                return
+            if self._spool is not None and part.origin is self._spool.own_file:
+                self._spooled = max(0, self._spooled - deleted)
+                if reason is None:
+                    self._delivered += deleted
+                else:
+                    self._dropped[reason] += deleted
+            else:
+                self._replayed["delivered" if reason is None else "dropped"] += deleted
+            self._changed.notify_all()
+
     def _pause(self, delay: float) -> bool:
         """Wait ``delay`` seconds before a retry; ``False`` when the engine must stop sending.
 
         The pause ends early when the exit flush begins (one more try is worth it then), and
-        never runs past the exit deadline.
+        never runs past the exit deadline. With a spool, events that pile up meanwhile go to
+        disk rather than waiting in memory.
         """
-        with self._lock:
-            was_closing = self._closing
-            end = time.monotonic() + delay
-            if self._deadline is not None:
-                end = min(end, self._deadline)
-            while not self._finished:
-                if self._closing and not was_closing:
-                    return True
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._changed.wait(timeout=remaining)
-            if self._finished:
-                return False
-            return self._deadline is None or time.monotonic() < self._deadline
+        was_closing = self._closing
+        end = time.monotonic() + delay
+        while True:
+            with self._lock:
+                if self._deadline is not None:
+                    end = min(end, self._deadline)
+                spill: list[Entry] = []
+                while not self._finished:
+                    if self._closing and not was_closing:
+                        return True
+                    remaining = end - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    if self._spool is not None and len(self._buffer) >= self.settings.batch_size:
+                        spill = self._buffer.take(len(self._buffer))
+                        self._in_flight += len(spill)
+                        break
+                    self._changed.wait(timeout=remaining)
+                if not spill:
+                    if self._finished:
+                        return False
+                    return self._deadline is None or time.monotonic() < self._deadline
+            if not self._spill(spill):
+                self._deliver_entries(spill)
 
     def _say_refused(self, error: errors.EventLogError) -> None:
         if self._refused_said:
@@ -406,13 +420,174 @@ class Engine:
             f"{self.policy.refused_delay:g} s or more; check EVENTLOG_API_KEY / api_key."
         )
 
+    # -- the spool ------------------------------------------------------------------------------
+
+    def _should_spill(self) -> bool:
+        """Whether in-memory events go to disk now rather than to the service."""
+        return (
+            self.settings.spool_all
+            or self._retrying
+            or len(self._buffer) > self.settings.queue_size // 2
+        )
+
+    def _spool_due_at(self, now: float) -> float:
+        """When the spool next has work: replaying other files, or sending our own rows."""
+        if self._spool is None:
+            return math.inf
+        due = self._next_scan
+        if self._orphans and not self._retrying:
+            due = now
+        if self._spooled:
+            due = min(due, now if (self._flushing or self._closing) else self._spool_due)
+        return due
+
+    def _spool_work(self) -> None:
+        """Look for files of ended processes now and then; send spooled events when due."""
+        assert self._spool is not None
+        now = time.monotonic()
+        if now >= self._next_scan:
+            self._next_scan = now + self.settings.spool_scan_interval
+            try:
+                self._orphans.extend(self._spool.claim_orphans())
+            except (OSError, sqlite3.Error) as exc:
+                self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+        for orphan in list(self._orphans):
+            if not self._send_file(orphan):
+                return
+            orphan.close()
+            self._orphans.remove(orphan)
+        own = self._spool.own_file
+        due = own is not None and self._spooled and self._spool_due_at(now) <= now
+        if due and own is not None and self._send_file(own):
+            with self._lock:
+                self._spool_due = math.inf
+
+    def _send_file(self, file: SpoolFile) -> bool:
+        """Send a spool file's events, oldest first; ``False`` if the service failed."""
+        oldest_allowed = time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS
+        while file.count > 0 and not self._finished:
+            try:
+                rows = file.oldest(self.settings.batch_size, self.settings.max_raw_batch_bytes)
+            except sqlite3.Error as exc:
+                self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+                return False
+            if not rows:
+                return True
+            expired = [row for row in rows if row.created < oldest_allowed]
+            if expired:
+                self._settle_part(Part.from_rows(file, expired), "expired")
+            fresh = [row for row in rows if row.created >= oldest_allowed]
+            if fresh and not self._deliver(deque([Part.from_rows(file, fresh)])):
+                with self._lock:
+                    self._spool_due = time.monotonic()
+                return False
+        return True
+
+    def _spill(self, batch: list[Entry]) -> bool:
+        """Move in-flight events from memory to this process's spool file."""
+        fitted = [fit(entry.event) for entry in batch]
+        part = Part(
+            [pair[0] for pair in fitted],
+            [pair[1] for pair in fitted],
+            [entry.created for entry in batch],
+        )
+        return self._spill_parts(deque([part]))
+
+    def _spill_parts(self, parts: deque[Part]) -> bool:
+        """Write in-memory parts to the spool; they stop being in flight and become spooled."""
+        assert self._spool is not None
+        rows: list[tuple[float, bool, bytes]] = []
+        has_error = False
+        for part in parts:
+            bodies = part.per_event()
+            for index, body in enumerate(bodies):
+                is_error = part.events[index].get("type") == "error" if part.events else False
+                has_error = has_error or is_error
+                rows.append((part.created[index], is_error, body))
+        try:
+            own = self._spool.own()
+            rows = self._bound_spool(rows)  # events it drops are settled as spool_full
+            written = own.append(rows)
+        except (OSError, sqlite3.Error) as exc:
+            self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+            return False
+        parts.clear()
+        now = time.monotonic()
+        with self._lock:
+            self._in_flight = max(0, self._in_flight - written)
+            self._spooled += written
+            delay = self.settings.error_delay if has_error else self.settings.flush_interval
+            self._spool_due = min(self._spool_due, now + delay)
+            self._changed.notify_all()
+        try:
+            self._bound_disk(own)
+        except (OSError, sqlite3.Error) as exc:
+            self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+        return True
+
+    def _bound_spool(
+        self, rows: list[tuple[float, bool, bytes]]
+    ) -> list[tuple[float, bool, bytes]]:
+        """Make room for ``rows`` within ``spool_max_bytes`` for the whole directory, and drop
+        rows past the 3-day window. Logs go first, the oldest first (those on disk, then the
+        incoming ones); errors only when there is no log left. Returns the rows to write."""
+        assert self._spool is not None
+        own = self._spool.own()
+        limit = self.settings.spool_max_bytes
+        dropped = 0
+        try:
+            expired = own.expire(time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS)
+            others = max(0, self._spool.disk_bytes() - own.disk_bytes())
+            budget = int((limit - others) / _SPOOL_OVERHEAD)  # bytes of JSON that fit
+            incoming = sum(len(row[2]) for row in rows)
+            evicted = (0, 0)
+            if own.bytes + incoming > budget:
+                logs_first = sorted(rows, key=lambda row: row[1])  # incoming logs, then errors
+                room = budget - own.bytes
+                if room < incoming:  # first, old logs on disk
+                    evicted = own.evict_oldest(max(0, budget - incoming), errors=False)
+                    room = budget - own.bytes
+                while logs_first and incoming > room and not logs_first[0][1]:
+                    incoming -= len(logs_first.pop(0)[2])  # then the oldest incoming logs
+                    dropped += 1
+                if incoming > room:  # nothing but errors left: the oldest go
+                    more = own.evict_oldest(max(0, budget - incoming), errors=True)
+                    evicted = (evicted[0] + more[0], evicted[1] + more[1])
+                kept = set(map(id, logs_first))
+                rows = [row for row in rows if id(row) in kept]
+        except (OSError, sqlite3.Error) as exc:
+            self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+            return rows
+        with self._lock:
+            self._spooled = max(0, self._spooled - expired - sum(evicted))
+            self._dropped["expired"] += expired
+            self._dropped["spool_full"] += sum(evicted) + dropped
+            self._in_flight = max(0, self._in_flight - dropped)
+        return rows
+
+    def _bound_disk(self, own: SpoolFile) -> None:
+        """After a write: if the files really take more than the bound, evict old logs in
+        proportion and give the space back to the file system."""
+        assert self._spool is not None
+        limit = self.settings.spool_max_bytes
+        total = self._spool.disk_bytes()
+        if total <= limit:
+            return
+        others = total - own.disk_bytes()
+        share = max(0.0, (limit - others) / max(1, total - others))
+        evicted = own.evict_oldest(int(own.bytes * share * 0.85))
+        own.compact()
+        with self._lock:
+            self._spooled = max(0, self._spooled - sum(evicted))
+            self._dropped["spool_full"] += sum(evicted)
+
     # -- flush, close, exit -------------------------------------------------------------------------
 
     def _idle(self) -> bool:
-        return not self._buffer and self._in_flight == 0
+        return not self._buffer and self._in_flight == 0 and self._spooled == 0
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was settled."""
+        """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent."""
         try:
             self._check_pid()
             if threading.get_ident() in _SENDER_THREADS:
@@ -452,10 +627,12 @@ class Engine:
         return done
 
     def shutdown(self, timeout: float | None = None) -> int:
-        """The exit flush: send for at most ``timeout`` s, then give up. Returns events unsent.
+        """The exit flush: send for at most ``timeout`` s, then stop. Returns events unsent.
 
-        What could not be sent is counted as dropped (``shutdown``) and reported on stderr.
-        After this the engine sends nothing more; events captured later are counted as dropped.
+        With a spool, what could not be sent is written to disk for the next start (and, while
+        the service is failing, at once rather than after the timeout). Without one, it is
+        counted as dropped (``shutdown``). Either way stderr says how many. After this the
+        engine sends nothing more; events captured later are counted as dropped.
         """
         timeout = self.settings.shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, timeout)
@@ -464,6 +641,8 @@ class Engine:
             with self._lock:
                 if self._finished:
                     return 0
+                if self._spool is not None and self._retrying:
+                    deadline = time.monotonic()  # the service is failing: go to disk now
                 self._closing = True
                 self._deadline = deadline
                 self._changed.notify_all()
@@ -478,6 +657,7 @@ class Engine:
                         self._changed.wait(timeout=remaining)
             if not worker_usable:
                 self._drain_here(deadline)
+            kept = self._keep_at_exit()
             with self._lock:
                 unsent = len(self._buffer) + self._in_flight
                 self._dropped["shutdown"] += unsent
@@ -485,6 +665,13 @@ class Engine:
                 self._in_flight = 0
                 self._finished = True
                 self._changed.notify_all()
+            self._close_spool()
+            if kept:
+                assert self._spool is not None
+                _say(
+                    f"eventlog_handler: {kept} event(s) kept in the spool "
+                    f"{self._spool.directory} to send at the next start"
+                )
             if unsent:
                 detail = f" (last error: {self._last_error})" if self._last_error else ""
                 _say(
@@ -495,6 +682,29 @@ class Engine:
         except Exception as exc:  # pragma: no cover - the exit path must never raise
             _say(f"eventlog_handler: exit flush failed: {type(exc).__name__}: {safe_str(exc)}")
             return 0
+
+    def _keep_at_exit(self) -> int:
+        """Write what is still pending in memory to the spool; return how many are on disk."""
+        if self._spool is None:
+            return 0
+        with self._lock:
+            entries = self._buffer.take(len(self._buffer))
+            self._in_flight += len(entries)
+            current = deque(self._current)
+        if entries:
+            self._spill(entries)
+        if current:
+            self._spill_parts(current)
+        with self._lock:
+            return self._spooled
+
+    def _close_spool(self) -> None:
+        if self._spool is None:
+            return
+        for orphan in self._orphans:
+            orphan.close()
+        self._orphans = []
+        self._spool.close()
 
     def _drain_here(self, deadline: float) -> bool:
         """Send from the calling thread (the worker can't run); stop at ``deadline``."""
@@ -514,7 +724,7 @@ class Engine:
                     self._in_flight += len(batch)
                     previous, self._deadline = self._deadline, deadline
                 try:
-                    self._deliver(batch, self._client_for(timeout=remaining))
+                    self._deliver_entries(batch, self._client_for(timeout=remaining))
                 finally:
                     with self._lock:
                         self._deadline = previous
@@ -529,9 +739,11 @@ class Engine:
 
     def stats(self) -> dict[str, Any]:
         """Counts of this process: captured, delivered, dropped by reason, queued, in flight,
-        retries, batches and bytes sent, and the last error."""
+        spooled (on disk, waiting), retries, batches and bytes sent, the last error, and the
+        events of ended processes replayed from the spool (not part of ``captured``)."""
         self._check_pid()
         with self._lock:
+            own = self._spool.own_file if self._spool is not None else None
             return {
                 "captured": self._captured,
                 "delivered": self._delivered,
@@ -539,6 +751,9 @@ class Engine:
                 "dropped_total": sum(self._dropped.values()),
                 "queued": len(self._buffer),
                 "in_flight": self._in_flight,
+                "spooled": self._spooled,
+                "spool_bytes": own.bytes if own is not None else 0,
+                "replayed": dict(self._replayed),
                 "retries": self._retries,
                 "batches": self._batches,
                 "bytes_sent": self._bytes_sent,

@@ -1,0 +1,276 @@
+"""The engine with a disk spool: outages, SIGKILL, restarts and processes sharing a directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventlog_handler import transport
+from eventlog_handler.events import error_event, log_event
+from eventlog_handler.settings import Settings
+from eventlog_handler.spool import SUFFIX
+from tests.transport.conftest import API_KEY, FAST
+from tests.transport.faultserver import FaultServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def make(url: str, spool: Path, **options: Any) -> transport.Engine:
+    values = {**FAST, "spool_path": str(spool), "spool_scan_interval": 0.05, **options}
+    return transport.Engine(
+        Settings.from_options({"server_url": url, "api_key": API_KEY, **values}, environ={})
+    )
+
+
+def accounted(stats: dict[str, Any]) -> int:
+    return (
+        stats["delivered"]
+        + stats["dropped_total"]
+        + stats["queued"]
+        + stats["in_flight"]
+        + stats["spooled"]
+    )
+
+
+def test_outage_longer_than_the_queue_loses_nothing(tmp_path: Path) -> None:
+    port = free_port()
+    engine = make(f"http://127.0.0.1:{port}", tmp_path / "spool", queue_size=200, batch_size=50)
+    try:
+        refs = []
+        for index in range(3_000):  # fifteen times the memory queue
+            event = log_event(f"during outage {index}", level="Info")
+            refs.append(event["reference_id"])
+            engine.enqueue(event)
+        assert not engine.flush(0.5)
+        stats = engine.stats()
+        assert stats["captured"] == 3_000 == accounted(stats)
+        assert stats["dropped"]["queue_full"] == 0
+        assert stats["spooled"] > 2_000  # the overflow went to disk, not out of the window
+        with FaultServer(port=port) as server:
+            assert engine.flush(20.0), engine.stats()
+            stats = engine.stats()
+            assert stats["delivered"] == 3_000 and stats["dropped_total"] == 0
+            assert sorted(server.accepted_ids()) == sorted(refs)
+            assert server.duplicates == []
+    finally:
+        engine.shutdown(1.0)
+
+
+def test_spool_stays_within_its_byte_bound_evicting_logs_first(tmp_path: Path) -> None:
+    port = free_port()
+    engine = make(
+        f"http://127.0.0.1:{port}",
+        tmp_path / "spool",
+        queue_size=1_000,
+        batch_size=100,
+        spool_max_bytes=1_000_000,
+    )
+    try:
+        filler = "x" * 900
+        for index in range(3_000):  # about 3 MB of events against a 1 MB bound
+            engine.enqueue(log_event(f"log {index} {filler}", level="Info"))
+        try:
+            raise ValueError("kept")
+        except ValueError as exc:
+            error = error_event(exc)
+        engine.enqueue(error)
+        for index in range(500):
+            engine.enqueue(log_event(f"later {index} {filler}", level="Info"))
+        engine.flush(0.5)
+        stats = engine.stats()
+        assert stats["captured"] == accounted(stats)
+        assert stats["dropped"]["spool_full"] > 0
+        disk = sum(path.stat().st_size for path in (tmp_path / "spool").iterdir())
+        assert disk <= 1_000_000, disk
+        with FaultServer(port=port) as server:
+            assert engine.flush(20.0), engine.stats()
+            ids = server.accepted_ids()
+            assert error["reference_id"] in ids, engine.stats()  # errors outlive log eviction
+            assert server.duplicates == []
+            stats = engine.stats()
+            assert stats["delivered"] + stats["dropped_total"] == stats["captured"]
+    finally:
+        engine.shutdown(1.0)
+
+
+SCRIPT = """
+import json, os, sys, time
+sys.path.insert(0, {root!r})
+from eventlog_handler import transport
+from eventlog_handler.events import log_event
+from eventlog_handler.settings import Settings
+settings = Settings.from_options(
+    {{"server_url": {url!r}, "api_key": {key!r}, "spool_path": {spool!r},
+      "spool_all": {spool_all!r}, "flush_interval": 0.05, "error_delay": 0.0,
+      "retry_initial": 0.01, "max_backoff": 0.05, "timeout": 2.0, "shutdown_timeout": 3.0,
+      "spool_scan_interval": 0.05}},
+    environ={{}},
+)
+engine = transport.get_engine(settings)
+"""
+
+
+def script(url: str, spool: Path, body: str, spool_all: bool = True) -> str:
+    head = SCRIPT.format(
+        root=str(ROOT), url=url, key=API_KEY, spool=str(spool), spool_all=spool_all
+    )
+    return head + textwrap.dedent(body)
+
+
+def test_sigkill_mid_outage_then_restart_delivers_every_event_once(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    spool = tmp_path / "spool"
+    body = """
+    refs = []
+    for i in range(400):
+        event = log_event(f"before the kill {i}", level="Info")
+        refs.append(event["reference_id"])
+        engine.enqueue(event)
+    deadline = time.monotonic() + 20
+    while engine.stats()["spooled"] < 400 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(json.dumps({"refs": refs, "stats": engine.stats()}), flush=True)
+    time.sleep(60)
+    """
+    victim = subprocess.Popen(
+        [sys.executable, "-c", script(url, spool, body)], stdout=subprocess.PIPE, text=True
+    )
+    assert victim.stdout is not None
+    report = json.loads(victim.stdout.readline())
+    assert report["stats"]["spooled"] == 400, report["stats"]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    assert victim.returncode == -signal.SIGKILL
+    assert list(spool.glob(f"*{SUFFIX}"))
+
+    with FaultServer(port=port) as server:
+        restart = """
+        deadline = time.monotonic() + 20
+        while engine.stats()["replayed"]["delivered"] < 400 and time.monotonic() < deadline:
+            engine.enqueue(log_event("after restart", level="Info"))
+            engine.flush(0.5)
+        print(json.dumps(engine.stats()), flush=True)
+        """
+        completed = subprocess.run(
+            [sys.executable, "-c", script(url, spool, restart, spool_all=False)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert completed.returncode == 0, completed.stderr
+        stats = json.loads(completed.stdout.splitlines()[-1])
+        assert stats["replayed"] == {"delivered": 400, "dropped": 0}
+        before = [event for event in server.accepted if event["message"] != "after restart"]
+        assert sorted(event["reference_id"] for event in before) == sorted(report["refs"])
+        assert server.duplicates == []
+    assert not list(spool.glob(f"*{SUFFIX}"))  # replayed files are removed
+
+
+def test_exit_during_an_outage_keeps_events_for_the_next_start(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    spool = tmp_path / "spool"
+    body = """
+    for i in range(120):
+        engine.enqueue(log_event(f"at exit {i}", level="Info"))
+    engine.flush(0.3)
+    """
+    completed = subprocess.run(
+        [sys.executable, "-c", script(url, spool, body, spool_all=False)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "120 event(s) kept in the spool" in completed.stderr
+    assert "could not be sent" not in completed.stderr
+    with FaultServer(port=port) as server:
+        replay = """
+        deadline = time.monotonic() + 20
+        while engine.stats()["replayed"]["delivered"] < 120 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            engine.enqueue(log_event("tick", level="Debug"))
+        """
+        again = subprocess.run(
+            [sys.executable, "-c", script(url, spool, replay, spool_all=False)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+        kept = sorted(e["message"] for e in server.accepted if e["message"].startswith("at exit"))
+        assert kept == sorted(f"at exit {i}" for i in range(120))
+        assert server.duplicates == []
+
+
+@pytest.mark.parametrize("processes", [8])
+def test_processes_sharing_one_spool_directory(tmp_path: Path, processes: int) -> None:
+    """Eight processes write one directory through an outage, then replay it: no lock errors,
+    and no event arrives twice."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    spool = tmp_path / "spool"
+    writer = """
+    name = sys.argv[1]
+    for i in range(150):
+        engine.enqueue(log_event(f"{name} event {i}", level="Info"))
+    """
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script(url, spool, writer, spool_all=True), f"p{n}"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(processes)
+    ]
+    errors = [run.communicate(timeout=90)[1] for run in runs]
+    assert all(run.returncode == 0 for run in runs), errors
+    assert not any("locked" in err or "Traceback" in err for err in errors), errors
+    assert len(list(spool.glob(f"*{SUFFIX}"))) == processes
+
+    with FaultServer(port=port) as server:
+        reader = f"""
+        from pathlib import Path
+        deadline = time.monotonic() + 60
+        spool_dir = Path({str(spool)!r})
+        while list(spool_dir.glob("*{SUFFIX}")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        engine.flush(5)
+        print(json.dumps(engine.stats()["replayed"]), flush=True)
+        """
+        readers = [
+            subprocess.Popen(
+                [sys.executable, "-c", script(url, spool, reader, spool_all=False)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [run.communicate(timeout=90) for run in readers]
+        assert all(run.returncode == 0 for run in readers), outputs
+        replayed = [json.loads(out.splitlines()[-1])["delivered"] for out, _ in outputs]
+        assert sum(replayed) == 150 * processes  # the two readers split the files, no overlap
+        messages = [e["message"] for e in server.accepted if e["message"] != "tick"]
+        assert sorted(messages) == sorted(
+            f"p{n} event {i}" for n in range(processes) for i in range(150)
+        )
+        assert server.duplicates == []
+    assert not list(spool.glob(f"*{SUFFIX}"))
+    assert os.path.isdir(spool)

@@ -1,0 +1,97 @@
+"""The spool's files: rows in and out, bounds, and claiming the files of ended processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from eventlog_handler.spool import SUFFIX, Spool
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_rows_round_trip_oldest_first_and_deletes_shrink_counts(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    own = spool.own()
+    own.append([(100.0 + i, i % 3 == 0, f'{{"n":{i}}}'.encode()) for i in range(10)])
+    assert own.count == 10
+    rows = own.oldest(4, 10_000)
+    assert [row.body for row in rows] == [f'{{"n":{i}}}'.encode() for i in range(4)]
+    assert [row.is_error for row in rows] == [True, False, False, True]
+    assert own.delete(row.id for row in rows) == 4
+    assert own.count == 6
+    assert own.oldest(100, 16)[0].body == b'{"n":4}'  # at least one row, then the byte limit
+    assert len(own.oldest(100, 16)) == 2
+
+
+def test_eviction_takes_logs_before_errors_and_expiry_by_age(tmp_path: Path) -> None:
+    own = Spool(tmp_path).own()
+    own.append([(float(i), i < 5, b"x" * 100) for i in range(20)])  # 5 errors, 15 logs
+    logs, errors = own.evict_oldest(target_bytes=800)
+    assert (logs, errors) == (12, 0)
+    assert own.count == 8
+    assert sum(row.is_error for row in own.oldest(100, 10**6)) == 5
+    assert own.expire(before=3.0) == 3  # the errors created at 0, 1 and 2
+    assert own.count == 5
+
+
+def test_rows_survive_reopening(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    own = spool.own()
+    own.append([(1.0, False, b'{"a":1}')])
+    path = own.path
+    own.close(remove_if_empty=True)  # not empty: the file stays
+    assert path.exists()
+
+
+def test_a_live_process_file_is_not_claimed_an_ended_ones_is(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from eventlog_handler.spool import Spool
+        own = Spool({str(tmp_path)!r}).own()
+        own.append([(time.time(), False, b'{{"from":"child"}}')])
+        print("ready", flush=True)
+        sys.stdin.readline()
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        assert Spool(tmp_path).claim_orphans() == []  # its owner is alive: locked
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(10)
+    # The child ended without cleaning up: its file is an orphan now, claimed exactly once.
+    first = Spool(tmp_path).claim_orphans()
+    second = Spool(tmp_path).claim_orphans()
+    assert len(first) == 1 and second == []
+    [orphan] = first
+    assert [row.body for row in orphan.oldest(10, 10_000)] == [b'{"from":"child"}']
+    orphan.delete(row.id for row in orphan.oldest(10, 10_000))
+    orphan.close()
+    assert not list(tmp_path.glob(f"*{SUFFIX}"))  # empty files are removed
+
+
+def test_forked_child_starts_its_own_file(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    parent_file = spool.own().path
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(read)
+        child_file = spool.own().path
+        os.write(write, str(child_file).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child_file = os.read(read, 4096).decode()
+    os.close(read)
+    assert child_file and child_file != str(parent_file)
