@@ -6,7 +6,7 @@ import logging
 import threading
 from typing import Any
 
-from eventlog_handler import transport
+from eventlog_handler import signals, transport
 from eventlog_handler.handler import DEFAULT_FLUSH_TIMEOUT, EventLogHandler, check_level
 from eventlog_handler.hooks import ExceptionHooks, install_with
 from eventlog_handler.transport import Engine, get_engine
@@ -31,6 +31,8 @@ class EventLogSetup:
         self.level = level
         self._previous_level = previous_level
         self.closed = False
+        #: Whether the flush on SIGTERM was installed by this setup.
+        self.sigterm = False
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "active"
@@ -57,6 +59,8 @@ class EventLogSetup:
         self.closed = True
         if self.hooks is not None:
             self.hooks.uninstall()
+        if self.sigterm:
+            signals.remove_sigterm_flush()
         self.logger.removeHandler(self.handler)
         if self._previous_level is not None and self.logger.level == self.level:
             self.logger.setLevel(self._previous_level)
@@ -81,6 +85,7 @@ def setup(
     level: int | str = logging.INFO,
     *,
     capture_exceptions: bool = True,
+    flush_on_sigterm: bool = False,
     force_hooks: bool = False,
     flush_timeout: float = DEFAULT_FLUSH_TIMEOUT,
     **options: Any,
@@ -105,7 +110,9 @@ def setup(
        records reach the root's other handlers; give those a level if that is unwanted.
     3. Installs the exception hooks (:mod:`eventlog_handler.hooks`) unless
        ``capture_exceptions=False``; in an interactive session only with ``force_hooks=True``.
-    4. Relies on the exit flush: at interpreter exit, pending events are sent for up to
+    4. With ``flush_on_sigterm=True``, runs the exit flush when ``SIGTERM`` arrives too (see
+       :mod:`eventlog_handler.signals`), then lets the signal end the process as before.
+    5. Relies on the exit flush: at interpreter exit, pending events are sent for up to
        ``shutdown_timeout`` seconds (default 2).
 
     Calling it again replaces what the previous call installed (its handler and hooks are
@@ -127,6 +134,7 @@ def setup(
             _CURRENT.detach()
             _CURRENT = None
         hooks = install_with(handler.settings, force=force_hooks) if capture_exceptions else None
+        sigterm = flush_on_sigterm and signals.flush_on_sigterm()
         previous_level = root.level
         lowered = root.getEffectiveLevel() > level_number
         if lowered:
@@ -138,6 +146,7 @@ def setup(
         _CURRENT = EventLogSetup(
             handler, hooks, root, previous_level if lowered else None, level_number
         )
+        _CURRENT.sigterm = sigterm
         return _CURRENT
 
 

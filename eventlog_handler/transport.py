@@ -80,7 +80,7 @@ class Engine:
         self._client_factory = client_factory or _default_client
         self._spool: Spool | None = None
         self._reset_process_state()
-        if self._spool is not None:
+        if settings.spool_path:
             with self._lock:  # replay what ended processes left in the spool, from the start
                 self._start_worker()
 
