@@ -51,7 +51,7 @@ def flush_on_sigterm(timeout: float | None = None) -> bool:
 
 def remove_sigterm_flush() -> bool:
     """Put back the previous ``SIGTERM`` handler if ours is still the one installed."""
-    global _installed
+    global _installed, _previous
     if _installed is None or threading.current_thread() is not threading.main_thread():
         return False
     if signal.getsignal(signal.SIGTERM) is not _installed:
