@@ -1,0 +1,382 @@
+"""The API key and the secrets in events: where they may go, and where they must never appear.
+
+- The key travels in the ``Authorization`` header only: never in a body, a log record, an
+  exception's text, a ``repr``, or a line on stderr.
+- Values under excluded keys (``password``, ``token``, ``api_key``, ...) are masked at any depth
+  by default: extras, nested lists and dicts, structlog keys, ``@user`` data, exception
+  attributes.
+- A key that would travel over plain ``http://`` to a host that is not loopback is warned about
+  (only constructed here: no request leaves loopback).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import eventlog_handler
+from eventlog_handler import (
+    Client,
+    EventLogHandler,
+    InsecureTransportWarning,
+    Settings,
+    errors,
+    events,
+    set_user,
+)
+from eventlog_handler.settings import MASK
+from eventlog_handler.structlog import EventLogProcessor
+from tests.integrations.conftest import REPO, child_env
+from tests.reliability.conftest import (
+    API_KEY,
+    EXCEPTION_GROUP,
+    FAST,
+    HandlerRun,
+    collect,
+    free_port,
+    settle,
+)
+from tests.transport.faultserver import FaultServer, Reply
+
+SECRETS = ["hunter2-secret-value", "tok-3f9a7c-value", "sess-abc123-value", "pk-0091-value"]
+
+
+def assert_no_key(*texts: Any) -> None:
+    for text in texts:
+        assert API_KEY not in str(text), text
+
+
+def assert_no_secrets(event: dict[str, Any]) -> None:
+    body = events.encode(event).decode("utf-8")
+    for secret in SECRETS:
+        assert secret not in body, (secret, body)
+    assert MASK in body
+
+
+# -- the API key --------------------------------------------------------------------------
+
+
+def test_reprs_never_show_the_key(server: FaultServer) -> None:
+    handler = EventLogHandler(API_KEY, server.url, **FAST)
+    handle = eventlog_handler.setup(API_KEY, server.url, capture_exceptions=True, **FAST)
+    processor = EventLogProcessor(API_KEY, server.url)
+    client = Client(server.url, API_KEY)
+    settings = Settings.from_options({"api_key": API_KEY, "server_url": server.url}, environ={})
+    objects = [
+        handler,
+        handler.engine,
+        handler.settings,
+        settings,
+        handle,
+        handle.engine,
+        processor,
+        client,
+    ]
+    objects += [handle.hooks, handle.handler]
+    for obj in objects:
+        assert_no_key(repr(obj), str(obj))
+    assert_no_key(handle.stats(), handler.stats())
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"api_key": API_KEY, "server_url": "ftp://example.invalid"},
+        {"api_key": API_KEY, "server_url": "http://127.0.0.1:99999"},
+        {"api_key": API_KEY + " with a space"},
+        {"api_key": "\t" + API_KEY + "\n\x00"},
+        {"api_key": API_KEY, "queue_size": "lots"},
+        {"api_key": API_KEY, "verify": "/no/such/bundle.pem"},
+        {"api_key": API_KEY, "no_such_option": 1},
+    ],
+)
+def test_configuration_errors_never_show_the_key(options: dict[str, Any]) -> None:
+    with pytest.raises((ValueError, TypeError)) as raised:
+        EventLogHandler(**options)
+    assert_no_key(str(raised.value), repr(raised.value))
+
+
+def test_client_errors_never_show_the_key(server: FaultServer) -> None:
+    client = Client(server.url, API_KEY, timeout=2)
+    server.script.extend([401, 403, 500, "reset"])
+    for _ in range(4):
+        with pytest.raises(errors.EventLogError) as raised:
+            client.submit({"message": "x"})
+        assert_no_key(str(raised.value), repr(raised.value), vars(raised.value))
+    with pytest.raises(errors.TransportError) as refused:
+        Client(f"http://127.0.0.1:{free_port()}", API_KEY, timeout=2).submit({"message": "x"})
+    assert_no_key(str(refused.value), repr(refused.value))
+
+
+def test_key_travels_only_in_the_authorization_header(
+    server: FaultServer, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG)  # urllib3's and the package's own debug logs included
+    server.script.extend([401, "reset", 503])
+    run = HandlerRun(server.url, "security")
+    run.log(30)
+    with set_user("u-1", "Ann", data={"note": "hello"}):
+        try:
+            raise RuntimeError("with an environment")
+        except RuntimeError:
+            run.logger.exception("error event")
+    settle(run.engine, [server], run.captured.ids)
+    assert server.requests
+    for seen in server.requests:
+        assert seen.headers["authorization"] == f"Bearer {API_KEY}"
+        others = {name: value for name, value in seen.headers.items() if name != "authorization"}
+        assert_no_key(others, json.dumps(seen.events))
+    for record in caplog.records:
+        assert_no_key(record.getMessage(), record.exc_text or "", record.__dict__)
+    captured = capsys.readouterr()
+    assert "refused the API key" in captured.err  # the 401 was reported...
+    assert_no_key(captured.out, captured.err)  # ...without the key
+    assert_no_key(run.engine.stats())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "transport.Engine._say_refused prints the server's problem title verbatim: a 401 whose "
+        "title echoes the rejected token puts the full API key on stderr (and in "
+        "stats()['last_error']); the package masks the key only where it formats it itself"
+    ),
+)
+def test_a_server_echoing_the_key_does_not_put_it_on_stderr(
+    server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    problem = {"type": "about:blank", "title": f"Unknown token {API_KEY}", "status": 401}
+    server.script.append(
+        Reply(401, json.dumps(problem).encode(), {"Content-Type": "application/problem+json"})
+    )
+    run = HandlerRun(server.url, "echo")
+    run.log(3)
+    settle(run.engine, [server], run.captured.ids)
+    captured = capsys.readouterr()
+    assert "refused the API key" in captured.err
+    assert_no_key(captured.err, run.engine.stats())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "events.environment_info: @environment.command_line is ' '.join(sys.argv) unmasked, so "
+        "a program started with its key on the command line ships the key in every error event"
+    ),
+)
+def test_key_on_the_command_line_is_not_shipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["app.py", "--eventlog-key", API_KEY])
+    monkeypatch.setattr(events, "_ENVIRONMENT", None)
+    run = HandlerRun(f"http://127.0.0.1:{free_port()}", "argv")
+    sent = collect(run.engine)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        run.logger.exception("failed")
+    (event,) = sent
+    assert "@environment" in event["data"]
+    assert_no_key(events.encode(event).decode())
+
+
+EXIT_CHILD = textwrap.dedent(
+    """
+    import logging
+    import eventlog_handler
+
+    eventlog_handler.setup(shutdown_timeout=0.5, retry_initial=0.01, max_backoff=0.05,
+                           flush_interval=0.05)
+    for index in range(10):
+        logging.getLogger("app").warning("refused %d", index)
+    """
+)
+
+
+def test_stderr_at_exit_never_shows_the_key(tmp_path: Path) -> None:
+    script = tmp_path / "app.py"
+    script.write_text(EXIT_CHILD)
+    with FaultServer() as server:
+        server.default = 401
+        completed = subprocess.run(
+            [sys.executable, str(script)],
+            env=child_env(server.url),
+            cwd=str(REPO),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert completed.returncode == 0, completed.stderr
+    assert "refused the API key" in completed.stderr
+    assert "10 event(s) could not be sent" in completed.stderr
+    assert_no_key(completed.stdout, completed.stderr)
+
+
+# -- the insecure-transport warning ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url", ["http://example.invalid", "http://10.1.2.3:5000", "http://[2001:db8::1]"]
+)
+def test_plain_http_to_a_remote_host_warns(url: str) -> None:
+    with pytest.warns(InsecureTransportWarning) as warned:
+        client = Client(url, API_KEY)  # constructed only: nothing is sent
+    assert_no_key(*(str(item.message) for item in warned))
+    assert_no_key(repr(client))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.invalid",
+        "http://127.0.0.1:5000",
+        "http://127.9.9.9",
+        "http://localhost:5000",
+        "http://[::1]:5000",
+    ],
+)
+def test_https_and_loopback_do_not_warn(url: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InsecureTransportWarning)
+        Client(url, API_KEY)
+
+
+# -- data exclusions -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sent() -> Iterator[tuple[logging.Logger, list[dict[str, Any]]]]:
+    run = HandlerRun(f"http://127.0.0.1:{free_port()}", "exclusions")
+    captured = collect(run.engine)
+    yield run.logger, captured
+
+
+def test_secrets_in_extras_are_masked_at_any_depth(
+    sent: tuple[logging.Logger, list[dict[str, Any]]],
+) -> None:
+    logger, captured = sent
+    nested = {
+        "password": SECRETS[0],
+        "request": {"headers": {"Authorization": SECRETS[1], "Cookie": SECRETS[2]}},
+        "batches": [[{"api_key": SECRETS[3]}], ({"SESSION_ID": SECRETS[2]},)],
+        "deep": {"a": {"b": {"c": {"client_secret": SECRETS[0]}}}},
+        "private-key": SECRETS[3],
+    }
+    logger.info("flat", extra={"password": SECRETS[0], "X-Api-Key": SECRETS[3], "ok": 1})
+    logger.info("nested", extra=nested)
+    logger.info("args %s", "one", "two", {"access_token": SECRETS[1]})  # mismatched: args kept
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        logger.exception("error with extras", extra=nested)
+    assert len(captured) == 4
+    for event in captured:
+        assert_no_secrets(event)
+    assert captured[0]["data"]["ok"] == 1
+
+
+def test_secrets_in_exception_attributes_are_masked() -> None:
+    run = HandlerRun(f"http://127.0.0.1:{free_port()}", "exc-attributes")
+    captured = collect(run.engine)
+
+    class ConfigError(Exception):
+        pass
+
+    try:
+        try:
+            inner = KeyError("inner")
+            inner.token = SECRETS[1]  # type: ignore[attr-defined]
+            raise inner
+        except KeyError as cause:
+            outer = ConfigError("bad config")
+            outer.password = SECRETS[0]  # type: ignore[attr-defined]
+            outer.config = {"db": {"password": SECRETS[0]}, "api_key": SECRETS[3]}  # type: ignore[attr-defined]
+            raise outer from cause
+    except ConfigError:
+        run.logger.exception("failed")
+    if EXCEPTION_GROUP is not None:
+        member = ValueError("member")
+        member.session = SECRETS[2]  # type: ignore[attr-defined]
+        try:
+            raise EXCEPTION_GROUP("several", [member])
+        except EXCEPTION_GROUP:
+            run.logger.exception("group")
+    assert len(captured) == (2 if EXCEPTION_GROUP is not None else 1)
+    for event in captured:
+        assert_no_secrets(event)
+
+
+def test_secrets_in_structlog_keys_are_masked() -> None:
+    processor = EventLogProcessor(API_KEY, f"http://127.0.0.1:{free_port()}")
+    captured = collect(processor.engine)
+    processor(
+        None,
+        "info",
+        {
+            "event": "login",
+            "password": SECRETS[0],
+            "headers": {"authorization": SECRETS[1]},
+            "items": [{"cookie": SECRETS[2]}, {"private_key": SECRETS[3]}],
+        },
+    )
+    structlog = pytest.importorskip("structlog")
+    log = structlog.wrap_logger(
+        structlog.ReturnLogger(), processors=[processor, lambda _l, _m, _e: "rendered"]
+    )
+    log.warning("through structlog", api_key=SECRETS[3], nested={"SessionToken": SECRETS[2]})
+    assert len(captured) == 2
+    for event in captured:
+        assert_no_secrets(event)
+
+
+def test_secrets_in_user_data_of_error_events_are_masked(
+    sent: tuple[logging.Logger, list[dict[str, Any]]],
+) -> None:
+    logger, captured = sent
+    with set_user("u-1", "Ann", data={"password": SECRETS[0], "prefs": [{"token": SECRETS[1]}]}):
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logger.exception("failed")
+    logger.info(
+        "override",
+        extra={"@user": {"identity": "u-2", "data": {"api_key": SECRETS[3]}}, "nested": [1]},
+    )
+    assert len(captured) == 2
+    for event in captured:
+        assert_no_secrets(event)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "records._fast_log_event copies the context's or the record's @user as is "
+        "(event['@user'] = dict(user)); user data is never masked on log events with flat extras "
+        "(log_event masks it through _user_with_exclusions)"
+    ),
+)
+def test_secrets_in_user_data_of_log_events_are_masked(
+    sent: tuple[logging.Logger, list[dict[str, Any]]],
+) -> None:
+    logger, captured = sent
+    with set_user("u-1", "Ann", data={"password": SECRETS[0], "prefs": [{"token": SECRETS[1]}]}):
+        logger.info("plain log event")
+    logger.info("override", extra={"@user": {"identity": "u-2", "data": {"api_key": SECRETS[3]}}})
+    assert len(captured) == 2
+    for event in captured:
+        assert_no_secrets(event)
+
+
+def test_masking_applies_to_what_is_sent(server: FaultServer) -> None:
+    run = HandlerRun(server.url, "exclusions-sent")
+    run.logger.info("sent", extra={"password": SECRETS[0], "inner": [{"token": SECRETS[1]}]})
+    settle(run.engine, [server], run.captured.ids)
+    (event,) = server.accepted
+    assert event["data"] == {"password": MASK, "inner": [{"token": MASK}]}
