@@ -29,7 +29,8 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from eventlog_handler.jsonsafe import safe_str, to_jsonable, truncate
+from eventlog_handler.jsonsafe import is_excluded, safe_str, to_jsonable, truncate
+from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK
 from eventlog_handler.simple_error import simple_error
 
 #: ``message`` and ``source`` are cut by the service past this many characters.
@@ -233,7 +234,7 @@ def _add_common(
     reference_id: str | None,
 ) -> None:
     if user:
-        event["@user"] = _user_with_exclusions(user, exclusions)
+        event["@user"] = user_with_exclusions(user, exclusions)
     if level is not None:
         event["@level"] = level
     if source:
@@ -248,7 +249,7 @@ def _add_common(
     event["reference_id"] = reference_id or new_reference_id()
 
 
-def _user_with_exclusions(user: Mapping[str, Any], exclusions: Collection[str]) -> Any:
+def user_with_exclusions(user: Mapping[str, Any], exclusions: Collection[str]) -> Any:
     """``@user`` as JSON: identity and name as given, its ``data`` under the exclusions."""
     result = to_jsonable({key: value for key, value in user.items() if key != "data"}, ())
     if isinstance(result, dict) and user.get("data") is not None:
@@ -283,7 +284,7 @@ def environment_info() -> dict[str, Any]:
             "machine_name": socket.gethostname(),
             "process_id": str(pid),
             "process_name": os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python",
-            "command_line": truncate(" ".join(sys.argv), 1000),
+            "command_line": truncate(" ".join(mask_arguments(sys.argv)), 1000),
             "o_s_name": uname.system,
             "o_s_version": uname.release,
             "architecture": uname.machine,
@@ -291,6 +292,29 @@ def environment_info() -> dict[str, Any]:
             "processor_count": os.cpu_count() or 1,
         }
     return _ENVIRONMENT
+
+
+def mask_arguments(
+    argv: list[str], exclusions: Collection[str] = DEFAULT_DATA_EXCLUSIONS
+) -> list[str]:
+    """``argv`` with the values of secret-looking options masked: ``--api-key X``,
+    ``--password=X``, ``token=X`` (the option names matched like data exclusions)."""
+    masked: list[str] = []
+    hide_next = False
+    for arg in argv:
+        text = safe_str(arg)
+        if hide_next:
+            masked.append(MASK)
+            hide_next = False
+            continue
+        name, sep, _value = text.partition("=")
+        if is_excluded(name.lstrip("-"), exclusions):
+            if sep:
+                masked.append(f"{name}={MASK}")
+                continue
+            hide_next = text.startswith("-")
+        masked.append(text)
+    return masked
 
 
 def thread_info() -> dict[str, Any]:

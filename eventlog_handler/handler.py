@@ -147,7 +147,12 @@ class EventLogHandler(logging.Handler):
             event = record_to_event(record, settings, self.formatter)
             get_engine(settings).enqueue(event, created=record.created)
         except RecursionError:
-            self._count_error("RecursionError")
+            # Almost no stack is left: count without calling anything that needs a frame.
+            try:
+                self.emit_errors += 1
+                self.last_emit_error = "RecursionError"
+            except RecursionError:  # pragma: no cover - even that failed
+                pass
         except Exception as exc:
             self._count_error(f"{type(exc).__name__}: {exc!s}")
 

@@ -141,6 +141,10 @@ class _Converter:
         self.active.add(marker)
         try:
             return convert(value, depth)
+        except RecursionError:
+            raise
+        except Exception as exc:  # this value only: its siblings are kept
+            return f"<unconvertible {_type_name(value)}: {safe_repr(exc)}>"
         finally:
             self.active.discard(marker)
 

@@ -49,8 +49,9 @@ from eventlog_handler.events import (
     normalize_tags,
     thread_info,
     user_info,
+    user_with_exclusions,
 )
-from eventlog_handler.jsonsafe import MAX_STRING, is_excluded, safe_str, truncate
+from eventlog_handler.jsonsafe import MAX_ITEMS, MAX_STRING, is_excluded, safe_str, truncate
 from eventlog_handler.settings import MASK, Settings
 
 #: Loggers whose records never become events (nor do their children's): the HTTP stack the
@@ -276,7 +277,11 @@ def build_event(
         )
     data = dict(data) if data else {}
     if settings.include_environment and "@environment" not in data:
-        data["@environment"] = {**environment_info(), **thread_info()}
+        environment = {**environment_info(), **thread_info()}
+        key = settings.api_key
+        if key and key in environment["command_line"]:  # a key given as a plain argument
+            environment["command_line"] = environment["command_line"].replace(key, MASK)
+        data["@environment"] = environment
     event = error_event(
         exc,
         message=message,
@@ -318,7 +323,7 @@ def _fast_log_event(
         "date": format_date(created),
     }
     if user:
-        event["@user"] = dict(user)
+        event["@user"] = user_with_exclusions(user, settings.data_exclusions)
     event["@level"] = level
     if source:
         event["source"] = source if len(source) <= MAX_SOURCE else truncate(source, MAX_SOURCE)
@@ -340,6 +345,8 @@ _EXCLUDED: dict[tuple[str, ...], dict[str, bool]] = {}
 def _flat_data(data: Mapping[str, Any], exclusions: tuple[str, ...]) -> dict[str, Any] | None:
     """A copy of ``data`` with excluded values masked, if every key is a short string and every
     value a short string, a 64-bit int, a finite float, a bool or ``None``; else ``None``."""
+    if len(data) > MAX_ITEMS:
+        return None  # the general builder keeps MAX_ITEMS and marks the rest
     cache = _EXCLUDED.get(exclusions)
     if cache is None:
         cache = _EXCLUDED.setdefault(exclusions, {})

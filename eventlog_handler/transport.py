@@ -307,7 +307,7 @@ class Engine:
                 result = client.post_payload(payload, gzipped, len(part))
             except errors.EventLogError as error:
                 decision = self.policy.decide(error, attempt, len(part))
-                self._last_error = f"{decision.reason}: {safe_str(error)}"
+                self._last_error = self._redact(f"{decision.reason}: {safe_str(error)}")
                 if decision.action in (Action.RETRY, Action.REFUSED):
                     if decision.action is Action.REFUSED:
                         self._say_refused(error)
@@ -408,6 +408,11 @@ class Engine:
             if not self._spill(spill):
                 self._deliver_entries(spill)
 
+    def _redact(self, text: str) -> str:
+        """``text`` (which may quote the server) without the API key in it."""
+        key = self.settings.api_key
+        return text.replace(key, mask_secret(key)) if key else text
+
     def _say_refused(self, error: errors.EventLogError) -> None:
         if self._refused_said:
             return
@@ -415,7 +420,8 @@ class Engine:
         status = getattr(error, "status", "?")
         _say(
             f"eventlog_handler: {self.settings.server_url} refused the API key "
-            f"{mask_secret(self.settings.api_key)} ({status}: {safe_str(error)}). Events are kept "
+            f"{mask_secret(self.settings.api_key)} ({status}: {self._redact(safe_str(error))}). "
+            f"Events are kept "
             f"(up to {self.settings.queue_size}) and retried every "
             f"{self.policy.refused_delay:g} s or more; check EVENTLOG_API_KEY / api_key."
         )

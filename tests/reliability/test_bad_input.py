@@ -431,13 +431,6 @@ def _at_depth(depth: int, call: Any) -> Any:
     return _at_depth(depth - 1, call)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "EventLogHandler.emit: with almost no stack left, the RecursionError handler's own call "
-        "self._count_error('RecursionError') raises RecursionError again, out of emit()"
-    ),
-)
 def test_emit_with_almost_no_stack_left_never_raises(capture: Capture) -> None:
     record = logging.LogRecord(
         "reliability.deep", logging.ERROR, __file__, 1, "deep %s", ("x",), None
@@ -497,13 +490,6 @@ def test_thousands_of_extras(capture: Capture) -> None:
     assert len(event["data"]) <= MAX_ITEMS + 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "records._fast_log_event/_flat_data keep every flat extra: 5000 plain extras give 5000 "
-        "data entries, where log_event (to_jsonable) keeps MAX_ITEMS (500) plus a marker"
-    ),
-)
 def test_thousands_of_flat_extras_are_bounded_like_log_event(capture: Capture) -> None:
     extra = {f"field_{index}": f"value {index}" for index in range(5_000)}
     event = capture.one(lambda: capture.logger.info("wide", extra=extra))
@@ -564,13 +550,6 @@ class RaisingItems(dict):  # type: ignore[type-arg]
         raise RuntimeError("cannot iterate")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "jsonsafe.to_jsonable: one value that fails to convert (a mapping whose items() raises) "
-        "turns the whole event 'data' into the string '<unconvertible dict: ...>', not an object"
-    ),
-)
 def test_one_unconvertible_value_keeps_data_an_object(capture: Capture) -> None:
     event = capture.one(
         lambda: capture.logger.info("row", extra={"row": RaisingItems(a=1), "kept": [1]})

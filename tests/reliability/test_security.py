@@ -143,14 +143,6 @@ def test_key_travels_only_in_the_authorization_header(
     assert_no_key(run.engine.stats())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "transport.Engine._say_refused prints the server's problem title verbatim: a 401 whose "
-        "title echoes the rejected token puts the full API key on stderr (and in "
-        "stats()['last_error']); the package masks the key only where it formats it itself"
-    ),
-)
 def test_a_server_echoing_the_key_does_not_put_it_on_stderr(
     server: FaultServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -166,13 +158,6 @@ def test_a_server_echoing_the_key_does_not_put_it_on_stderr(
     assert_no_key(captured.err, run.engine.stats())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "events.environment_info: @environment.command_line is ' '.join(sys.argv) unmasked, so "
-        "a program started with its key on the command line ships the key in every error event"
-    ),
-)
 def test_key_on_the_command_line_is_not_shipped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "argv", ["app.py", "--eventlog-key", API_KEY])
     monkeypatch.setattr(events, "_ENVIRONMENT", None)
@@ -354,14 +339,6 @@ def test_secrets_in_user_data_of_error_events_are_masked(
         assert_no_secrets(event)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "records._fast_log_event copies the context's or the record's @user as is "
-        "(event['@user'] = dict(user)); user data is never masked on log events with flat extras "
-        "(log_event masks it through _user_with_exclusions)"
-    ),
-)
 def test_secrets_in_user_data_of_log_events_are_masked(
     sent: tuple[logging.Logger, list[dict[str, Any]]],
 ) -> None:
