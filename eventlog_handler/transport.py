@@ -243,20 +243,7 @@ class Engine:
                         return None
                     self._changed.wait(timeout=min(60.0, spool_due - now))
                     continue
-                if (
-                    self._closing
-                    or self._flushing
-                    or len(buffer) >= settings.batch_size
-                    or settings.spool_all
-                ):
-                    due = now
-                else:
-                    oldest_error, oldest_log = buffer.oldest()
-                    due = math.inf
-                    if oldest_error is not None:
-                        due = oldest_error.enqueued + settings.error_delay
-                    if oldest_log is not None:
-                        due = min(due, oldest_log.enqueued + settings.flush_interval)
+                due = self._buffer_due(now)
                 if due <= now:
                     batch = buffer.take(settings.batch_size)
                     self._in_flight += len(batch)
@@ -264,6 +251,26 @@ class Engine:
                 if spool_due <= now:
                     return []
                 self._changed.wait(timeout=min(due, spool_due) - now)
+
+    def _buffer_due(self, now: float) -> float:
+        """When the events in memory are due to be taken (the lock is held)."""
+        settings, buffer = self.settings, self._buffer
+        if not buffer:
+            return math.inf
+        if (
+            self._closing
+            or self._flushing
+            or len(buffer) >= settings.batch_size
+            or settings.spool_all
+        ):
+            return now
+        oldest_error, oldest_log = buffer.oldest()
+        due = math.inf
+        if oldest_error is not None:
+            due = oldest_error.enqueued + settings.error_delay
+        if oldest_log is not None:
+            due = min(due, oldest_log.enqueued + settings.flush_interval)
+        return due
 
     def _client_for(self, timeout: float | None = None) -> Client:
         if timeout is not None:
@@ -396,11 +403,14 @@ class Engine:
                     remaining = end - time.monotonic()
                     if remaining <= 0:
                         break
-                    if self._spool is not None and len(self._buffer) >= self.settings.batch_size:
-                        spill = self._buffer.take(len(self._buffer))
-                        self._in_flight += len(spill)
-                        break
-                    self._changed.wait(timeout=remaining)
+                    if self._spool is not None:
+                        due = self._buffer_due(time.monotonic())
+                        if due <= time.monotonic():
+                            spill = self._buffer.take(len(self._buffer))
+                            self._in_flight += len(spill)
+                            break
+                        remaining = min(remaining, due - time.monotonic())
+                    self._changed.wait(timeout=max(0.0, remaining))
                 if not spill:
                     if self._finished:
                         return False

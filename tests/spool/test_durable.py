@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,29 @@ def make(url: str, spool: Path, **options: Any) -> transport.Engine:
     )
 
 
+def wait_settled(engine: transport.Engine, timeout: float = 20.0) -> dict[str, Any]:
+    """Wait until nothing is queued or in flight (everything delivered, dropped or on disk)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = engine.stats()
+        if stats["queued"] == 0 and stats["in_flight"] == 0:
+            return stats
+        time.sleep(0.01)
+    raise AssertionError(f"not settled: {engine.stats()}")
+
+
+def log_steadily(engine: transport.Engine, events: list[dict[str, Any]], room: int) -> None:
+    """Log like a program that keeps running through an outage: at its own pace, never more
+    than ``room`` events ahead of the worker (a burst bigger than the memory queue is a
+    different case, covered in tests/transport)."""
+    for index, event in enumerate(events):
+        engine.enqueue(event)
+        if index % room == room - 1:
+            deadline = time.monotonic() + 10
+            while engine.stats()["queued"] >= room and time.monotonic() < deadline:
+                time.sleep(0.002)
+
+
 def accounted(stats: dict[str, Any]) -> int:
     return (
         stats["delivered"]
@@ -51,13 +75,11 @@ def test_outage_longer_than_the_queue_loses_nothing(tmp_path: Path) -> None:
     port = free_port()
     engine = make(f"http://127.0.0.1:{port}", tmp_path / "spool", queue_size=200, batch_size=50)
     try:
-        refs = []
-        for index in range(3_000):  # fifteen times the memory queue
-            event = log_event(f"during outage {index}", level="Info")
-            refs.append(event["reference_id"])
-            engine.enqueue(event)
-        assert not engine.flush(0.5)
-        stats = engine.stats()
+        events = [log_event(f"during outage {index}", level="Info") for index in range(3_000)]
+        refs = [event["reference_id"] for event in events]
+        log_steadily(engine, events, room=100)  # fifteen times the memory queue in all
+        assert not engine.flush(0.2)
+        stats = wait_settled(engine)
         assert stats["captured"] == 3_000 == accounted(stats)
         assert stats["dropped"]["queue_full"] == 0
         assert stats["spooled"] > 2_000  # the overflow went to disk, not out of the window
@@ -82,17 +104,15 @@ def test_spool_stays_within_its_byte_bound_evicting_logs_first(tmp_path: Path) -
     )
     try:
         filler = "x" * 900
-        for index in range(3_000):  # about 3 MB of events against a 1 MB bound
-            engine.enqueue(log_event(f"log {index} {filler}", level="Info"))
         try:
             raise ValueError("kept")
         except ValueError as exc:
             error = error_event(exc)
-        engine.enqueue(error)
-        for index in range(500):
-            engine.enqueue(log_event(f"later {index} {filler}", level="Info"))
-        engine.flush(0.5)
-        stats = engine.stats()
+        events = [log_event(f"log {index} {filler}", level="Info") for index in range(3_000)]
+        events += [error] + [log_event(f"later {i} {filler}", level="Info") for i in range(500)]
+        log_steadily(engine, events, room=500)  # about 3.5 MB of events against a 1 MB bound
+        engine.flush(0.2)
+        stats = wait_settled(engine)
         assert stats["captured"] == accounted(stats)
         assert stats["dropped"]["spool_full"] > 0
         disk = sum(path.stat().st_size for path in (tmp_path / "spool").iterdir())
