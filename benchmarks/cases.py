@@ -1,0 +1,414 @@
+"""The benchmark cases. Each runs in a process of its own and prints ``RESULT {json}`` last.
+
+``python benchmarks/cases.py CASE PEER [--quick] [--variant V]``; :mod:`run` starts these.
+Every peer sends to a sink in another process (:mod:`sink`), so the sink never competes with the
+measured process for its interpreter lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import SinkProcess, closed_port, rss_bytes, wait_for
+from peers import PEERS, Peer, Target, bench_logger
+
+CASES = ("caller", "burst", "throughput", "memory", "exit")
+
+#: Sizes of the full run and of ``--quick``.
+SIZES: dict[str, dict[str, Any]] = {
+    "full": {
+        "caller_calls": 20_000,
+        "caller_exc_calls": 5_000,
+        "caller_repeats": 5,
+        "caller_repeat_budget": 1.5,  # seconds; a slow peer does fewer calls per repeat
+        "caller_probe": 100,
+        "settle_timeout": 10.0,
+        "burst": 20_000,
+        "burst_timeout": 10.0,
+        "throughput": 200_000,
+        "throughput_timeout": 60.0,
+        "stall": 3.0,  # seconds without progress after which delivery counts as over
+        "memory_warmup": 1_000,
+        "memory": 1_000_000,
+        "exit_pending": 10_000,
+        "exit_kill_after": 30.0,
+        "log_budget": 30.0,  # seconds of logging at most (a peer slower than that is cut short)
+    },
+    "quick": {
+        "caller_calls": 300,
+        "caller_exc_calls": 100,
+        "caller_repeats": 2,
+        "caller_repeat_budget": 0.1,
+        "caller_probe": 20,
+        "settle_timeout": 1.0,
+        "burst": 1_000,
+        "burst_timeout": 0.5,
+        "throughput": 2_000,
+        "throughput_timeout": 1.0,
+        "stall": 0.5,
+        "memory_warmup": 100,
+        "memory": 3_000,
+        "exit_pending": 200,
+        "exit_kill_after": 1.5,
+        "log_budget": 0.5,
+        "shutdown_timeout": 0.3,  # eventlog's and sentry's exit deadline, to keep it short
+    },
+}
+
+WARNING_ARGS = ("user %s did %d things", "ann", 3)
+
+
+def _log_warnings(logger: Any, count: int, budget: float) -> int:
+    """Log ``count`` warnings, stopping early when ``budget`` seconds are spent; return how many."""
+    warning = logger.warning
+    deadline = time.perf_counter() + budget
+    done = 0
+    while done < count:
+        chunk = min(100, count - done)
+        for _ in range(chunk):
+            warning("user %s did %d things", "ann", 3, extra={"a": 1, "b": "two"})
+        done += chunk
+        if time.perf_counter() > deadline:
+            break
+    return done
+
+
+def _recurse(depth: int) -> None:
+    if depth <= 1:
+        raise ValueError("failed at the bottom")
+    _recurse(depth - 1)
+
+
+def _delivered(sink: SinkProcess, peer: Peer) -> int:
+    assert peer.counter is not None
+    return int(sink.counts()[peer.counter])
+
+
+# -- 1. caller cost ------------------------------------------------------------------------------
+
+
+def case_caller(peer: Peer, size: dict[str, Any], variant: str) -> dict[str, Any]:
+    with SinkProcess() as sink:
+        logger = bench_logger()
+        peer.attach(logger, Target(sink.http_url, sink.tcp_port), {})
+        budget = size["caller_repeat_budget"]
+
+        def warnings(n: int) -> float:
+            start = time.perf_counter()
+            for _ in range(n):
+                logger.warning("user %s did %d things", "ann", 3, extra={"a": 1, "b": "two"})
+            return time.perf_counter() - start
+
+        def exceptions(n: int) -> float:
+            start = time.perf_counter()
+            for i in range(n):
+                try:
+                    _recurse(10)
+                except ValueError:
+                    logger.exception("job %d failed", i)
+            return time.perf_counter() - start
+
+        result: dict[str, Any] = {}
+        for key, loop, calls in (
+            ("warning_us", warnings, size["caller_calls"]),
+            ("exception_us", exceptions, size["caller_exc_calls"]),
+        ):
+            # Warm up (first-use costs: worker start, connection, lazy imports), then size the
+            # repeats so that a slow peer still finishes in its budget.
+            probe = max(1, min(size["caller_probe"], calls))
+            per_call = loop(probe) / probe
+            n = max(min(calls, 20), min(calls, int(budget / max(per_call, 1e-9))))
+            peer.settle(size["settle_timeout"])
+            samples = []
+            for _ in range(size["caller_repeats"]):
+                samples.append(loop(n) / n * 1e6)
+                peer.settle(size["settle_timeout"])
+            result[key] = median(samples)
+            result[key.replace("_us", "_calls")] = n
+        return result
+
+
+# -- 2. burst ------------------------------------------------------------------------------------
+
+
+def case_burst(peer: Peer, size: dict[str, Any], variant: str) -> dict[str, Any]:
+    if peer.counter is None:
+        return {"na": "delivers nothing"}
+    with SinkProcess() as sink:
+        logger = bench_logger()
+        peer.attach(logger, Target(sink.http_url, sink.tcp_port), {})
+        # One record first, so the worker and the connection exist: the burst hits a handler
+        # that is already in use, as in a running program.
+        logger.warning("ready")
+        peer.settle(size["settle_timeout"])
+        wait_for(lambda: _delivered(sink, peer) >= 1, size["settle_timeout"])
+        base = _delivered(sink, peer)
+        start = time.perf_counter()
+        logged = _log_warnings(logger, size["burst"], size["log_budget"])
+        burst_s = time.perf_counter() - start
+        done = wait_for(
+            lambda: _delivered(sink, peer) - base >= logged, size["burst_timeout"], 0.005
+        )
+        all_s = time.perf_counter() - start
+        delivered = _delivered(sink, peer) - base
+        return {
+            "logged": logged,
+            "planned": size["burst"],
+            "delivered": delivered,
+            "fraction": delivered / size["burst"],
+            "burst_s": burst_s,
+            "all_s": all_s if done else None,
+            "stats": peer.stats(),
+        }
+
+
+# -- 3. throughput -------------------------------------------------------------------------------
+
+
+def _start_collector() -> tuple[subprocess.Popen[str], str, str, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eventlog_handler.collector", "--port", "0", "--db", ":memory:"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    url = project_token = user_token = ""
+    for line in proc.stdout:
+        if "serving at" in line:
+            url = line.rsplit(" ", 1)[1].strip()
+        elif "project token:" in line:
+            project_token = line.split(":", 1)[1].split()[0]
+        elif "user token:" in line:
+            user_token = line.split(":", 1)[1].split()[0]
+        elif "Press Ctrl-C" in line:
+            break
+    if not (url and project_token and user_token):
+        proc.kill()
+        raise RuntimeError("the local collector did not print its URL and tokens")
+    return proc, url, project_token, user_token
+
+
+def _stored(url: str, user_token: str) -> int:
+    request = urllib.request.Request(
+        f"{url}/api/v2/events?limit=1", headers={"Authorization": f"Bearer {user_token}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return int(response.headers["X-Result-Count"])
+
+
+def _sustained(
+    count: Any, logged: int, start: float, timeout: float, stall: float
+) -> dict[str, Any]:
+    """Poll ``count()`` until it reaches ``logged``, stops growing for ``stall`` s, or time is
+    up; the rate is what arrived by the last time the count grew."""
+    last, last_change = 0, time.perf_counter()
+    deadline = start + timeout
+    while True:
+        now = time.perf_counter()
+        current = count()
+        if current != last:
+            last, last_change = current, now
+        if current >= logged or now - last_change > stall or now > deadline:
+            break
+        time.sleep(0.01)
+    elapsed = last_change - start
+    return {
+        "delivered": last,
+        "seconds": elapsed,
+        "events_per_s": last / elapsed if elapsed > 0 and last else 0.0,
+    }
+
+
+def case_throughput(peer: Peer, size: dict[str, Any], variant: str) -> dict[str, Any]:
+    n = size["throughput"]
+    if variant == "collector":
+        if peer.name != "eventlog":
+            return {"na": "eventlog only"}
+        proc, url, project_token, user_token = _start_collector()
+        try:
+            logger = bench_logger()
+            peer.attach(logger, Target(url, 0, api_key=project_token), {})
+            engine = peer.handler.engine  # type: ignore[attr-defined]
+            start = time.perf_counter()
+            logged = _log_warnings(logger, n, size["log_budget"] * 2)
+            result = _sustained(
+                lambda: int(engine.stats()["delivered"]),
+                logged,
+                start,
+                size["throughput_timeout"],
+                size["stall"],
+            )
+            result.update(logged=logged, fraction=result["delivered"] / n)
+            result["stored"] = _stored(url, user_token)
+            result["stats"] = peer.stats()
+            return result
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    if peer.counter is None:
+        return {"na": "delivers nothing"}
+    with SinkProcess() as sink:
+        logger = bench_logger()
+        peer.attach(logger, Target(sink.http_url, sink.tcp_port), {})
+        logger.warning("ready")
+        peer.settle(size["settle_timeout"])
+        wait_for(lambda: _delivered(sink, peer) >= 1, size["settle_timeout"])
+        base = _delivered(sink, peer)
+        start = time.perf_counter()
+        logged = _log_warnings(logger, n, size["log_budget"] * 2)
+        result = _sustained(
+            lambda: _delivered(sink, peer) - base,
+            logged,
+            start,
+            size["throughput_timeout"],
+            size["stall"],
+        )
+        result.update(logged=logged, fraction=result["delivered"] / n, stats=peer.stats())
+        return result
+
+
+# -- 4. memory against a dead server -------------------------------------------------------------
+
+
+def case_memory(peer: Peer, size: dict[str, Any], variant: str) -> dict[str, Any]:
+    port = closed_port()
+    logger = bench_logger()
+    peer.attach(logger, Target(f"http://127.0.0.1:{port}", port), {})
+    # First-use costs (worker, imports, the first failures) are not growth.
+    _log_warnings(logger, size["memory_warmup"], 60.0)
+    time.sleep(0.2)
+    gc.collect()
+    baseline = peak = rss_bytes()
+    total, chunk = size["memory"], max(1, size["memory"] // 50)
+    logged, start = 0, time.perf_counter()
+    deadline = start + size["log_budget"] * 2
+    while logged < total and time.perf_counter() < deadline:
+        remaining = deadline - time.perf_counter()
+        logged += _log_warnings(logger, min(chunk, total - logged), remaining)
+        peak = max(peak, rss_bytes())
+    seconds = time.perf_counter() - start
+    time.sleep(0.2)
+    peak = max(peak, rss_bytes())
+    return {
+        "logged": logged,
+        "planned": total,
+        "growth_mb": (peak - baseline) / 1e6,
+        "baseline_mb": baseline / 1e6,
+        "seconds": seconds,
+        "stats": peer.stats(),
+    }
+
+
+# -- 5. exit with events pending -----------------------------------------------------------------
+
+
+def exit_child(peer: Peer, size: dict[str, Any], variant: str, url: str, tcp_port: int) -> None:
+    """The process whose exit is timed: log, print the mark, fall off the end of the script."""
+    options = {}
+    if "shutdown_timeout" in size and peer.name in ("eventlog", "sentry"):
+        options["shutdown_timeout"] = size["shutdown_timeout"]
+    logger = bench_logger()
+    peer.attach(logger, Target(url, tcp_port), options)
+    _log_warnings(logger, size["exit_pending"], 60.0)
+    info = {"pending": peer.pending(), "shutdown_timeout": peer.shutdown_timeout()}
+    sys.stdout.write(f"MARK {time.monotonic()!r} {json.dumps(info)}\n")
+    sys.stdout.flush()
+
+
+def case_exit(peer: Peer, size: dict[str, Any], variant: str, quick: bool) -> dict[str, Any]:
+    if peer.counter is None:
+        return {"na": "nothing pending"}
+    with SinkProcess() as sink:
+        if variant == "up":
+            url, tcp_port = sink.http_url, sink.tcp_port
+        elif variant == "down":
+            port = closed_port()
+            url, tcp_port = f"http://127.0.0.1:{port}", port
+        else:  # hung: the connection is taken, no answer ever comes
+            url, tcp_port = f"http://127.0.0.1:{sink.hung_port}", sink.hung_port
+        command = [sys.executable, str(Path(__file__).resolve()), "exit-child", peer.name]
+        command += ["--url", url, "--tcp-port", str(tcp_port), "--variant", variant]
+        if quick:
+            command.append("--quick")
+        child = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ
+        )
+        assert child.stdout is not None and child.stderr is not None
+        mark, info = None, {}
+        for line in child.stdout:
+            if line.startswith("MARK "):
+                _, stamp, text = line.split(" ", 2)
+                mark, info = float(stamp), json.loads(text)
+                break
+        killed = False
+        try:
+            child.wait(timeout=size["exit_kill_after"])
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            killed = True
+        ended = time.monotonic()
+        stderr = child.stderr.read()
+        child.stdout.close()
+        child.stderr.close()
+        if mark is None:
+            raise RuntimeError(f"the exiting process printed no mark: {stderr[-2000:]}")
+        result: dict[str, Any] = {
+            "exit_s": None if killed else ended - mark,
+            "killed_after": size["exit_kill_after"] if killed else None,
+            "logged": size["exit_pending"],
+            **info,
+        }
+        if variant == "up":
+            time.sleep(0.05)
+            result["delivered"] = _delivered(sink, peer)
+            result["fraction"] = result["delivered"] / size["exit_pending"]
+        return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("case", choices=(*CASES, "exit-child"))
+    parser.add_argument("peer", choices=sorted(PEERS))
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--variant", default="")
+    parser.add_argument("--url", default="")
+    parser.add_argument("--tcp-port", type=int, default=0)
+    args = parser.parse_args(argv)
+    peer = PEERS[args.peer]
+    size = SIZES["quick" if args.quick else "full"]
+    if args.case == "exit-child":
+        exit_child(peer, size, args.variant, args.url, args.tcp_port)
+        return 0
+    if not peer.available():
+        result: dict[str, Any] = {"na": "not installed"}
+    elif args.case == "exit":
+        result = case_exit(peer, size, args.variant, args.quick)
+    else:
+        result = {
+            "caller": case_caller,
+            "burst": case_burst,
+            "throughput": case_throughput,
+            "memory": case_memory,
+        }[args.case](peer, size, args.variant)
+    sys.stdout.write("RESULT " + json.dumps(result, default=str) + "\n")
+    sys.stdout.flush()
+    sys.stdout.close()
+    os._exit(0)  # the case is over: don't time (or wait for) the peers' exit flush here
+
+
+if __name__ == "__main__":
+    sys.exit(main())
