@@ -91,7 +91,9 @@ def run_program(tmp_path: Path, source: str, url: str, *args: str) -> None:
     script = tmp_path / "app.py"
     script.write_text(source)
     completed = subprocess.run(
-        [sys.executable, str(script), *args],
+        # Python 3.12+ warns about any fork() of a process that has threads (the worker is
+        # one); that warning is CPython's, not ours, and gunicorn users see it as well.
+        [sys.executable, "-W", "ignore:This process:DeprecationWarning", str(script), *args],
         env=child_env(url),
         cwd=str(REPO),
         capture_output=True,
