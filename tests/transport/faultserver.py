@@ -58,6 +58,7 @@ class FaultServer:
         self.duplicates: list[str] = []
         self._ids: set[str] = set()
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
         self._stopping = threading.Event()
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.owner = self
@@ -72,9 +73,17 @@ class FaultServer:
         return self
 
     def stop(self) -> None:
+        """Stop like a process that ends: the listening socket and every open connection."""
         self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> FaultServer:
         return self.start()
@@ -129,6 +138,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.owner._lock:
+            self.server.owner._connections.add(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            with self.server.owner._lock:
+                self.server.owner._connections.discard(self.connection)
 
     def do_POST(self) -> None:
         owner = self.server.owner
