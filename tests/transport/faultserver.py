@@ -16,6 +16,7 @@ decoded from gzip when sent so. A reference id accepted twice is in :attr:`dupli
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import json
@@ -80,10 +81,8 @@ class FaultServer:
         with self._lock:
             connections = list(self._connections)
         for connection in connections:
-            try:
+            with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def __enter__(self) -> FaultServer:
         return self.start()
