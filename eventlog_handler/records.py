@@ -61,6 +61,11 @@ IGNORED_LOGGERS = frozenset({"urllib3", "requests", "charset_normalizer", "event
 #: Record attributes that are not ``extra=`` fields: python-json-logger's list, every attribute
 #: of a fresh ``LogRecord`` of this Python (``taskName`` on 3.12+, and whatever comes later),
 #: what formatters add, and what structlog's stdlib bridge adds.
+#: How many attributes ``LogRecord.__init__`` sets (in this Python version), and the last.
+_RECORD_ATTRIBUTES = list(vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)))
+_RECORD_ATTRIBUTE_COUNT = len(_RECORD_ATTRIBUTES)
+_LAST_RECORD_ATTRIBUTE = _RECORD_ATTRIBUTES[-1]
+
 RESERVED_ATTRS: frozenset[str] = frozenset(
     {
         *_JSON_LOGGER_RESERVED,
@@ -427,7 +432,13 @@ def record_to_event(
     user: dict[str, Any] | None = None
     tags: tuple[Any, ...] = ()
     attributes = record.__dict__
-    data = {key: value for key, value in attributes.items() if key not in RESERVED_ATTRS}
+    # A record's own attributes come first (its constructor sets them) and `extra=` fields
+    # after, so only the keys past the constructor's are looked at.
+    keys = list(attributes)
+    start = _RECORD_ATTRIBUTE_COUNT
+    if len(keys) < start or keys[start - 1] != _LAST_RECORD_ATTRIBUTE:
+        start = 0  # an unusual record: look at every key
+    data = {key: attributes[key] for key in keys[start:] if key not in RESERVED_ATTRS}
     if data:
         if TAGS_KEY in data:
             tags = tags_from(data.pop(TAGS_KEY))
