@@ -9,6 +9,8 @@
   worker does, so the comparison is fair; a stdlib ``HTTPHandler`` (one request per record) would
   be far slower. It has no retry: a failed batch is dropped and counted.
 - ``eventlog``: :class:`eventlog_handler.EventLogHandler` with its default settings.
+- ``eventlog-spool`` / ``eventlog-spool-all`` (only with ``--peers``): the same with the durable
+  spool, events going to disk when they can't be sent / every event written before it is sent.
 - ``sentry``: sentry-sdk with ``LoggingIntegration(event_level=WARNING)`` (every warning is an
   event) and its default integrations; its DSN points at the sink.
 - ``logstash``: python-logstash-async's ``AsynchronousLogstashHandler`` over TCP with the
@@ -266,8 +268,38 @@ class Logstash(Peer):
         time.sleep(min(timeout, 0.05))
 
 
+class EventLogSpool(EventLog):
+    """eventlog-handler with the durable spool: events go to disk when they can't be sent."""
+
+    name, title = "eventlog-spool", "eventlog+spool"
+    spool_all = False
+
+    def attach(self, logger: logging.Logger, target: Target, options: dict[str, Any]) -> None:
+        import tempfile
+
+        self.folder = tempfile.mkdtemp(prefix="eventlog-bench-spool-")
+        options = {**options, "spool_path": self.folder, "spool_all": self.spool_all}
+        super().attach(logger, target, options)
+
+
+class EventLogSpoolAll(EventLogSpool):
+    """eventlog-handler writing every event to the spool before sending it."""
+
+    name, title = "eventlog-spool-all", "eventlog+spool_all"
+    spool_all = True
+
+
 PEERS: dict[str, Peer] = {
-    peer.name: peer for peer in (Noop(), Stdlib(), EventLog(), Sentry(), Logstash())
+    peer.name: peer
+    for peer in (
+        Noop(),
+        Stdlib(),
+        EventLog(),
+        EventLogSpool(),
+        EventLogSpoolAll(),
+        Sentry(),
+        Logstash(),
+    )
 }
 
 

@@ -36,6 +36,9 @@ from peers import PEERS
 
 REPO = HERE.parent
 PEER_ORDER = ("noop", "stdlib", "eventlog", "sentry", "logstash")
+#: Variants of the package shown only when asked for (``--peers ...,eventlog-spool``).
+EXTRA_PEERS = ("eventlog-spool", "eventlog-spool-all")
+ALL_PEERS = PEER_ORDER[:3] + EXTRA_PEERS + PEER_ORDER[3:]
 VARIANTS: dict[str, tuple[str, ...]] = {
     "throughput": ("sink", "collector"),
     "exit": ("up", "down", "hung"),
@@ -372,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per figure (medians shown)")
     parser.add_argument("--cases", default=",".join(CASES), help="among " + ",".join(CASES))
     parser.add_argument(
-        "--peers", default=",".join(PEER_ORDER), help="among " + ",".join(PEER_ORDER)
+        "--peers", default=",".join(PEER_ORDER), help="among " + ",".join(ALL_PEERS)
     )
     parser.add_argument(
         "--jobs", type=int, default=1, help="cases run at once (default 1; more skews timings)"
@@ -381,11 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
-    for name, given, known in (("case", cases, CASES), ("peer", peers, PEER_ORDER)):
+    for name, given, known in (("case", cases, CASES), ("peer", peers, ALL_PEERS)):
         unknown = [item for item in given if item not in known]
         if unknown or not given:
             parser.error(f"unknown {name}(s): {', '.join(unknown) or '(none)'}")
-    peers = [p for p in PEER_ORDER if p in peers]
+    peers = [p for p in ALL_PEERS if p in peers]
     size = SIZES["quick" if args.quick else "full"]
     command = shlex.join(["python", *sys.argv[:1], *(sys.argv[1:] if argv is None else argv)])
     results = run_all(cases, peers, max(1, args.repeat), args.quick, args.jobs)
