@@ -64,6 +64,8 @@ class SpoolFile:
             str(path), timeout=5.0, isolation_level=None, check_same_thread=False
         )
         self._guard = threading.Lock()
+        #: Rows being sent right now: eviction leaves them alone (their outcome is pending).
+        self.reserved: set[int] = set()
         with self._guard:
             self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -152,8 +154,12 @@ class SpoolFile:
                 for rowid, size in rows:
                     if excess <= 0:
                         break
+                    if rowid in self.reserved:
+                        continue
                     chosen.append(rowid)
                     excess -= int(size)
+                if not chosen:
+                    break
                 evicted[is_error] += self.delete(chosen)
         return evicted[0], evicted[1]
 

@@ -498,7 +498,14 @@ class Engine:
             if expired:
                 self._settle_part(Part.from_rows(file, expired), "expired")
             fresh = [row for row in rows if row.created >= oldest_allowed]
-            if fresh and not self._deliver(deque([Part.from_rows(file, fresh)])):
+            if not fresh:
+                continue
+            file.reserved.update(row.id for row in fresh)
+            try:
+                sent = self._deliver(deque([Part.from_rows(file, fresh)]))
+            finally:
+                file.reserved.difference_update(row.id for row in fresh)
+            if not sent:
                 with self._lock:
                     self._spool_due = time.monotonic()
                 return False
