@@ -95,3 +95,12 @@ def test_forked_child_starts_its_own_file(tmp_path: Path) -> None:
     child_file = os.read(read, 4096).decode()
     os.close(read)
     assert child_file and child_file != str(parent_file)
+
+
+def test_rows_being_sent_are_not_evicted(tmp_path: Path) -> None:
+    own = Spool(tmp_path).own()
+    own.append([(float(i), False, b"y" * 100) for i in range(10)])
+    sending = [row.id for row in own.oldest(3, 10_000)]
+    own.reserved.update(sending)
+    assert own.evict_oldest(target_bytes=0) == (7, 0)
+    assert [row.id for row in own.oldest(10, 10_000)] == sending
