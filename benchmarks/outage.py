@@ -35,20 +35,8 @@ from tests.transport.faultserver import FaultServer  # noqa: E402
 API_KEY = "outage-api-key-0123456789abcdef"
 
 
-class _CountingServer(FaultServer):
-    def record(self, seen: Any) -> None:
-        with self._lock:
-            if isinstance(seen.status, int) and 200 <= seen.status < 300:
-                for event in seen.events:
-                    ref = str(event.get("reference_id"))
-                    if ref in self._ids:
-                        self.duplicates.append(ref)
-                    else:
-                        self._ids.add(ref)
-
-
 def serve(control: Any, port: int) -> None:
-    server = _CountingServer(port=port).start()
+    server = FaultServer(port=port, keep_events=False).start()
     control.send("ready")
     control.recv()
     control.send({"accepted_unique": len(server._ids), "duplicates": len(server.duplicates)})

@@ -76,31 +76,16 @@ BEHAVIOURS: dict[str, Any] = {
 }
 
 
-class _CountingServer(FaultServer):
-    """Keeps reference ids, not events, so a long run's memory is the handler's, not ours."""
-
-    def record(self, seen: Any) -> None:
-        with self._lock:
-            self.requests_count = getattr(self, "requests_count", 0) + 1
-            if isinstance(seen.status, int) and 200 <= seen.status < 300:
-                for event in seen.events:
-                    ref = str(event.get("reference_id"))
-                    if ref in self._ids:
-                        self.duplicates.append(ref)
-                    else:
-                        self._ids.add(ref)
-
-
 def serve(control: Any, port: int) -> None:
     """The fault server, in a process of its own, driven by commands from the soak."""
     ids: set[str] = set()
     duplicates: list[str] = []
-    server: _CountingServer | None = None
+    server: FaultServer | None = None
 
-    def start() -> _CountingServer:
+    def start() -> FaultServer:
         for attempt in range(100):
             try:
-                new = _CountingServer(port=port)
+                new = FaultServer(port=port, keep_events=False)
             except OSError:
                 time.sleep(0.05 * (attempt + 1))
                 continue

@@ -51,7 +51,9 @@ class Seen:
 
 
 class FaultServer:
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, keep_events: bool = True) -> None:
+        #: ``False``: remember accepted reference ids only (long runs, bounded memory).
+        self.keep_events = keep_events
         self.script: deque[Any] = deque()
         self.default: Any = 202
         self.requests: list[Seen] = []
@@ -105,7 +107,8 @@ class FaultServer:
                         continue
                     if ref:
                         self._ids.add(ref)
-                    self.accepted.append(event)
+                    if self.keep_events:
+                        self.accepted.append(event)
 
     def accepted_ids(self) -> list[str]:
         with self._lock:
