@@ -266,20 +266,19 @@ def build_event(
     if submission_method is not None:
         data = dict(data) if data else {}
         data["@submission_method"] = submission_method
+    common: dict[str, Any] = {
+        "date": created,
+        "user": user,
+        "level": level,
+        "source": source,
+        "tags": all_tags,
+        "exclusions": settings.data_exclusions,
+    }
     if exc is None:
         fast = _fast_log_event(settings, message, created, user, level, source, all_tags, data)
         if fast is not None:
             return fast
-        return log_event(
-            message,
-            date=created,
-            user=user,
-            level=level,
-            source=source,
-            tags=all_tags,
-            data=data,
-            exclusions=settings.data_exclusions,
-        )
+        return log_event(message, data=data, **common)
     data = dict(data) if data else {}
     if settings.include_environment and "@environment" not in data:
         environment = {**environment_info(), **thread_info()}
@@ -287,17 +286,7 @@ def build_event(
         if key and key in environment["command_line"]:  # a key given as a plain argument
             environment["command_line"] = environment["command_line"].replace(key, MASK)
         data["@environment"] = environment
-    event = error_event(
-        exc,
-        message=message,
-        date=created,
-        user=user,
-        level=level,
-        source=source,
-        tags=all_tags,
-        data=data,
-        exclusions=settings.data_exclusions,
-    )
+    event = error_event(exc, message=message, data=data, **common)
     mark_reported(exc)
     return event
 

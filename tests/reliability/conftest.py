@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 from eventlog_handler import EventLogHandler, transport
+from tests.collector.conftest import client as client  # the collector's HTTP helper
+from tests.collector.conftest import collector as collector  # a running Collector
 from tests.integrations.conftest import API_KEY
 from tests.integrations.conftest import isolation as isolation  # autouse: restores logging
 from tests.transport import faultserver

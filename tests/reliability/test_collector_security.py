@@ -13,7 +13,6 @@ import socket
 import time
 import tracemalloc
 import zlib
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from typing import Any
 
@@ -28,16 +27,9 @@ GIGABYTE = 1024**3
 
 
 @pytest.fixture
-def collector() -> Iterator[Collector]:
-    with Collector() as running:
-        yield running
-
-
-@pytest.fixture
-def http(collector: Collector) -> Iterator[Client]:
-    client = Client(collector)
-    yield client
-    client.close()
+def http(client: Client) -> Client:
+    """The collector's HTTP helper (``tests/collector``'s fixture) under this file's name."""
+    return client
 
 
 def raw_exchange(
