@@ -144,3 +144,64 @@ def add_tags(*tags: str | Iterable[str]) -> Scope[tuple[str, ...]]:
 def get_tags() -> tuple[str, ...]:
     """The tags of this context."""
     return _TAGS.get()
+
+
+# -- the request of a unit of work ---------------------------------------------------------
+
+_REQUEST: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "eventlog_handler_request", default=None
+)
+
+
+def get_request() -> dict[str, Any] | None:
+    """The ``@request`` object of this context (set by the web middleware), or ``None``."""
+    return _REQUEST.get()
+
+
+class RequestScope:
+    """One unit of work (a web request, a job): a fresh user, no tags, and its ``@request``.
+
+    Entering it clears the user and tags of the surrounding context, so a thread or task that
+    serves one request after another never carries one request's user into the next; leaving
+    it (or :meth:`close`) restores what was there before. ``request`` (a JSON-ready ``@request``
+    object, or ``None``) is added to error events captured inside. Use it as a ``with`` block,
+    or call :meth:`close` in the same context it was made in.
+    """
+
+    __slots__ = ("_scopes",)
+
+    def __init__(self, request: dict[str, Any] | None = None) -> None:
+        self._scopes: list[Scope[Any]] = [
+            Scope(_USER, None),
+            Scope(_TAGS, ()),
+            Scope(_REQUEST, request),
+        ]
+
+    def set_request(self, request: dict[str, Any] | None) -> None:
+        """Replace the ``@request`` of this scope (for instance once the route is known)."""
+        _REQUEST.set(request)
+
+    def close(self) -> None:
+        """Restore the user, tags and request that were current before the scope began."""
+        scopes, self._scopes = self._scopes, []
+        for scope in reversed(scopes):
+            try:
+                scope.reset()
+            except ValueError:  # reset from another context: leave that context alone
+                pass
+
+    def __enter__(self) -> RequestScope:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def request_scope(request: dict[str, Any] | None = None) -> RequestScope:
+    """``with request_scope(info): ...`` — see :class:`RequestScope`."""
+    return RequestScope(request)

@@ -37,7 +37,7 @@ from typing import Any
 
 from pythonjsonlogger.core import RESERVED_ATTRS as _JSON_LOGGER_RESERVED
 
-from eventlog_handler.context import get_tags, get_user
+from eventlog_handler.context import get_request, get_tags, get_user
 from eventlog_handler.events import (
     MAX_MESSAGE,
     MAX_SOURCE,
@@ -280,6 +280,9 @@ def build_event(
             return fast
         return log_event(message, data=data, **common)
     data = dict(data) if data else {}
+    request = get_request()
+    if request is not None and "@request" not in data:
+        data["@request"] = request
     if settings.include_environment and "@environment" not in data:
         environment = {**environment_info(), **thread_info()}
         key = settings.api_key
