@@ -137,6 +137,10 @@ class EventLogHandler(logging.Handler):
         try:
             if is_sender_thread() or is_ignored_logger(record.name):
                 return
+            if record.exc_info:
+                exc = records.exception_of(record.exc_info)
+                if exc is not None and records.was_reported(exc):
+                    return  # sent already (middleware, a hook, an earlier log call): once only
             settings = self.settings
             if records._processors_exist:
                 # A structlog processor may have sent this record already; note ours for it.
