@@ -6,7 +6,7 @@ import logging
 import threading
 from typing import Any
 
-from eventlog_handler import signals, transport
+from eventlog_handler import server_loggers, signals, transport
 from eventlog_handler.handler import DEFAULT_FLUSH_TIMEOUT, EventLogHandler, check_level
 from eventlog_handler.hooks import ExceptionHooks, install_with
 from eventlog_handler.transport import Engine, get_engine
@@ -62,6 +62,7 @@ class EventLogSetup:
         if self.sigterm:
             signals.remove_sigterm_flush()
         self.logger.removeHandler(self.handler)
+        server_loggers.detach(self.handler)
         if self._previous_level is not None and self.logger.level == self.level:
             self.logger.setLevel(self._previous_level)
 
@@ -140,6 +141,7 @@ def setup(
         if lowered:
             root.setLevel(level_number)
         root.addHandler(handler)
+        server_loggers.attach(handler)  # uvicorn's and gunicorn's non-propagating error loggers
         # The exit flush is registered when the transport module is imported; make sure the
         # engine exists so that it has something to flush.
         transport.get_engine(handler.settings)

@@ -55,8 +55,24 @@ from eventlog_handler.jsonsafe import MAX_ITEMS, MAX_STRING, is_excluded, safe_s
 from eventlog_handler.settings import MASK, Settings
 
 #: Loggers whose records never become events (nor do their children's): the HTTP stack the
-#: sender uses and this package itself, so sending can never feed back into the queue.
-IGNORED_LOGGERS = frozenset({"urllib3", "requests", "charset_normalizer", "eventlog_handler"})
+#: sender uses and this package itself, so sending can never feed back into the queue; and
+#: libraries that log every request or part they handle (the HTTP clients httpx and httpcore,
+#: HTTP/2 header frames, multipart form parts, the Flask development server's access lines and
+#: its debugger PIN).
+IGNORED_LOGGERS = frozenset(
+    {
+        "urllib3",
+        "requests",
+        "charset_normalizer",
+        "eventlog_handler",
+        "httpx",
+        "httpcore",
+        "hpack",
+        "werkzeug",
+        "multipart",
+        "python_multipart",
+    }
+)
 
 #: Record attributes that are not ``extra=`` fields: python-json-logger's list, every attribute
 #: of a fresh ``LogRecord`` of this Python (``taskName`` on 3.12+, and whatever comes later),
