@@ -341,18 +341,35 @@ def encode_batch(events: list[dict[str, Any]]) -> bytes:
 def fit(event: dict[str, Any], max_bytes: int = MAX_EVENT_BYTES) -> tuple[dict[str, Any], bytes]:
     """``event`` and its JSON, shrunk until the JSON is at most ``max_bytes``.
 
-    Cuts, in order, until it fits: long strings in ``data``, the inner errors, the stack trace,
-    ``data`` itself. What was cut is listed in ``data["@trimmed"]``.
+    An event that fits is returned as it is. Otherwise cuts, in order, until it fits: long
+    strings in ``data``, the inner errors, a stack trace longer than the package itself writes
+    (:data:`~eventlog_handler.simple_error.MAX_STACK_TRACE`), ``data`` itself (keeping the small
+    keys the service reads: ``@stack``, ``@version``, ``@level``, ``@submission_method``), the
+    message and the user, then the stack trace, then the rest of ``data`` and the tags. What
+    was cut is listed in ``data["@trimmed"]``; the caller's event is not modified.
+
+    The stack trace, whose hash decides the error's stack, is cut only when all else was not
+    enough, and then by :func:`~eventlog_handler.simple_error.trim_stack_trace`, which keeps
+    whole frames by a fixed ladder: the same input always gives the same output.
     """
     body = encode(event)
     if len(body) <= max_bytes:
         return event, body
     trimmed: list[str] = []
     event = dict(event)
-    for step in (_trim_data_strings, _trim_inner, _trim_stack, _drop_data, _trim_message):
+    for step in (
+        _trim_data_strings,
+        _trim_inner,
+        _trim_long_stack,
+        _trim_data,
+        _trim_message,
+        _trim_stack,
+        _trim_all_data,
+    ):
         name = step(event, max_bytes)
         if name:
-            trimmed.append(name)
+            if name not in trimmed:
+                trimmed.append(name)
             data = dict(event.get("data") or {})
             data["@trimmed"] = trimmed
             event["data"] = data
@@ -362,10 +379,30 @@ def fit(event: dict[str, Any], max_bytes: int = MAX_EVENT_BYTES) -> tuple[dict[s
     return event, body
 
 
+#: ``data`` keys the service reads that :func:`fit` keeps (when small) after dropping the rest
+#: of ``data``: manual stacking, the version, the level and how the event was captured.
+_KEPT_DATA_KEYS = ("@stack", "@version", "@level", "@submission_method")
+_KEPT_VALUE_BYTES = 4_096
+
+
+def _kept_data(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {}
+    return {
+        key: data[key]
+        for key in _KEPT_DATA_KEYS
+        if key in data and len(encode({key: data[key]})) <= _KEPT_VALUE_BYTES
+    }
+
+
 def _trim_data_strings(event: dict[str, Any], max_bytes: int) -> str | None:
-    if not event.get("data"):
+    data = event.get("data")
+    if not data or not isinstance(data, dict):
         return None
-    event["data"] = to_jsonable(event["data"], max_string=max(64, max_bytes // 200), max_items=50)
+    kept = _kept_data(data)
+    rest = {key: value for key, value in data.items() if key not in kept}
+    shortened = to_jsonable(rest, max_string=max(64, max_bytes // 200), max_items=50)
+    event["data"] = {**(shortened if isinstance(shortened, dict) else {}), **kept}
     return "data values"
 
 
@@ -377,28 +414,80 @@ def _trim_inner(event: dict[str, Any], max_bytes: int) -> str | None:
     return "inner errors"
 
 
-def _trim_stack(event: dict[str, Any], max_bytes: int) -> str | None:
+def _trim_data(event: dict[str, Any], max_bytes: int) -> str | None:
+    data = _without_marker(event.get("data"))
+    kept = _kept_data(data)
     error = event.get("@simple_error")
-    if not isinstance(error, dict):
+    error_data = isinstance(error, dict) and "data" in error
+    if data == kept and not error_data:
         return None
-    error = dict(error)
-    error["stack_trace"] = truncate(str(error.get("stack_trace", "")), max_bytes // 4)
-    error.pop("data", None)
-    event["@simple_error"] = error
-    return "stack trace"
-
-
-def _drop_data(event: dict[str, Any], max_bytes: int) -> str | None:
-    data = event.get("data")
-    if not data:
-        return None
-    event["data"] = {}
+    event["data"] = kept
+    if isinstance(error, dict) and error_data:
+        event["@simple_error"] = {key: value for key, value in error.items() if key != "data"}
     return "data"
 
 
+def _without_marker(data: Any) -> dict[str, Any]:
+    """``data`` without the ``@trimmed`` list that :func:`fit` keeps in it."""
+    if not isinstance(data, dict):
+        return {}
+    return {key: value for key, value in data.items() if key != "@trimmed"}
+
+
 def _trim_message(event: dict[str, Any], max_bytes: int) -> str | None:
+    changed = event.pop("@user", None) is not None
     for key in ("message", "source"):
-        if isinstance(event.get(key), str):
-            event[key] = truncate(event[key], 200)
-    event.pop("@user", None)
-    return "message"
+        value = event.get(key)
+        if isinstance(value, str) and len(value) > 200:
+            event[key] = truncate(value, 200)
+            changed = True
+    error = event.get("@simple_error")
+    message = error.get("message") if isinstance(error, dict) else None
+    if isinstance(error, dict) and isinstance(message, str) and len(message) > 200:
+        event["@simple_error"] = {**error, "message": truncate(message, 200)}
+        changed = True
+    return "message" if changed else None
+
+
+def _trim_long_stack(event: dict[str, Any], max_bytes: int) -> str | None:
+    from eventlog_handler.simple_error import MAX_STACK_TRACE, trim_stack_trace
+
+    error = event.get("@simple_error")
+    if not isinstance(error, dict) or not isinstance(error.get("stack_trace"), str):
+        return None
+    text = error["stack_trace"]
+    trimmed = trim_stack_trace(text, MAX_STACK_TRACE)
+    if trimmed == text:
+        return None
+    event["@simple_error"] = {**error, "stack_trace": trimmed}
+    return "stack trace"
+
+
+def _trim_stack(event: dict[str, Any], max_bytes: int) -> str | None:
+    from eventlog_handler.simple_error import trim_stack_trace
+
+    error = event.get("@simple_error")
+    if not isinstance(error, dict) or not isinstance(error.get("stack_trace"), str):
+        return None
+    text = error["stack_trace"]
+    data = dict(event.get("data") or {})
+    data["@trimmed"] = [*data.get("@trimmed", ()), "stack trace"]
+    without = {**event, "data": data, "@simple_error": {**error, "stack_trace": ""}}
+    trimmed = trim_stack_trace(text, max(0, max_bytes - len(encode(without))), _json_size)
+    if trimmed == text:
+        return None
+    event["@simple_error"] = {**error, "stack_trace": trimmed}
+    return "stack trace"
+
+
+def _json_size(text: str) -> int:
+    """Bytes that ``text`` adds to an event's JSON (its encoding, without the quotes)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "replace")) - 2
+
+
+def _trim_all_data(event: dict[str, Any], max_bytes: int) -> str | None:
+    if not _without_marker(event.get("data")) and not event.get("tags"):
+        return None
+    event["data"] = {}
+    event.pop("tags", None)
+    return "all data"

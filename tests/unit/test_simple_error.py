@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import re
 import sys
 
@@ -104,15 +105,23 @@ def test_long_message_is_cut():
 # -- stack traces -----------------------------------------------------------------------------
 
 
+#: This file as stack traces name it: relative to the import root (the repository).
+THIS_FILE = __name__.replace(".", "/") + ".py"
+
+
 def test_stack_trace_shape():
     exc = capture(raise_value_error, "boom")
     text = simple_error(exc)["stack_trace"]
-    assert text.startswith("Traceback (most recent call last):\n")
-    assert f'File "{__file__}", line {RAISE_LINE}, in raise_value_error' in text
-    assert "in capture" in text
-    assert "raise ValueError(message)" in text
-    assert text.rstrip().splitlines()[-1] == "ValueError"
+    assert text == (
+        "Traceback (most recent call last):\n"
+        f'  File "{THIS_FILE}", line {capture.__code__.co_firstlineno + 2}, in capture\n'
+        "    fn(*args)\n"
+        f'  File "{THIS_FILE}", line {RAISE_LINE}, in raise_value_error\n'
+        "    raise ValueError(message)\n"
+        "ValueError"
+    )
     assert "boom" not in text  # the message travels in "message"
+    assert os.path.dirname(__file__) not in text
 
 
 def test_stack_trace_without_traceback_is_the_type_name():
@@ -156,11 +165,16 @@ def test_recursion_error_stack_trace_is_bounded():
     assert isinstance(exc, RecursionError)
     text = stack_trace(exc)
     assert text.startswith("Traceback (most recent call last):")
-    assert re.search(r"\.\.\. \d+ frames omitted \.\.\.", text)
-    assert text.count('File "') <= se.MAX_FRAMES
-    assert len(text.splitlines()) <= 3 * se.MAX_FRAMES
+    lines = text.splitlines()
+    # ~1000 frames of recurse() are one frame and a marker without a count
+    assert lines[-3:] == [
+        "    return recurse(n + 1)",
+        "  [previous frame repeated]",
+        "RecursionError",
+    ]
+    assert text.count("in recurse") == 1
+    assert not re.search(r"\d+ (more )?times", text)
     assert len(text) <= se.MAX_STACK_TRACE
-    assert text.rstrip().endswith("RecursionError")
 
 
 def test_error_event_of_recursion_error_fits():
@@ -380,3 +394,250 @@ def test_big_exception_group_is_bounded():
     ext = simple_error(group)["data"]["@ext"]
     assert len(ext["exceptions"]) == se.MAX_GROUP_MEMBERS
     assert ext["exceptions_omitted"] == 25 - se.MAX_GROUP_MEMBERS
+
+
+# -- stack traces that depend only on the code --------------------------------------------------
+
+
+def load_module(directory, name, source):
+    """Write ``source`` as ``directory/name.py`` and import it as a fresh module ``name``."""
+    import importlib.util
+
+    path = directory / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PROGRAM = """\
+def outer(items):
+    return [
+        inner(item)
+        for item in items
+    ]
+
+
+def inner(item):
+    total = item["price"] * item["quantity"] + item["shipping"] / item["weight"]
+    return total
+"""
+
+
+def test_same_code_in_two_directories_gives_the_same_text(tmp_path, monkeypatch):
+    texts = []
+    for release in ("releases/41", "releases/42-hotfix/deep/er"):
+        root = tmp_path / release
+        root.mkdir(parents=True)
+        monkeypatch.syspath_prepend(str(root))
+        module = load_module(root, "pricing", PROGRAM)
+        items = [{"price": 1, "quantity": 2, "shipping": 3, "weight": 0}]
+        texts.append(stack_trace(capture(module.outer, items)))
+    assert texts[0] == texts[1]
+    assert str(tmp_path) not in texts[0]
+    assert 'File "pricing.py", line 9, in inner' in texts[0]
+
+
+def test_no_marker_lines_and_one_source_line_per_frame(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = load_module(tmp_path, "pricing_markers", PROGRAM)
+    text = stack_trace(capture(module.outer, [{"price": 1, "quantity": 2, "shipping": 3}]))
+    for line in text.splitlines():
+        assert line.strip(" ~^") != "" or line == "", line
+        assert not set(line.strip()) <= set("~^"), line
+    frames = [line for line in text.splitlines() if line.startswith('  File "')]
+    sources = [line for line in text.splitlines() if line.startswith("    ")]
+    assert len(sources) == len(frames)
+
+
+def test_comprehension_frames_fold_into_their_function(tmp_path, monkeypatch):
+    """Python 3.12 runs comprehensions in their function's frame, at the inner line: every
+    version shows that."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = load_module(tmp_path, "pricing_comp", PROGRAM)
+    text = stack_trace(capture(module.outer, [{"price": 1}]))
+    assert "<listcomp>" not in text
+    assert 'File "pricing_comp.py", line 3, in outer\n    inner(item)\n' in text
+
+
+def test_recursion_depth_does_not_change_the_text():
+    def walk(node):
+        if node is None:
+            raise LookupError("leaf without a value")
+        return walk(node.get("child"))
+
+    def nested(depth):
+        node = None
+        for _ in range(depth):
+            node = {"child": node}
+        return node
+
+    texts = {stack_trace(capture(walk, nested(depth))) for depth in (2, 5, 40, 300)}
+    assert len(texts) == 1
+    [text] = texts
+    assert text.count("in walk") == 2  # the repeating call, then the raise
+    assert "  [previous frame repeated]\n" in text
+
+
+def test_mutual_recursion_is_folded_by_block():
+    def even(n):
+        if n == 0:
+            raise ArithmeticError("bottom")
+        return odd(n - 1)
+
+    def odd(n):
+        return even(n - 1)
+
+    texts = {stack_trace(capture(even, depth)) for depth in (4, 10, 200)}
+    assert len(texts) == 1
+    assert "  [previous 2 frames repeated]\n" in texts.pop()
+
+
+def test_deep_distinct_frames_are_elided_without_counts():
+    # a cycle of 4 functions is not folded (blocks of up to 3 are): elision applies
+    source = "\n".join(
+        f"def f{i}(n):\n    if n == 0:\n        raise OverflowError('deep')\n"
+        f"    return f{(i + 1) % 4}(n - 1)\n"
+        for i in range(4)
+    )
+    namespace: dict = {}
+    exec(compile(source, "<cycle>", "exec"), namespace)
+    texts = {stack_trace(capture(namespace["f0"], depth)) for depth in (300, 300 + 4 * 50)}
+    assert len(texts) == 1
+    text = texts.pop()
+    assert "  [frames omitted]\n" in text
+    assert text.count('  File "') == se.MAX_FRAMES
+    assert not re.search(r"\d+ frames", text)
+    assert text.endswith("\nOverflowError")
+
+
+def test_long_source_lines_are_cut(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    padding = " + ".join(["0"] * 400)
+    module = load_module(tmp_path, "long_line", f"def fail():\n    return 1 / ({padding})\n")
+    text = stack_trace(capture(module.fail))
+    [source] = [line for line in text.splitlines() if "1 / (" in line]
+    assert len(source.strip()) == se.MAX_SOURCE_LINE
+    assert source.endswith("...")
+
+
+def test_source_path_is_relative_to_the_longest_root(tmp_path, monkeypatch):
+    app = tmp_path / "srv" / "app"
+    lib = app / "vendor" / "lib"
+    lib.mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [str(app), str(lib), *sys.path])
+    assert se.source_path(str(app / "shop" / "cart.py")) == "shop/cart.py"
+    assert se.source_path(str(lib / "pay" / "api.py")) == "pay/api.py"
+    assert se.source_path(str(app / "shop" / ".." / "main.py")) == "main.py"
+
+
+def test_source_path_of_the_standard_library_and_site_packages():
+    import json.decoder
+
+    import requests.api
+
+    assert se.source_path(json.decoder.__file__) == "json/decoder.py"
+    assert se.source_path(requests.api.__file__) == "requests/api.py"
+
+
+def test_source_path_outside_every_root_uses_the_module(tmp_path):
+    outside = str(tmp_path / "nowhere" / "shop" / "cart.py")
+    assert se.source_path(outside, "shop.cart") == "shop/cart.py"
+    init = str(tmp_path / "nowhere" / "shop" / "__init__.py")
+    assert se.source_path(init, "shop") == "shop/__init__.py"
+    assert se.source_path(outside, "__main__") == "cart.py"
+    assert se.source_path(outside, None) == "cart.py"
+    assert se.source_path(outside, "not a module name") == "cart.py"
+
+
+def test_source_path_through_a_symlink(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.setattr(sys, "path", [str(real), *sys.path])
+    assert se.source_path(str(tmp_path / "link" / "pkg" / "mod.py")) == "pkg/mod.py"
+
+
+def test_source_path_never_uses_the_file_system_root(monkeypatch):
+    monkeypatch.setattr(sys, "path", ["/", *sys.path])
+    assert se.source_path("/opt/somewhere/tool.py", "tool") == "tool.py"
+
+
+@pytest.mark.parametrize("name", ["<string>", "<frozen runpy>", "<stdin>", ""])
+def test_pseudo_file_names_are_kept(name):
+    assert se.source_path(name) == name
+
+
+def test_roots_follow_sys_path(tmp_path, monkeypatch):
+    target = str(tmp_path / "pkg" / "mod.py")
+    before = se.source_path(target, None)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    assert se.source_path(target, None) == "pkg/mod.py"
+    monkeypatch.undo()
+    assert se.source_path(target, None) == before
+
+
+# -- trim_stack_trace -------------------------------------------------------------------------
+
+
+def long_trace(frames: int) -> str:
+    return (
+        se.HEADER
+        + "".join(
+            f'  File "app/module_{i}.py", line {i}, in function_{i}\n    call_{i}(arg)\n'
+            for i in range(frames)
+        )
+        + "app.errors.PaymentError"
+    )
+
+
+def test_trim_keeps_a_text_that_fits():
+    text = long_trace(10)
+    assert se.trim_stack_trace(text, len(text)) is text
+
+
+def test_trim_keeps_whole_frames_from_both_ends():
+    text = long_trace(500)
+    cut = se.trim_stack_trace(text, 5_000)
+    assert len(cut) <= 5_000
+    assert cut.startswith(se.HEADER)
+    assert cut.endswith("\napp.errors.PaymentError")
+    assert se.OMITTED in cut
+    frames = [line for line in cut.splitlines() if line.startswith('  File "')]
+    assert len(frames) in se.TRIM_LADDER
+    front = len(frames) // 4
+    assert frames[:front] == [
+        f'  File "app/module_{i}.py", line {i}, in function_{i}' for i in range(front)
+    ]
+    assert frames[-1] == '  File "app/module_499.py", line 499, in function_499'
+    for frame in frames:  # each frame keeps its source line
+        assert cut.count(frame + "\n    call_") == 1
+
+
+def test_trim_is_the_same_for_limits_on_the_same_rung():
+    text = long_trace(500)
+    assert se.trim_stack_trace(text, 3_000) == se.trim_stack_trace(text, 4_000)
+    assert se.trim_stack_trace(text, 3_000) != se.trim_stack_trace(text, 5_000)
+
+
+def test_trim_measures_with_the_given_size():
+    text = long_trace(100).replace("arg", "ümlaut☃☃☃")
+
+    def size(candidate: str) -> int:
+        return len(candidate.encode("utf-8"))
+
+    by_chars = se.trim_stack_trace(text, 3_000)
+    limit = len(by_chars)
+    by_bytes = se.trim_stack_trace(text, limit, size)
+    assert size(by_bytes) <= limit < size(by_chars)
+    assert by_bytes.count('  File "') < by_chars.count('  File "')
+
+
+def test_trim_of_tiny_limits_and_foreign_text():
+    text = long_trace(50)
+    assert se.trim_stack_trace(text, 100) == se.HEADER + se.OMITTED + "app.errors.PaymentError"
+    assert se.trim_stack_trace(text, 30) == "app.errors.PaymentError"
+    assert se.trim_stack_trace(text, 10) == "app.errors"
+    assert se.trim_stack_trace("x" * 1000, 10) == "x" * 10
+    assert se.trim_stack_trace(text, 0) == ""
