@@ -1,0 +1,77 @@
+"""ASGI middleware: a scope of its own for every request, and its unhandled exceptions reported.
+
+FastAPI or Starlette, in one line::
+
+    from eventlog_handler.asgi import EventLogMiddleware
+
+    app.add_middleware(EventLogMiddleware)
+
+Any ASGI 3 application (Quart, Django's ASGI handler, a bare callable)::
+
+    application = EventLogMiddleware(application)
+
+For every ``http`` and ``websocket`` connection the middleware opens a
+:class:`~eventlog_handler.context.RequestScope` (the user and tags set while it runs belong to
+it only), gives its error events ``@request`` (see :mod:`eventlog_handler.request_info`), and
+reports an exception that escapes the application as an error event (``@submission_method``
+``unhandled_request_exception``) before re-raising it unchanged: Starlette's 500 page and
+uvicorn's ``Exception in ASGI application`` log stay as they were, and that log record is not
+sent a second time.
+
+It does not touch ``receive`` or ``send``: request bodies, streamed responses and websocket
+messages pass through as they are, and ``lifespan`` events go straight to the application. Its
+own work per request is a few microseconds on the event loop, with no I/O and no waiting (the
+report is queued; the delivery thread sends it). It also puts back the forwarding of
+``uvicorn.error`` to the handler of :func:`~eventlog_handler.setup` when ``uvicorn.run``
+configured logging after ``setup()`` (see :mod:`eventlog_handler.server_loggers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from eventlog_handler import server_loggers
+from eventlog_handler.context import RequestScope
+from eventlog_handler.request_info import active_exclusions, from_scope, report
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApplication = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+__all__ = ["EventLogMiddleware"]
+
+_REQUEST_TYPES = ("http", "websocket")
+
+
+class EventLogMiddleware:
+    """Wrap an ASGI 3 application (see the module docstring)."""
+
+    def __init__(self, app: ASGIApplication) -> None:
+        self.app = app
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.app!r}>"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server_loggers.ensure_attached()
+        if scope.get("type") not in _REQUEST_TYPES:  # lifespan, and types to come
+            await self.app(scope, receive, send)
+            return
+        request = RequestScope(_request_info(scope))
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:
+            report(exc)
+            raise
+        finally:
+            request.close()
+
+
+def _request_info(scope: Scope) -> dict[str, Any] | None:
+    try:
+        return from_scope(scope, active_exclusions())
+    except Exception:  # pragma: no cover - from_scope never raises
+        return None

@@ -1,0 +1,100 @@
+"""Django middleware: a scope of its own for every request, and its unhandled exceptions reported.
+
+Add it first in ``MIDDLEWARE`` (``settings.py``)::
+
+    MIDDLEWARE = [
+        "eventlog_handler.django.EventLogMiddleware",
+        ...
+    ]
+
+and call :func:`eventlog_handler.setup` once (for instance at the end of ``settings.py`` or in
+``wsgi.py``/``asgi.py``). It works under WSGI and ASGI (sync and async views).
+
+For every request the middleware opens a :class:`~eventlog_handler.context.RequestScope` (the
+user and tags set during the request belong to it only) whose error events carry ``@request``
+(see :mod:`eventlog_handler.request_info`; the scheme is ``request.scheme``, which honours
+``SECURE_PROXY_SSL_HEADER``).
+
+Django catches a view's exception itself: it sends ``got_request_exception``, renders its 500
+page and logs ``Internal Server Error: /path`` on ``django.request``. The middleware listens to
+that signal and reports the exception there, with the request's ``@request`` and user; the
+``django.request`` record that follows is recognised and not sent again. Responses, the 500
+page and Django's own logging are unchanged. ``Http404``, ``PermissionDenied`` and the other
+exceptions Django answers with a 4xx are not reported (Django does not send the signal for them).
+
+Placed first in ``MIDDLEWARE``, it also covers exceptions raised by the other middlewares. A
+streamed response (``StreamingHttpResponse``) is iterated after the middleware returned: what
+its generator logs carries no ``@request``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from eventlog_handler import server_loggers
+from eventlog_handler.context import RequestScope
+from eventlog_handler.request_info import active_exclusions, from_environ, report
+
+__all__ = ["EventLogMiddleware"]
+
+_DISPATCH_UID = "eventlog_handler.django.got_request_exception"
+
+
+class EventLogMiddleware:
+    """Django middleware (sync and async capable; see the module docstring)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+        asgiref_sync = importlib.import_module("asgiref.sync")
+        self._async = bool(asgiref_sync.iscoroutinefunction(get_response))
+        if self._async:
+            asgiref_sync.markcoroutinefunction(self)
+        signals = importlib.import_module("django.core.signals")
+        signals.got_request_exception.connect(
+            _on_request_exception, weak=False, dispatch_uid=_DISPATCH_UID
+        )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {'async' if self._async else 'sync'}>"
+
+    def __call__(self, request: Any) -> Any:
+        if self._async:
+            return self._acall(request)
+        with RequestScope(request_info(request)):
+            server_loggers.ensure_attached()
+            return self.get_response(request)
+
+    async def _acall(self, request: Any) -> Any:
+        with RequestScope(request_info(request)):
+            server_loggers.ensure_attached()
+            response: Awaitable[Any] = self.get_response(request)
+            return await response
+
+
+def request_info(request: Any) -> dict[str, Any] | None:
+    """``@request`` of a Django ``HttpRequest``. Never raises."""
+    try:
+        try:
+            scheme: str | None = str(request.scheme)
+        except Exception:  # a malformed SECURE_PROXY_SSL_HEADER
+            scheme = None
+        try:
+            path: str | None = str(request.path)
+        except Exception:  # pragma: no cover - every HttpRequest has a path
+            path = None
+        return from_environ(request.META, active_exclusions(), scheme=scheme, path=path)
+    except Exception:
+        return None
+
+
+def _on_request_exception(sender: Any, request: Any = None, **kwargs: Any) -> None:
+    """``got_request_exception``: Django sends it inside its ``except`` block."""
+    exc = sys.exc_info()[1]
+    if exc is not None:
+        report(exc)

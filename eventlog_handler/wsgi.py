@@ -1,0 +1,153 @@
+"""WSGI middleware: a scope of its own for every request, and its unhandled exceptions reported.
+
+Any WSGI application::
+
+    from eventlog_handler.wsgi import EventLogMiddleware
+
+    application = EventLogMiddleware(application)
+
+Flask, in one line (it also reports the exceptions Flask turns into a 500 page itself)::
+
+    from eventlog_handler.wsgi import init_flask
+
+    init_flask(app)
+
+For every request the middleware:
+
+- opens a :class:`~eventlog_handler.context.RequestScope`: the user and tags set while the
+  request runs (``set_user`` in a ``before_request`` hook, ``add_tags`` in a view) belong to
+  this request only and are gone when its response is closed, so they never reach the next
+  request served by the same thread;
+- gives the request's error events ``@request`` (method, URL, headers and query after the
+  data exclusions, client address, user agent; see :mod:`eventlog_handler.request_info`), also
+  to the errors the application logs itself with ``logger.exception``;
+- reports an exception that escapes the application, or its response iterator, as an error
+  event (``@submission_method`` ``unhandled_request_exception``), then re-raises it, so the
+  server answers and logs exactly as it did before. A framework or server that logs the same
+  exception afterwards (gunicorn's ``Error handling request``, Flask's ``Exception on ...``)
+  does not send it a second time.
+
+Events go to the current :func:`~eventlog_handler.setup` (or an
+:class:`~eventlog_handler.EventLogHandler` on the root logger); without either the middleware
+only keeps requests apart. It never raises an error of its own into the request.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from eventlog_handler import server_loggers
+from eventlog_handler.context import RequestScope
+from eventlog_handler.request_info import active_exclusions, from_environ, report
+
+StartResponse = Callable[..., Any]
+WSGIApplication = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+__all__ = ["EventLogMiddleware", "init_flask"]
+
+
+class EventLogMiddleware:
+    """Wrap a WSGI application (see the module docstring)."""
+
+    def __init__(self, app: WSGIApplication) -> None:
+        self.app = app
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.app!r}>"
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        scope = RequestScope(_request_info(environ))
+        server_loggers.ensure_attached()
+        try:
+            result = self.app(environ, start_response)
+            if type(result) is list or type(result) is tuple or _is_file(result, environ):
+                scope.close()  # nothing of the application runs while these are sent
+                return result
+            return _ScopedResponse(result, iter(result), scope)
+        except Exception as exc:
+            report(exc)
+            scope.close()
+            raise
+        except BaseException:
+            scope.close()
+            raise
+
+
+class _ScopedResponse:
+    """The application's response iterable, with its request scope open until it is closed.
+
+    Iterating runs the application's code (a streamed body); an exception raised there is
+    reported like one raised by the call.
+    """
+
+    __slots__ = ("_iterator", "_result", "_scope")
+
+    def __init__(self, result: Iterable[bytes], iterator: Iterator[bytes], scope: RequestScope):
+        self._result = result
+        self._iterator = iterator
+        self._scope = scope
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            raise
+        except Exception as exc:
+            report(exc)
+            raise
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._result, "close", None)
+            if close is not None:
+                close()
+        except Exception as exc:
+            report(exc)
+            raise
+        finally:
+            self._scope.close()
+
+
+def _request_info(environ: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return from_environ(environ, active_exclusions())
+    except Exception:  # pragma: no cover - from_environ never raises
+        return None
+
+
+def _is_file(result: Any, environ: dict[str, Any]) -> bool:
+    """Whether ``result`` is the server's ``wsgi.file_wrapper`` (left as is, so the server can
+    send the file its fast way)."""
+    wrapper = environ.get("wsgi.file_wrapper")
+    return isinstance(wrapper, type) and isinstance(result, wrapper)
+
+
+# -- Flask -----------------------------------------------------------------------------------
+
+
+def init_flask(app: Any) -> Any:
+    """Report a Flask application's unhandled exceptions with ``@request``, and give every
+    request its own user and tags. Returns ``app``. Calling it twice does nothing more.
+
+    Wraps ``app.wsgi_app`` in :class:`EventLogMiddleware` and listens to Flask's
+    ``got_request_exception`` signal: in production Flask catches a view's exception itself,
+    logs it on ``app.logger`` and answers with its 500 page, so no exception reaches a WSGI
+    middleware. The signal's report comes first; the log record that follows is recognised and
+    not sent again. Exceptions that an ``errorhandler`` of the application handles are not
+    reported, as Flask does not log them either.
+    """
+    if not isinstance(app.wsgi_app, EventLogMiddleware):
+        app.wsgi_app = EventLogMiddleware(app.wsgi_app)
+    signals = importlib.import_module("flask.signals")
+    signals.got_request_exception.connect(_flask_exception, app, weak=False)
+    return app
+
+
+def _flask_exception(sender: Any, exception: BaseException | None = None, **extra: Any) -> None:
+    if exception is not None:
+        report(exception)

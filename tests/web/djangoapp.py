@@ -1,0 +1,80 @@
+"""A small Django project for the tests: settings, a user middleware, views and URLs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from eventlog_handler import add_tags, get_user, set_user
+
+OURS = "eventlog_handler.django.EventLogMiddleware"
+IDENTIFY = "tests.web.djangoapp.identify"
+
+
+def configure() -> None:
+    """Configure Django once for this process (DEBUG off, as in production)."""
+    import django
+    from django.conf import settings
+
+    if settings.configured:
+        return
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="tests-only-" + "x" * 40,
+        ROOT_URLCONF="tests.web.djangoapp",
+        ALLOWED_HOSTS=["testserver", "127.0.0.1", "localhost"],
+        INSTALLED_APPS=[],
+        MIDDLEWARE=[OURS, IDENTIFY],
+        USE_TZ=True,
+    )
+    django.setup()
+
+
+def identify(get_response: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The application's own middleware: the user from a header (a real app: its session)."""
+
+    def middleware(request: Any) -> Any:
+        user = request.headers.get("X-User")
+        if user:
+            set_user(user, name=request.headers.get("X-User-Name"))
+        if request.GET.get("tag"):
+            add_tags(request.GET["tag"])
+        return get_response(request)
+
+    return middleware
+
+
+def fail(request: Any) -> Any:
+    raise RuntimeError("the /fail view is broken")
+
+
+async def async_fail(request: Any) -> Any:
+    raise RuntimeError("the async view is broken")
+
+
+def hello(request: Any) -> Any:
+    from django.http import HttpResponse
+
+    logging.getLogger("djangoapp.views").warning("hello from %s", get_user())
+    return HttpResponse("hello")
+
+
+def missing(request: Any) -> Any:
+    from django.http import Http404
+
+    raise Http404("no such order")
+
+
+def _urlpatterns() -> list[Any]:
+    from django.urls import path
+
+    return [
+        path("fail", fail),
+        path("async-fail", async_fail),
+        path("hello", hello),
+        path("missing", missing),
+    ]
+
+
+urlpatterns = _urlpatterns()

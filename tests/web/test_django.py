@@ -1,0 +1,189 @@
+"""Django with ``eventlog_handler.django.EventLogMiddleware``: unhandled exceptions once with
+``@request`` (sync and async), responses and Django's own logging unchanged, a user per
+request."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from eventlog_handler import get_user, set_user
+
+from .conftest import (
+    SECRET_HEADERS,
+    SECRET_QUERY,
+    CaptureServer,
+    Setup,
+    assert_no_secrets,
+    assert_request,
+    errors,
+    settle,
+)
+
+pytest.importorskip("django")
+
+from . import djangoapp
+
+djangoapp.configure()
+
+from django.test import AsyncClient, Client, override_settings  # noqa: E402
+
+WIRED = [djangoapp.OURS, djangoapp.IDENTIFY]
+UNWIRED = [djangoapp.IDENTIFY]
+
+
+class ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def django_log() -> ListHandler:
+    """Records of ``django.request`` (Django's 500 and 404 logging)."""
+    handler = ListHandler()
+    logging.getLogger("django.request").addHandler(handler)
+    return handler
+
+
+def logged(handler: ListHandler) -> list[tuple[str, str, str | None]]:
+    return [
+        (
+            record.levelname,
+            record.getMessage(),
+            type(record.exc_info[1]).__name__ if record.exc_info and record.exc_info[1] else None,
+        )
+        for record in handler.records
+    ]
+
+
+def client() -> Client:
+    return Client(raise_request_exception=False)
+
+
+def test_unhandled_exception_arrives_once_with_request_and_no_secrets(
+    setup_eventlog: Setup, server: CaptureServer, django_log: ListHandler
+) -> None:
+    handle = setup_eventlog()
+    with override_settings(MIDDLEWARE=WIRED):
+        response = client().get(f"/fail?{SECRET_QUERY}", headers=SECRET_HEADERS)
+    assert response.status_code == 500
+    events = settle(handle, server, 1)
+    assert len(events) == 1, events
+    [event] = events
+    assert event["@simple_error"]["type"] == "RuntimeError"
+    assert event["data"]["@submission_method"] == "unhandled_request_exception"
+    request = event["data"]["@request"]
+    assert_request(request, method="GET", path="/fail")
+    assert request["host"] == "testserver"
+    assert request["port"] == 80
+    assert request["client_ip_address"] == "127.0.0.1"
+    assert_no_secrets(events)
+    # Django logged it as always; that record was not sent a second time.
+    assert logged(django_log) == [("ERROR", "Internal Server Error: /fail", "RuntimeError")]
+
+
+def test_response_and_django_logging_are_unchanged(
+    setup_eventlog: Setup, server: CaptureServer, django_log: ListHandler
+) -> None:
+    setup_eventlog()
+    seen = []
+    for middleware in (UNWIRED, WIRED):
+        django_log.records.clear()
+        with override_settings(MIDDLEWARE=middleware):
+            c = client()
+            failure = c.get("/fail")
+            missing = c.get("/missing")
+            ok = c.get("/hello")
+        seen.append(
+            (
+                failure.status_code,
+                failure.content,
+                failure.headers.get("Content-Type"),
+                missing.status_code,
+                missing.content,
+                ok.status_code,
+                ok.content,
+                logged(django_log),
+            )
+        )
+    assert seen[0] == seen[1]
+    assert seen[0][0] == 500 and seen[0][3] == 404
+
+
+def test_each_request_carries_its_own_user(setup_eventlog: Setup, server: CaptureServer) -> None:
+    handle = setup_eventlog()
+    with override_settings(MIDDLEWARE=WIRED):
+        c = client()  # one thread serves every request
+        c.get("/fail", headers={"X-User": "u-1", "X-User-Name": "Ann"})
+        c.get("/fail?tag=beta", headers={"X-User": "u-2", "X-User-Name": "Bob"})
+        c.get("/fail")
+        c.get("/hello")
+    events = settle(handle, server, 4)
+    failures = errors(events)
+    assert [event.get("@user") for event in failures] == [
+        {"identity": "u-1", "name": "Ann"},
+        {"identity": "u-2", "name": "Bob"},
+        None,
+    ]
+    assert [event.get("tags") for event in failures] == [None, ["beta"], None]
+    [hello] = [event for event in events if event["type"] == "log"]
+    assert hello["message"] == "hello from None"
+    assert get_user() is None
+
+
+def test_without_the_middleware_the_user_leaks(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    """The failure the middleware fixes, on the same project without it."""
+    handle = setup_eventlog()
+    with override_settings(MIDDLEWARE=UNWIRED):
+        c = client()
+        c.get("/fail", headers={"X-User": "u-2"})
+        c.get("/fail")
+    failures = errors(settle(handle, server, 2))
+    assert [event.get("@user") for event in failures] == [{"identity": "u-2"}] * 2
+    assert "@request" not in failures[0]["data"]
+    set_user(None)
+
+
+def test_async_view_under_asgi(setup_eventlog: Setup, server: CaptureServer) -> None:
+    handle = setup_eventlog()
+
+    async def run() -> list[Any]:
+        c = AsyncClient(raise_request_exception=False)
+        first = await c.get(f"/async-fail?{SECRET_QUERY}", headers=SECRET_HEADERS)
+        second = await c.get("/fail", headers={"X-User": "u-9"})
+        return [first.status_code, second.status_code]
+
+    with override_settings(MIDDLEWARE=WIRED):
+        assert asyncio.run(run()) == [500, 500]
+    events = settle(handle, server, 2)
+    assert len(events) == 2, events
+    first, second = events
+    assert first["@simple_error"]["message"] == "the async view is broken"
+    assert_request(first["data"]["@request"], method="GET", path="/async-fail")
+    assert "@user" not in first
+    assert second["@user"] == {"identity": "u-9"}
+    assert second["data"]["@request"]["path"] == "/fail"
+    assert_no_secrets(events)
+
+
+def test_not_found_is_not_reported(setup_eventlog: Setup, server: CaptureServer) -> None:
+    handle = setup_eventlog()
+    with override_settings(MIDDLEWARE=WIRED):
+        c = client()
+        assert c.get("/missing").status_code == 404
+        assert c.get("/fail").status_code == 500
+    events = settle(handle, server, 2)
+    [event] = errors(events)
+    assert event["@simple_error"]["type"] == "RuntimeError"
+    # Django's "Not Found" warning is an ordinary log record, sent as a log event.
+    [warning] = [event for event in events if event["type"] == "log"]
+    assert warning["message"] == "Not Found: /missing"
