@@ -1,0 +1,166 @@
+"""FastAPI/Starlette with ``app.add_middleware(EventLogMiddleware)``, through Starlette's
+TestClient: unhandled exceptions once with ``@request``, responses unchanged, a user per
+request, streaming, websockets and lifespan untouched."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from eventlog_handler import get_user
+from eventlog_handler.asgi import EventLogMiddleware
+
+from .conftest import (
+    SECRET_HEADERS,
+    SECRET_QUERY,
+    CaptureServer,
+    Setup,
+    assert_no_secrets,
+    assert_request,
+    errors,
+    settle,
+)
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+from fastapi.testclient import TestClient  # noqa: E402
+from starlette.websockets import WebSocketDisconnect  # noqa: E402
+
+from .asgiapp import create_app  # noqa: E402
+
+
+def client(*, wired: bool) -> TestClient:
+    return TestClient(create_app(wired=wired), raise_server_exceptions=False)
+
+
+def test_unhandled_exception_arrives_once_with_request_and_no_secrets(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    handle = setup_eventlog()
+    with client(wired=True) as c:
+        response = c.get(f"/fail?{SECRET_QUERY}", headers=SECRET_HEADERS)
+    assert response.status_code == 500
+    events = errors(settle(handle, server, 1))
+    assert len(events) == 1, events
+    [event] = events
+    assert event["@simple_error"]["type"] == "RuntimeError"
+    assert event["@simple_error"]["message"] == "the /fail endpoint is broken"
+    assert event["data"]["@submission_method"] == "unhandled_request_exception"
+    request = event["data"]["@request"]
+    assert_request(request, method="GET", path="/fail")
+    assert request["host"] == "testserver"
+    assert request["is_secure"] is False
+    assert_no_secrets(server.events)
+
+
+def test_responses_are_unchanged(setup_eventlog: Setup, server: CaptureServer) -> None:
+    setup_eventlog()
+    seen = []
+    for wired in (False, True):
+        with client(wired=wired) as c:
+            results = [c.get(path) for path in ("/fail", "/hello", "/stream", "/state")]
+        seen.append([(r.status_code, r.content, r.headers.get("content-type")) for r in results])
+    assert seen[0] == seen[1]
+    assert seen[0][0][:2] == (500, b"Internal Server Error")
+    assert seen[0][2][1] == b"".join(f"chunk {i}\n".encode() for i in range(5))
+    assert seen[0][3][1] == b'{"started":true}'  # the lifespan ran through the middleware
+
+
+def test_each_request_carries_its_own_user(setup_eventlog: Setup, server: CaptureServer) -> None:
+    handle = setup_eventlog()
+    with client(wired=True) as c:
+        c.get("/fail", headers={"X-User": "u-1", "X-User-Name": "Ann"})
+        c.get("/fail?tag=beta", headers={"X-User": "u-2", "X-User-Name": "Bob"})
+        c.get("/fail")
+        c.get("/hello")
+    events = settle(handle, server, 4)
+    failures = errors(events)
+    assert [event.get("@user") for event in failures] == [
+        {"identity": "u-1", "name": "Ann"},
+        {"identity": "u-2", "name": "Bob"},
+        None,
+    ]
+    assert [event.get("tags") for event in failures] == [None, ["beta"], None]
+    [hello] = [event for event in events if event.get("message", "").startswith("hello")]
+    assert hello["message"] == "hello from None"
+    assert get_user() is None
+
+
+def test_error_in_a_streamed_body_is_reported(setup_eventlog: Setup, server: CaptureServer) -> None:
+    handle = setup_eventlog()
+    with client(wired=True) as c:
+        response = c.get("/stream-fail", headers={"X-User": "u-5"})
+    assert response.status_code == 200  # the headers were sent before the body failed
+    assert response.content.startswith(b"first\n")
+    [event] = errors(settle(handle, server, 1))
+    assert event["@simple_error"]["type"] == "ValueError"
+    assert event["@user"] == {"identity": "u-5"}
+    assert event["data"]["@request"]["path"] == "/stream-fail"
+
+
+def test_websocket_messages_pass_through_and_errors_are_reported(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    handle = setup_eventlog()
+    with client(wired=True) as c:
+        with c.websocket_connect("/ws?page=2") as ws:
+            ws.send_text("hi")
+            assert ws.receive_text() == "echo: hi"
+            ws.send_text("bye")
+            with pytest.raises(WebSocketDisconnect):
+                ws.receive_text()
+        with pytest.raises(RuntimeError, match="websocket handler broke"):  # noqa: SIM117
+            with c.websocket_connect("/ws", headers=SECRET_HEADERS) as ws:
+                ws.send_text("boom")
+                ws.receive_text()
+    [event] = errors(settle(handle, server, 1))
+    assert event["@simple_error"]["message"] == "the websocket handler broke"
+    request = event["data"]["@request"]
+    assert request["path"] == "/ws"
+    assert request["http_method"] == "GET"
+    assert request["data"]["url"].startswith("ws://testserver")
+    assert "Sec-Websocket-Key" not in request["headers"]
+    assert_no_secrets(server.events)
+
+
+def test_a_bare_asgi_app_and_its_lifespan(setup_eventlog: Setup, server: CaptureServer) -> None:
+    """Any ASGI 3 callable: lifespan messages reach it unchanged; errors are reported."""
+    handle = setup_eventlog()
+    seen: list[Any] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                seen.append(message["type"])
+                await send({"type": message["type"] + ".complete"})
+                if message["type"] == "lifespan.shutdown":
+                    return
+        seen.append(get_user())
+        raise KeyError("no such route")
+
+    with TestClient(EventLogMiddleware(app), raise_server_exceptions=False) as c:
+        assert c.get("/x", headers={"Host": "example.com:8443"}).status_code == 500
+    assert seen == ["lifespan.startup", None, "lifespan.shutdown"]
+    [event] = errors(settle(handle, server, 1))
+    request = event["data"]["@request"]
+    assert (request["host"], request["port"], request["path"]) == ("example.com", 8443, "/x")
+
+
+def test_cancelled_requests_are_not_reported(setup_eventlog: Setup, server: CaptureServer) -> None:
+    handle = setup_eventlog()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise asyncio.CancelledError
+
+    async def call() -> None:
+        scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
+        await EventLogMiddleware(app)(scope, None, None)
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(call())
+    handle.flush(5)
+    assert server.events == []
