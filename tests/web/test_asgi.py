@@ -26,10 +26,10 @@ from .conftest import (
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
-from fastapi.testclient import TestClient  # noqa: E402
-from starlette.websockets import WebSocketDisconnect  # noqa: E402
+from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 
-from .asgiapp import create_app  # noqa: E402
+from .asgiapp import create_app
 
 
 def client(*, wired: bool) -> TestClient:
@@ -112,7 +112,7 @@ def test_websocket_messages_pass_through_and_errors_are_reported(
             ws.send_text("bye")
             with pytest.raises(WebSocketDisconnect):
                 ws.receive_text()
-        with pytest.raises(RuntimeError, match="websocket handler broke"):  # noqa: SIM117
+        with pytest.raises(RuntimeError, match="websocket handler broke"):
             with c.websocket_connect("/ws", headers=SECRET_HEADERS) as ws:
                 ws.send_text("boom")
                 ws.receive_text()
