@@ -11,9 +11,12 @@ non-finite floats and failing ``__str__``/``__repr__`` are handled here.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import re
 from collections import deque
-from collections.abc import Collection, KeysView, Mapping, ValuesView
+from collections.abc import Collection, Iterable, KeysView, Mapping, ValuesView
 from typing import Any
 
 from pythonjsonlogger.json import JsonEncoder
@@ -67,11 +70,136 @@ def truncate(text: str, limit: int) -> str:
 
 
 def is_excluded(key: str, exclusions: Collection[str]) -> bool:
-    """Whether ``key`` names a secret according to ``exclusions`` (normalized words)."""
+    """Whether ``key`` names a secret according to ``exclusions``.
+
+    ``exclusions`` holds words (the local ``data_exclusions``) and the service's
+    ``@@DataExclusions`` patterns, in any mix; each entry is compared in its
+    :func:`~eventlog_handler.settings.normalize_key` form, case-insensitively.
+
+    - A pattern (an entry with ``*`` at its start and/or end) follows the official clients:
+      ``*word*`` matches keys that contain ``word``, ``word*`` keys that start with it,
+      ``*word`` keys that end with it, and ``*`` every key.
+    - A word matches where it ends one of the key's words (the key is split at ``_``, ``-``,
+      ``.``, spaces, digits and camelCase humps), or where what follows it up to the end of that
+      key word is a compound suffix (:data:`COMPOUND_SUFFIXES`: ``id``, ``value``, ``hash``, ...).
+      So ``token`` matches ``token``, ``AUTH_TOKEN``, ``accessToken``, ``csrftoken`` and
+      ``tokenId`` but not ``tokenizer_name``; ``auth`` matches ``auth`` and ``oauth`` but not
+      ``author`` or ``authority_count``; ``apikey`` matches ``X-Api-Key`` and ``apiKeyHash``.
+      Requiring the word's end, not its start, at a boundary keeps ``dbpassword`` and
+      ``authtoken`` (names without separators) masked, since in compound names the noun that
+      says what the value is comes last.
+
+    The answer per key is cached (keys of a program repeat endlessly); the matcher of one
+    exclusions collection is built once.
+    """
     if not exclusions:
         return False
-    normalized = normalize_key(key)
-    return any(word in normalized for word in exclusions)
+    return exclusion_matcher(exclusions)(key)
+
+
+#: What may follow an exclusion word inside one word of a key, for the key still to match:
+#: ``passwordid``, ``tokenvalue``, ``PASSWORDHash``, ``secretStr``.
+COMPOUND_SUFFIXES = frozenset(
+    ("", "id", "ids", "value", "values", "hash", "str", "string", "text", "data", "header", "b64")
+)
+
+#: The words of a key: camelCase humps (an acronym keeps its capitals: ``APIKey`` → ``API``,
+#: ``Key``), lower-case runs, digit runs, and runs of other letters.
+_KEY_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_A-Za-z]+")
+#: Keys whose answer is remembered, per matcher.
+_CACHE_KEYS = 10_000
+
+
+class ExclusionMatcher:
+    """``matcher(key)``: whether ``key`` is excluded by one collection of exclusions
+    (see :func:`is_excluded` for the rule)."""
+
+    __slots__ = ("_cache", "_contains", "_everything", "_prefixes", "_suffixes", "_words")
+
+    def __init__(self, exclusions: Iterable[object]) -> None:
+        words: set[str] = set()
+        self._everything = False
+        contains: list[str] = []
+        prefixes: list[str] = []
+        suffixes: list[str] = []
+        for entry in exclusions:
+            if not isinstance(entry, str):
+                continue
+            entry = entry.strip()
+            starts, ends = entry.startswith("*"), entry.endswith("*") and len(entry) > 1
+            if not (starts or ends):
+                word = normalize_key(entry)
+                if word:
+                    words.add(word)
+                continue
+            core = normalize_key(entry[1 if starts else 0 : -1 if ends else None])
+            if not core or entry == "*":
+                self._everything = True
+            elif starts and ends:
+                contains.append(core)
+            elif starts:
+                suffixes.append(core)
+            else:
+                prefixes.append(core)
+        self._words = tuple(sorted(words))
+        self._contains = tuple(contains)
+        self._prefixes = tuple(prefixes)
+        self._suffixes = tuple(suffixes)
+        self._cache: dict[str, bool] = {}
+
+    def __call__(self, key: str) -> bool:
+        answer = self._cache.get(key)
+        if answer is None:
+            answer = self._everything or self._match(key)
+            if len(self._cache) < _CACHE_KEYS:
+                self._cache[key] = answer
+        return answer
+
+    def _match(self, key: str) -> bool:
+        if self._contains or self._prefixes or self._suffixes:
+            normalized = normalize_key(key)
+            if (
+                any(core in normalized for core in self._contains)
+                or normalized.startswith(self._prefixes)
+                or normalized.endswith(self._suffixes)
+            ):
+                return True
+        if not self._words:
+            return False
+        parts = [part.lower() for part in _KEY_WORDS.findall(key)]
+        text = "".join(parts)
+        ends = list(itertools.accumulate(len(part) for part in parts))
+        for word in self._words:
+            start = text.find(word)
+            while start >= 0:
+                end = start + len(word)
+                boundary = ends[bisect.bisect_left(ends, end)]
+                if text[end:boundary] in COMPOUND_SUFFIXES:
+                    return True
+                start = text.find(word, start + 1)
+        return False
+
+
+#: Matchers per exclusions tuple, and the one used last (found by identity, without hashing).
+_MATCHERS: dict[tuple[str, ...], ExclusionMatcher] = {}
+_LAST: tuple[object, ExclusionMatcher] = ((), ExclusionMatcher(()))
+
+
+def exclusion_matcher(exclusions: Collection[str]) -> ExclusionMatcher:
+    """The (cached) matcher of ``exclusions``: words and ``*`` patterns in any mix."""
+    global _LAST
+    last = _LAST
+    if exclusions is last[0]:
+        return last[1]
+    key = exclusions if type(exclusions) is tuple else tuple(exclusions)
+    matcher = _MATCHERS.get(key)
+    if matcher is None:
+        if len(_MATCHERS) >= 64:  # exclusions change rarely: never grow without bound
+            _MATCHERS.clear()
+        matcher = _MATCHERS.setdefault(key, ExclusionMatcher(key))
+    if type(exclusions) is tuple:
+        _LAST = (exclusions, matcher)
+    return matcher
 
 
 def to_jsonable(
@@ -96,12 +224,12 @@ def to_jsonable(
 
 
 class _Converter:
-    __slots__ = ("active", "exclusions", "max_depth", "max_items", "max_string")
+    __slots__ = ("active", "excluded", "max_depth", "max_items", "max_string")
 
     def __init__(
         self, exclusions: Collection[str], max_depth: int, max_items: int, max_string: int
     ) -> None:
-        self.exclusions = exclusions
+        self.excluded = exclusion_matcher(exclusions) if exclusions else None
         self.max_depth = max_depth
         self.max_items = max_items
         self.max_string = max_string
@@ -156,7 +284,7 @@ class _Converter:
                 break
             name = key if type(key) is str else _key(key)
             name = truncate(name, 200)
-            if is_excluded(name, self.exclusions):
+            if self.excluded is not None and self.excluded(name):
                 result[name] = MASK
             else:
                 result[name] = self.convert(item, depth + 1)

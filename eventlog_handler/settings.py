@@ -12,6 +12,7 @@ import dataclasses
 import ipaddress
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,19 +21,59 @@ from urllib.parse import urlsplit
 #: the local collector (``eventlog serve``).
 DEFAULT_SERVER_URL = "http://127.0.0.1:5000"
 
-#: Keys whose values are replaced by :data:`MASK` wherever they appear in event data.
-#: A key matches when its lower-case form with ``-`` and ``_`` removed contains a word.
+#: Words of keys whose values are replaced by :data:`MASK` wherever they appear in event data
+#: (and in ``name=value`` text, see :mod:`eventlog_handler.scrub`). The union of what
+#: sentry-python's ``EventScrubber`` denies by default, the header and cookie names the official
+#: clients leave out of requests (``Authorization``, ``Proxy-Authorization``, ``Cookie``,
+#: ``*SessionId*``, ``.ASPXAUTH``), and card data. A key matches a word when the word ends one of
+#: the key's words, or is followed only by a compound suffix such as ``id`` or ``hash``
+#: (:func:`eventlog_handler.jsonsafe.is_excluded` has the whole rule): ``db_password``,
+#: ``X-Api-Key``, ``accessKey``, ``AUTH_TOKEN`` and ``passwordHash`` match; ``author``,
+#: ``authority_count`` and ``tokenizer_name`` do not.
 DEFAULT_DATA_EXCLUSIONS: tuple[str, ...] = (
+    # passwords and secrets
     "password",
+    "passwords",
     "passwd",
+    "passphrase",
+    "pwd",
     "secret",
+    "secrets",
+    "credential",
+    "credentials",
+    "otp",
+    # keys and tokens
     "token",
     "apikey",
-    "authorization",
-    "cookie",
-    "session",
-    "credential",
+    "accesskey",
     "privatekey",
+    "encryptionkey",
+    "signingkey",
+    "signature",
+    "sig",
+    "jwt",
+    "bearer",
+    # authentication headers
+    "auth",
+    "authorization",
+    # sessions, cookies and CSRF tokens of the common web frameworks
+    "cookie",
+    "cookies",
+    "session",
+    "sessionid",
+    "sessid",
+    "connectsid",
+    "symfony",
+    "csrf",
+    "xsrf",
+    # payment cards
+    "creditcard",
+    "cardnumber",
+    "cardno",
+    "ccnumber",
+    "cvv",
+    "cvc",
+    "securitycode",
 )
 
 MASK = "[excluded]"
@@ -290,8 +331,12 @@ def _path(name: str, value: Any) -> str:
 
 
 def normalize_key(key: str) -> str:
-    """The form of a data key that exclusions are matched against."""
-    return key.lower().replace("_", "").replace("-", "")
+    """The form of a data key (or of an exclusion) that exclusions are matched in: lower case,
+    letters, digits and ``*`` wildcards only (``X-Api_Key`` → ``xapikey``)."""
+    return _NOT_KEY_CHARS.sub("", key.lower())
+
+
+_NOT_KEY_CHARS = re.compile(r"[^\w*]|_")
 
 
 _CONVERTERS: dict[str, Any] = {

@@ -12,6 +12,9 @@ import math
 import uuid
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import settings as settings_
+from hypothesis import strategies as st
 
 from eventlog_handler import events, jsonsafe, settings
 from eventlog_handler.jsonsafe import MAX_DEPTH, MAX_ITEMS, MAX_STRING, to_jsonable
@@ -362,6 +365,41 @@ def test_generators_and_iterators_do_not_raise():
         "private_key",
         "credentials",
         "passwd",
+        # widened: what sentry-python, the official clients and card forms mask
+        "access_key",
+        "accessKey",
+        "AWS_SECRET_ACCESS_KEY",
+        "pwd",
+        "MYSQL_PWD",
+        "auth",
+        "AUTH_TOKEN",
+        "oauth",
+        "basic_auth",
+        "jwt",
+        "bearer",
+        "Proxy-Authorization",
+        "csrftoken",
+        "x_csrftoken",
+        "_csrf",
+        "XSRF-TOKEN",
+        "PHPSESSID",
+        "connect.sid",
+        ".ASPXAUTH",
+        "aiohttp_session",
+        "cvv",
+        "cvv2",
+        "card_number",
+        "creditCard",
+        "X-Amz-Signature",
+        "passphrase",
+        "otp",
+        # names written without separators, and compound suffixes
+        "dbpassword",
+        "authtoken",
+        "passwordHash",
+        "passwordid",
+        "tokenValue",
+        "APIKEYid",
     ],
 )
 def test_default_exclusions_match_insensitively(key):
@@ -370,7 +408,31 @@ def test_default_exclusions_match_insensitively(key):
     assert jsonsafe.is_excluded(key, DEFAULT_DATA_EXCLUSIONS)
 
 
-@pytest.mark.parametrize("key", ["name", "user", "id", "email", "count", "pass", "key", "auth"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "name",
+        "user",
+        "id",
+        "email",
+        "count",
+        "pass",
+        "key",
+        "author",
+        "authority_count",
+        "authenticated",
+        "tokenizer_name",
+        "max_tokens",
+        "secretary",
+        "passport",
+        "keyword",
+        "spin",
+        "cwd",
+        "signal",
+        "",
+        "__",
+    ],
+)
 def test_ordinary_keys_are_kept(key):
     assert not jsonsafe.is_excluded(key, DEFAULT_DATA_EXCLUSIONS)
     assert convert({key: "v"}, DEFAULT_DATA_EXCLUSIONS) == {key: "v"}
@@ -434,3 +496,100 @@ def test_empty_exclusions_disable_masking():
 def test_exclusion_words_are_normalized_keys():
     assert settings.normalize_key("X-Auth_Token") == "xauthtoken"
     assert jsonsafe.is_excluded("My-Api_Key", ("apikey",))
+
+
+def test_a_word_matches_where_it_ends_a_word_of_the_key():
+    words = ("auth", "token", "apikey")
+    for key in ("auth", "AUTH", "x_auth", "oauth", "authToken", "X-Api-Key", "apiKeyHash"):
+        assert jsonsafe.is_excluded(key, words), key
+    for key in ("author", "authority_count", "tokenizer_name", "api_keys_url", "apikeyring"):
+        assert not jsonsafe.is_excluded(key, words), key
+
+
+@pytest.mark.parametrize(
+    ("pattern", "excluded", "kept"),
+    [
+        ("*", ["anything", "x"], []),
+        ("*pass*", ["password", "my_PASS", "bypass_flag"], ["pas", "name"]),
+        (
+            "credit_card*",
+            ["creditcard", "Credit-Card-Number", "credit_card_no"],
+            ["my_credit_card"],
+        ),
+        ("*_id", ["user_id", "UserId", "id"], ["identity", "id_user"]),
+        ("Password", ["password", "db_password"], ["passwords_count", "passwordx"]),
+    ],
+)
+def test_server_patterns_follow_the_official_clients(pattern, excluded, kept):
+    """``@@DataExclusions``: ``*`` at the start and/or end, case-insensitive; an entry without
+    ``*`` is a word (the local rule, which also matches where the exact key would)."""
+    for key in excluded:
+        assert jsonsafe.is_excluded(key, (pattern,)), key
+    for key in kept:
+        assert not jsonsafe.is_excluded(key, (pattern,)), key
+
+
+def test_words_and_patterns_mix_in_one_collection():
+    mixed = (*DEFAULT_DATA_EXCLUSIONS, "*internal*", "Ssn")
+    assert convert({"x_internal_note": 1, "SSN": 2, "db_password": 3, "ok": 4}, mixed) == {
+        "x_internal_note": MASK,
+        "SSN": MASK,
+        "db_password": MASK,
+        "ok": 4,
+    }
+    assert jsonsafe.is_excluded("a", ["*a*"])  # any collection, not only tuples
+    assert jsonsafe.is_excluded("a", frozenset(["a"]))
+
+
+def test_exclusion_entries_are_normalized():
+    assert settings.normalize_key("*Credit_Card.Number*") == "*creditcardnumber*"
+    assert jsonsafe.is_excluded("credit-card-number", (" *Credit_Card* ",))
+    assert not jsonsafe.is_excluded("x", ("", "  ", "__"))  # empty words match nothing
+
+
+WORD_STRATEGY = st.sampled_from(sorted(DEFAULT_DATA_EXCLUSIONS))
+NOISE_WORD = st.text(alphabet="bfghmqvwz", min_size=1, max_size=6)  # no exclusion word inside
+
+
+@given(
+    word=WORD_STRATEGY,
+    before=st.lists(NOISE_WORD, max_size=2),
+    after=st.lists(NOISE_WORD, max_size=2),
+    style=st.sampled_from(["snake", "kebab", "camel", "upper", "dotted", "joined"]),
+    suffix=st.sampled_from(["", "id", "Hash", "value"]),
+)
+@settings_(max_examples=300, deadline=None)
+def test_property_a_word_at_the_end_of_a_key_word_is_excluded(word, before, after, style, suffix):
+    if style == "joined":  # no boundary after the word but the key's end
+        after = []
+    parts = [*before, word + suffix, *after]
+    key = _styled(parts, style)
+    assert jsonsafe.is_excluded(key, DEFAULT_DATA_EXCLUSIONS), key
+
+
+@given(
+    word=WORD_STRATEGY,
+    tail=st.sampled_from(["izer", "or", "ity", "ary", "ing", "ed", "ful"]),
+    style=st.sampled_from(["snake", "kebab", "camel", "upper", "dotted"]),
+    other=NOISE_WORD,
+)
+@settings_(max_examples=300, deadline=None)
+def test_property_a_word_that_only_starts_a_longer_word_is_not_excluded(word, tail, style, other):
+    key = _styled([word + tail, other], style)
+    hidden = [w for w in DEFAULT_DATA_EXCLUSIONS if w in (word + tail)[len(word) - len(w) + 1 :]]
+    assume(not hidden)  # the tail must not end with another word ("sig" + ...)
+    assert not jsonsafe.is_excluded(key, DEFAULT_DATA_EXCLUSIONS), key
+
+
+def _styled(parts, style):
+    if style == "snake":
+        return "_".join(parts)
+    if style == "kebab":
+        return "-".join(part.capitalize() for part in parts)
+    if style == "camel":
+        return parts[0] + "".join(part.capitalize() for part in parts[1:])
+    if style == "upper":
+        return "_".join(parts).upper()
+    if style == "dotted":
+        return ".".join(parts)
+    return "".join(parts)

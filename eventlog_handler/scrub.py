@@ -1,0 +1,395 @@
+"""Secrets in text: masked in every string an event carries, before it is stored or sent.
+
+Data exclusions (:func:`eventlog_handler.jsonsafe.is_excluded`) mask values by their *key*.
+Secrets also travel inside text: a database URL in an exception message, a signed URL in
+``@request``, an ``Authorization`` header pasted into a log line, the handler's own API key in a
+stack trace. A :class:`Scrubber` masks, in any string:
+
+- URL credentials, any scheme: ``postgres://admin:hunter2@db/x`` →
+  ``postgres://admin:[excluded]@db/x`` (the user name stays, the password goes);
+- values of secret-named assignments: ``?api_key=abc&page=2`` → ``?api_key=[excluded]&page=2``,
+  ``password: hunter2``, ``"token": "abc"``, ``Password=abc;Host=db`` (the name matched like a
+  data key, so ``page=2`` or ``author: ann`` stay as they are);
+- authentication headers written as text: ``Authorization: Bearer abc`` →
+  ``Authorization: Bearer [excluded]``, and a lone ``Bearer <token>``;
+- the given secrets themselves (the API key of the engine) wherever they appear.
+
+A quoted value is masked up to its closing quote, a ``[...]`` or ``{...}`` value up to its
+closing bracket (to the end of the line when there is none), and a bare value up to white
+space, a quote, ``&``, ``;``, ``,``, ``<``, ``>`` or a closing bracket. :meth:`Scrubber.event` applies :meth:`text` to
+every string of a JSON-ready event (its message, source, tags, ``data`` at any depth,
+``@simple_error`` with its data and inner chain and stack trace, ``@request``, ``@user``,
+``@environment``, ``@trace`` lines) and masks the values of excluded keys in ``data`` (so
+exclusions that arrived after an event was captured, the service's ``@@DataExclusions``,
+still apply). Scrubbing runs on the delivery worker; a string with no ``://``, ``=``, ``:``,
+``bearer`` and no given secret is returned as it is after a few substring checks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
+
+from eventlog_handler.jsonsafe import ExclusionMatcher, exclusion_matcher
+from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
+
+#: Dict keys whose scrubbed form a scrubber remembers.
+_CACHE_KEYS = 10_000
+#: Given secrets shorter than this are not searched for in text (they would mask common words).
+MIN_SECRET_LENGTH = 6
+
+#: After ``://``: ``user:password@``; the password runs to the last ``@`` of the authority.
+_USERINFO = re.compile(r"[^\s:/?#@\"'<>]*:(?P<password>[^\s/?#\"'<>]+)@")
+#: What separates a name from its value: ``=``, ``=>``, ``:``.
+_SEPARATOR = re.compile(r"=>?|:")
+#: Between a name's separator and its value: blanks, and an auth scheme (``Bearer``, ...).
+_LEAD = re.compile(r"[ \t]*(?:(?i:bearer|basic|token|digest|negotiate|ntlm|apikey)[ \t]+(?=\S))?")
+#: A quoted value (the group is what is masked), or a bare one (up to a terminator).
+_DOUBLE_QUOTED = re.compile(r"\"((?:[^\"\\\n]|\\.)*)\"")
+_SINGLE_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.)*)'")
+_BARE = re.compile(r"[^\s\"'&;,<>)\]}]+")
+#: Characters a bracketed value (``[...]``, ``{...}``) is searched for its end in, at most.
+_MAX_BRACKETED = 20_000
+#: A lone ``Bearer <token>``.
+_BEARER = re.compile(r"(?<![\w\-])(?P<scheme>[Bb]earer|BEARER)[ \t]+(?P<token>[\w\-.~+/]{8,}=*)")
+
+#: Top-level fields of an event that carry no free text.
+_NOT_TEXT = frozenset(("type", "date", "reference_id", "count", "value", "@level"))
+#: Keys of ``@request`` that name its parts (their own keys are matched, not theirs).
+_REQUEST_PARTS = frozenset(("headers", "cookies", "query_string", "post_data", "data"))
+
+
+class Scrubber:
+    """Masks secrets in text and in JSON-ready events.
+
+    ``secrets``: strings to mask wherever they appear (the API key; ``None`` and strings shorter
+    than :data:`MIN_SECRET_LENGTH` are ignored). ``exclusions``: the words and ``*`` patterns
+    that name secret keys (data keys, and the names in ``name=value`` text). Build one per
+    engine, and a new one when the exclusions change (construction is cheap: the key matcher
+    of each exclusions tuple is cached).
+    """
+
+    __slots__ = ("_excluded", "_keys", "_secrets")
+
+    def __init__(
+        self,
+        secrets: Iterable[str | None] = (),
+        exclusions: Collection[str] = DEFAULT_DATA_EXCLUSIONS,
+    ) -> None:
+        found = {secret for secret in secrets if secret and len(secret) >= MIN_SECRET_LENGTH}
+        self._secrets: tuple[str, ...] = tuple(sorted(found, key=len, reverse=True))
+        self._excluded: ExclusionMatcher = exclusion_matcher(tuple(exclusions))
+        self._keys: dict[str, str] = {}
+
+    @classmethod
+    def for_settings(cls, settings: Settings, secrets: Iterable[str | None] = ()) -> Scrubber:
+        """The scrubber of an engine: its API key and data exclusions, plus ``secrets``."""
+        return cls((settings.api_key, *secrets), settings.data_exclusions)
+
+    def __repr__(self) -> str:
+        return f"<Scrubber secrets={len(self._secrets)}>"
+
+    # -- text ---------------------------------------------------------------------------------
+
+    def text(self, text: str) -> str:
+        """``text`` with its secrets masked (the same object when there is nothing to mask)."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        if ":" in text:
+            if "@" in text and "://" in text:
+                text = _url_passwords(text)
+            text = self._assignments(text)
+        elif "=" in text:
+            text = self._assignments(text)
+        if "earer" in text or "EARER" in text:
+            text = _BEARER.sub(_mask_bearer, text)
+        return text
+
+    def _key(self, key: str) -> str:
+        """A dict key scrubbed as text (keys repeat: the answers are remembered)."""
+        scrubbed = self._keys.get(key)
+        if scrubbed is None:
+            scrubbed = self.text(key)
+            if len(self._keys) < _CACHE_KEYS:
+                self._keys[key] = scrubbed
+        return scrubbed
+
+    def _assignments(self, text: str) -> str:
+        """Mask the values after secret names: ``name=value``, ``"name": "value"``, ..."""
+        pieces: list[str] = []
+        done = 0
+        excluded = self._excluded
+        for separator in _SEPARATOR.finditer(text):
+            at = separator.start()
+            if at < done or text.startswith("=", separator.end()):  # masked, or ``==``
+                continue
+            end = at  # the name ends before blanks and a closing quote
+            while end > done and text[end - 1] in " \t":
+                end -= 1
+            if end > done and text[end - 1] in "\"'":
+                end -= 1
+            start = end
+            while start > done and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+                start -= 1
+            if start == end or not excluded(text[start:end]):
+                continue
+            span = _value_span(text, separator.end())
+            if span is None:
+                continue
+            pieces.append(text[done : span[0]])
+            pieces.append(MASK)
+            done = span[1]
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def event(self, event: dict[str, Any], *, copy: bool = False) -> dict[str, Any]:
+        """Mask the secrets of a JSON-ready event, in place (the default) or in a copy.
+
+        With ``copy=True`` the given event is left as it was; the copy shares the parts that
+        had nothing to mask.
+        """
+        result = dict(event) if copy else event
+        text = self.text
+        for key, value in event.items():
+            if key in _NOT_TEXT:
+                continue
+            if type(value) is str:
+                scrubbed: Any = text(value)
+            elif key == "data":
+                scrubbed = self._data(value, copy, 1)
+            elif key == "@simple_error":
+                scrubbed = self._dict(value, copy, 1, self._error_item)
+            elif key == "@user":
+                scrubbed = self._dict(value, copy, 1, self._user_item)
+            elif key == "@request":
+                scrubbed = self._dict(value, copy, 1, self._request_item)
+            else:
+                scrubbed = self._any(value, copy, False, 1)
+            if scrubbed is not value:
+                result[key] = scrubbed
+        return result
+
+    def data(self, value: Any) -> Any:
+        """A copy of a JSON value with its text scrubbed and the values of excluded keys
+        masked at any depth (parts with nothing to mask are shared, not copied)."""
+        return self._any(value, True, True, 0)
+
+    def _data(self, data: Any, copy: bool, depth: int) -> Any:
+        """``data``: the values of excluded keys masked, the known ``@`` keys by their shape
+        (the common flat case handled here, without a call per entry)."""
+        if type(data) is not dict:
+            return self._any(data, copy, True, depth)
+        excluded = self._excluded
+        text = self.text
+        known = self._keys
+        changes: dict[Any, Any] | None = None
+        renames: dict[str, str] | None = None
+        for key, value in data.items():
+            kind = type(value)
+            if type(key) is not str or key.startswith("@"):
+                scrubbed = self._data_item(key, value, copy, depth + 1)
+            elif excluded(key):
+                scrubbed = MASK
+            elif kind is str:
+                scrubbed = text(value)
+            elif kind is dict or kind is list or kind is tuple:
+                scrubbed = self._any(value, copy, True, depth + 1)
+            else:
+                scrubbed = value
+            if scrubbed is not value:
+                if changes is None:
+                    changes = {}
+                changes[key] = scrubbed
+            if type(key) is str:
+                new_key = known.get(key) or self._key(key)
+                if new_key != key:
+                    if renames is None:
+                        renames = {}
+                    renames[key] = new_key
+        return _updated(data, changes, renames, copy)
+
+    def _data_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
+        """An entry of ``data`` (or of ``data`` of ``@user``): the known ``@`` keys by their
+        shape, others by their key."""
+        if type(key) is str and key.startswith("@"):
+            if key == "@simple_error":
+                return self._dict(value, copy, depth, self._error_item)
+            if key == "@user":
+                return self._dict(value, copy, depth, self._user_item)
+            if key == "@request":
+                return self._dict(value, copy, depth, self._request_item)
+            if key == "@environment" or key == "@trace":
+                return self._any(value, copy, False, depth)
+        elif type(key) is str and self._excluded(key):
+            return MASK
+        return self._any(value, copy, True, depth)
+
+    def _error_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
+        """An entry of ``@simple_error``: its ``data`` by keys, its ``inner`` error likewise."""
+        if key == "inner":
+            return self._dict(value, copy, depth, self._error_item)
+        return self._any(value, copy, key == "data", depth)
+
+    def _user_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
+        return self._any(value, copy, key == "data", depth)
+
+    def _request_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
+        return self._any(value, copy, key in _REQUEST_PARTS, depth)
+
+    def _keyed_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
+        if type(key) is str and self._excluded(key):
+            return MASK
+        return self._any(value, copy, True, depth)
+
+    def _plain_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
+        return self._any(value, copy, False, depth)
+
+    def _any(self, value: Any, copy: bool, keys: bool, depth: int) -> Any:
+        """Any JSON value: strings scrubbed; with ``keys``, values of excluded keys masked."""
+        kind = type(value)
+        if kind is str:
+            return self.text(value)
+        if kind is dict:
+            return self._dict(value, copy, depth, self._keyed_item if keys else self._plain_item)
+        if kind is list or kind is tuple:
+            if depth > _MAX_DEPTH:
+                return MASK
+            items: Any = value
+            for index, item in enumerate(value):
+                scrubbed = self._any(item, copy, keys, depth + 1)
+                if scrubbed is not item:
+                    if items is value and (copy or kind is tuple):
+                        items = list(value)
+                    items[index] = scrubbed
+            return tuple(items) if kind is tuple and items is not value else items
+        return value
+
+    def _dict(self, mapping: Any, copy: bool, depth: int, item: _Item) -> Any:
+        """A dict with each entry scrubbed by ``item`` and its keys scrubbed as text: updated
+        in place, or copied when ``copy`` and something changed. Not a dict: as any value."""
+        if type(mapping) is not dict:
+            return self._any(mapping, copy, False, depth)
+        if depth > _MAX_DEPTH:
+            return MASK
+        changes: dict[Any, Any] | None = None
+        renames: dict[str, str] | None = None
+        for key, value in mapping.items():
+            scrubbed = item(key, value, copy, depth + 1)
+            if scrubbed is not value:
+                if changes is None:
+                    changes = {}
+                changes[key] = scrubbed
+            if type(key) is str:
+                new_key = self._key(key)
+                if new_key != key:
+                    if renames is None:
+                        renames = {}
+                    renames[key] = new_key
+        return _updated(mapping, changes, renames, copy)
+
+
+def _updated(
+    mapping: dict[Any, Any],
+    changes: dict[Any, Any] | None,
+    renames: dict[str, str] | None,
+    copy: bool,
+) -> dict[Any, Any]:
+    """``mapping`` with ``changes`` and ``renames`` applied: in place, or to a copy."""
+    if changes is None and renames is None:
+        return mapping
+    target = dict(mapping) if copy else mapping
+    if changes:
+        target.update(changes)
+    if renames:
+        for key, new_key in renames.items():
+            target[new_key] = target.pop(key)
+    return target
+
+
+_Item = Callable[[Any, Any, bool, int], Any]
+
+#: Nesting past which containers are replaced by the mask rather than walked (JSON-safe events
+#: are at most 10 deep; this only guards against hand-made cycles and recursion limits).
+_MAX_DEPTH = 64
+
+
+def _url_passwords(text: str) -> str:
+    """Mask the password of every ``scheme://user:password@host`` in ``text``."""
+    pieces: list[str] = []
+    done = 0
+    at = text.find("://")
+    while at >= 0:
+        found = _USERINFO.match(text, at + 3)
+        if found is not None and found.group("password") != MASK:
+            pieces.append(text[done : found.start("password")])
+            pieces.append(MASK)
+            done = found.end("password")
+        at = text.find("://", max(at + 3, done))
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _value_span(text: str, at: int) -> tuple[int, int] | None:
+    """Where the value after a separator at ``at`` is (what to mask), or ``None`` when there is
+    no value or it is masked already. A quoted value is its content; a bracketed one runs to
+    its closing bracket (or, unbalanced, to the end of the line); a bare one to a terminator."""
+    lead = _LEAD.match(text, at)
+    start = at if lead is None else lead.end()
+    first = text[start : start + 1]
+    if first == '"' or first == "'":
+        quoted = (_DOUBLE_QUOTED if first == '"' else _SINGLE_QUOTED).match(text, start)
+        if quoted is None:
+            return None
+        span = quoted.span(1)
+    elif first == "[" or first == "{":
+        if text.startswith(MASK, start):
+            return None
+        span = (start, _closing_bracket(text, start))
+    else:
+        bare = _BARE.match(text, start)
+        if bare is None:
+            return None
+        span = bare.span()
+    if span[0] == span[1] or text[span[0] : span[1]] == MASK:
+        return None
+    return span
+
+
+def _closing_bracket(text: str, start: int) -> int:
+    """The end of the bracketed value at ``start`` (quotes respected), or of its line."""
+    depth = 0
+    quote = False
+    index = start
+    limit = min(len(text), start + _MAX_BRACKETED)
+    while index < limit:
+        char = text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quote = False
+        elif char == '"':
+            quote = True
+        elif char == "[" or char == "{":
+            depth += 1
+        elif char == "]" or char == "}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+        index += 1
+    end = text.find("\n", start)
+    return len(text) if end < 0 else end
+
+
+def _mask_bearer(found: re.Match[str]) -> str:
+    if found.group("token") == MASK:
+        return found.group(0)
+    return f"{found.group('scheme')} {MASK}"

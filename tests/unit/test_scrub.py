@@ -1,0 +1,406 @@
+"""Secrets inside text: URL credentials, secret query values and assignments, auth headers and
+the API key itself, masked in every string an event carries; text without secrets unchanged."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from eventlog_handler import events
+from eventlog_handler.jsonsafe import is_excluded
+from eventlog_handler.scrub import Scrubber
+from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
+
+API_KEY = "kX9f2mQ7pL4vT8wZ3nB6cR1dY5hJ0sAeUiOoGqWx"
+PROFILE = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+@pytest.fixture
+def scrub() -> Scrubber:
+    return Scrubber([API_KEY], DEFAULT_DATA_EXCLUSIONS)
+
+
+# -- examples ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgres://admin:hunter2@db/x", f"postgres://admin:{MASK}@db/x"),
+        ("redis://:s3cret@cache:6379/0", f"redis://:{MASK}@cache:6379/0"),
+        ("amqp://u:p@ss:w0rd@mq//vhost", f"amqp://u:{MASK}@mq//vhost"),  # to the last @
+        ("see https://ann:pw1@example.com and ftp://bob:pw2@files", None),
+        ("GET /items?api_key=abc123&page=2", f"GET /items?api_key={MASK}&page=2"),
+        ("/o?X-Amz-Signature=ab12&X-Amz-Credential=AK%2F&x=1", None),
+        ("Authorization: Bearer eyJhbGciOi.JIUzI1.NiJ9", f"Authorization: Bearer {MASK}"),
+        ("curl -H 'Authorization: Basic dXNlcjpwYXNz'", f"curl -H 'Authorization: Basic {MASK}'"),
+        ("proxied with bearer abcdefgh12345678 upstream", f"proxied with bearer {MASK} upstream"),
+        ("{'password': 'hunter2', 'user': 'ann'}", f"{{'password': '{MASK}', 'user': 'ann'}}"),
+        ('{"token":"t-123","page":2}', f'{{"token":"{MASK}","page":2}}'),
+        ("Server=db;Password=hunter2;User Id=sa", f"Server=db;Password={MASK};User Id=sa"),
+        ("login failed for db_password = hunter2", f"login failed for db_password = {MASK}"),
+        ("ValueError: invalid token: abc123", f"ValueError: invalid token: {MASK}"),
+        ("connect(password=pw)", f"connect(password={MASK})"),
+        ("accessKey=AKIA1234 AUTH_TOKEN=t1 X-Api-Key: k1", None),
+        (f"the key {API_KEY} was refused", f"the key {MASK} was refused"),
+        (f"prefix{API_KEY}suffix", f"prefix{MASK}suffix"),
+    ],
+)
+def test_examples(scrub: Scrubber, text: str, expected: str | None) -> None:
+    result = scrub.text(text)
+    if expected is not None:
+        assert result == expected
+    for secret in ("hunter2", "s3cret", "p@ss", "pw1", "pw2", "abc123", "ab12", "AK%2F", "eyJ"):
+        assert secret not in result
+    for secret in ("dXNlcjpwYXNz", "abcdefgh12345678", "t-123", "AKIA1234", "t1 ", "k1", "pw)"):
+        assert secret not in result
+    assert API_KEY not in result
+    assert scrub.text(result) == result  # masking is idempotent
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "order 42 placed",
+        "author: ann, authority_count=3, tokenizer_name=bpe, page=2",
+        "https://example.com:8443/path?page=2&sort=asc#top",
+        "http://[::1]:5000/x and ann@example.com",
+        "ssh://git@github.com/org/repo.git",  # a user name without a password
+        "12:30:45 ratio=3:4 a == b, c != d, e <= f",
+        "Traceback (most recent call last):\n  File \"app.py\", line 3, in f\nKeyError: 'x'",
+        "the bearer of bad news",  # too short to be a token
+        "password:",  # a name with no value
+        f"password={MASK} and postgres://u:{MASK}@h",  # already masked
+    ],
+)
+def test_text_without_secrets_is_unchanged(scrub: Scrubber, text: str) -> None:
+    assert scrub.text(text) is text or scrub.text(text) == text
+    assert scrub.text(text) == text
+
+
+def test_names_are_matched_like_data_keys() -> None:
+    custom = Scrubber([], ("ssn", "*_pin"))
+    assert custom.text("ssn=123-45 card_pin=9999 password=kept") == (
+        f"ssn={MASK} card_pin={MASK} password=kept"
+    )
+    assert Scrubber([], ()).text("password=kept") == "password=kept"
+    assert Scrubber([], ()).text("postgres://u:pw@h") == f"postgres://u:{MASK}@h"  # always
+
+
+def test_short_secrets_are_ignored_and_longest_masked_first() -> None:
+    scrub = Scrubber(["abc", None, "", "secret-value", "secret-value-longer"], ())
+    assert scrub.text("abc secret-value-longer secret-value") == f"abc {MASK} {MASK}"
+
+
+def test_for_settings_uses_the_key_and_exclusions() -> None:
+    options = {"api_key": API_KEY, "data_exclusions": "ssn"}
+    scrub = Scrubber.for_settings(Settings.from_options(options, environ={}), ["another-secret"])
+    assert scrub.text(f"{API_KEY} ssn=1 password=2 another-secret") == (
+        f"{MASK} ssn={MASK} password=2 {MASK}"
+    )
+    assert API_KEY not in repr(scrub)
+
+
+def test_event_every_place_that_carries_text(scrub: Scrubber) -> None:
+    url = "postgres://admin:hunter2@db/app"
+    exc = ValueError(f"cannot connect to {url} with key {API_KEY}")
+    exc.__cause__ = KeyError(f"password=hunter2 in {url}")
+    event = events.error_event(
+        exc,
+        message=f"failed: {url}",
+        source="app",
+        user={"identity": "u1", "data": {"note": f"token: {API_KEY}", "pwd": "hunter2"}},
+        data={
+            "@request": {
+                "path": "/login",
+                "query_string": {"api_key": "hunter2", "page": "2"},
+                "headers": {"X-Api-Key": ["hunter2"], "Accept": ["json"]},
+                "cookies": {"sessionid": "hunter2", "theme": "dark"},
+                "url": f"https://ann:hunter2@example.com/login?access_token=hunter2&x={API_KEY}",
+            },
+            "@environment": {"command_line": "app.py --db postgres://a:hunter2@h"},
+            "@trace": [f"connecting to {url}", "Authorization: Bearer hunter2hunter2"],
+            "nested": [{"deep": {"dsn": url}}, f"auth={API_KEY}"],
+            "access_key": "hunter2",
+            "jwt": "hunter2",
+            API_KEY: "the key as a key",
+        },
+    )
+    event["@simple_error"]["stack_trace"] += f'\n  File "x.py", line 1, in f\n    f({url!r})'
+    scrubbed = scrub.event(event, copy=True)
+    body = events.encode(scrubbed).decode()
+    assert "hunter2" not in body and API_KEY not in body
+    assert "hunter2" in events.encode(event).decode()  # the copy left the original alone
+    request = scrubbed["data"]["@request"]
+    assert request["query_string"] == {"api_key": MASK, "page": "2"}
+    assert request["headers"] == {"X-Api-Key": MASK, "Accept": ["json"]}
+    assert request["cookies"] == {"sessionid": MASK, "theme": "dark"}  # kept, not masked whole
+    assert request["path"] == "/login"
+    assert scrubbed["data"]["@trace"] == [
+        f"connecting to postgres://admin:{MASK}@db/app",
+        (f"Authorization: Bearer {MASK}"),
+    ]
+    assert scrubbed["@user"]["data"]["pwd"] == MASK
+    assert scrubbed["@simple_error"]["inner"]["message"].startswith(f"'password={MASK} in")
+    assert scrubbed["source"] == "app"
+
+    in_place = scrub.event(event)
+    assert in_place is event
+    assert events.encode(event) == events.encode(scrubbed)
+
+
+def test_event_without_secrets_is_returned_as_it_is(scrub: Scrubber) -> None:
+    event = events.log_event(
+        "order 42 placed: total=9.5",
+        source="shop",
+        level="Info",
+        tags=["web"],
+        data={"order": 42, "customer": "ann", "items": [{"sku": "A-1", "qty": 2}]},
+    )
+    before = copy.deepcopy(event)
+    assert scrub.event(event, copy=True) is not event
+    assert scrub.event(event, copy=True) == before
+    assert scrub.event(event) is event
+    assert event == before
+
+
+def test_exclusions_that_arrive_later_apply_to_captured_events() -> None:
+    event = events.log_event("m", data={"customer_pin": "1234", "nested": [{"Pin_Code": 7}]})
+    scrubbed = Scrubber([], (*DEFAULT_DATA_EXCLUSIONS, "*pin*")).event(event, copy=True)
+    assert scrubbed["data"] == {"customer_pin": MASK, "nested": [{"Pin_Code": MASK}]}
+
+
+def test_structural_keys_are_not_masked_by_wide_patterns() -> None:
+    event = events.error_event(ValueError("boom"), message="m", user={"identity": "u", "name": "n"})
+    scrubbed = Scrubber([], ("*",)).event(event, copy=True)
+    assert scrubbed["@simple_error"]["type"] == "ValueError"
+    assert scrubbed["@user"] == {"identity": "u", "name": "n"}
+    assert scrubbed["message"] == "m"
+
+
+def test_hand_made_deep_and_cyclic_values_do_not_raise(scrub: Scrubber) -> None:
+    deep: Any = "postgres://a:hunter2@h"
+    for _ in range(200):
+        deep = [deep]
+    cycle: dict[str, Any] = {}
+    cycle["self"] = cycle
+    event = {"message": "m", "data": {"deep": deep, "cycle": cycle, "t": ("password=x1x1x1",)}}
+    scrubbed = scrub.event(event, copy=True)
+    assert "hunter2" not in json.dumps(scrubbed["data"]["deep"])
+    assert scrubbed["data"]["t"] == (f"password={MASK}",)
+
+
+def test_long_runs_without_separators_stay_fast(scrub: Scrubber) -> None:
+    # Linear scanning: a pathological 200,000-character value is scrubbed in one pass.
+    text = "a" * 100_000 + ":" + "b" * 50_000 + "=" + "c" * 50_000 + "://" + "d@" * 10
+    assert scrub.text(text) == text
+
+
+# -- properties -------------------------------------------------------------------------------
+
+#: Names the key rule does not exclude (checked, so the property holds by construction).
+PLAIN_NAME = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJ_-", min_size=1, max_size=10)
+PLAIN_WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)
+EXCLUDED_NAME = st.sampled_from(
+    [
+        "password",
+        "db_password",
+        "DB_PASSWORD",
+        "passwd",
+        "pwd",
+        "api_key",
+        "X-Api-Key",
+        "apiKey",
+        "access_key",
+        "accessKey",
+        "secret",
+        "client_secret",
+        "token",
+        "access_token",
+        "AUTH_TOKEN",
+        "auth",
+        "jwt",
+        "bearer",
+        "session_id",
+        "sessionid",
+        "csrftoken",
+        "X-Amz-Signature",
+        "card_number",
+        "cvv",
+        "private_key",
+        "credentials",
+    ]
+)
+SECRET = st.builds(
+    lambda tail: "Zq" + tail,
+    st.text(alphabet="ABCDEFGHJKMNPQRSTUVWXYZ23456789-_.~", min_size=8, max_size=20),
+)
+SCHEME = st.sampled_from(["postgres", "mysql+pymysql", "redis", "https", "amqp", "mongodb+srv"])
+HOST = st.sampled_from(["db", "db.internal:5432", "127.0.0.1", "[::1]:6379", "cache"])
+
+
+@st.composite
+def clean_text(draw: st.DrawFn) -> str:
+    """Text with URLs, emails, ``name=value`` and ``name: value`` but no secret."""
+    parts = []
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(["word", "url", "email", "assign", "colon", "json", "time"]))
+        name, word = draw(PLAIN_NAME), draw(PLAIN_WORD)
+        if kind == "word":
+            parts.append(word)
+        elif kind == "url":
+            query = f"?{name}={word}&{draw(PLAIN_NAME)}=2" if draw(st.booleans()) else ""
+            parts.append(f"{draw(SCHEME)}://{draw(HOST)}/{word}{query}")
+        elif kind == "email":
+            parts.append(f"{word}@example.com")
+        elif kind == "assign":
+            parts.append(f"{name}={word}")
+        elif kind == "colon":
+            parts.append(f"{name}: {word}")
+        elif kind == "json":
+            parts.append(json.dumps({name: word, "n": 1}))
+        else:
+            parts.append("12:30:45.5")
+    text = draw(st.sampled_from([" ", "\n", ", ", "; ", " | "])).join(parts)
+    for run in re.findall(r"[\w.\-]+", text):
+        assume(not is_excluded(run, DEFAULT_DATA_EXCLUSIONS))
+    assume("earer" not in text.lower())
+    return text
+
+
+@st.composite
+def planted(draw: st.DrawFn) -> tuple[str, str]:
+    """(secret, text holding it in one of the forms that are masked)."""
+    secret = draw(SECRET)
+    name = draw(EXCLUDED_NAME)
+    forms = [
+        f"{draw(SCHEME)}://{draw(PLAIN_WORD)}:{secret}@{draw(HOST)}/{draw(PLAIN_WORD)}",
+        f"{draw(SCHEME)}://:{secret}@{draw(HOST)}",
+        f"https://{draw(HOST)}/p?{draw(PLAIN_WORD)}=1&{name}={secret}&page=2",
+        f"{name}={secret}",
+        f"{name} = {secret}",
+        f"{name}: {secret}",
+        f'"{name}": "{secret}"',
+        f"'{name}': '{secret}'",
+        f"{name}='{secret}'",
+        f"Authorization: Bearer {secret}",
+        f"Authorization: Basic {secret}",
+        f"Bearer {secret}",
+        f"--{name}={secret}",
+    ]
+    form = draw(st.sampled_from(forms))
+    before, after = draw(clean_text()), draw(clean_text())
+    return secret, f"{before} {form} {after}"
+
+
+@PROFILE
+@given(text=clean_text())
+def test_property_text_without_secrets_is_unchanged(text: str) -> None:
+    assert Scrubber([API_KEY]).text(text) == text
+
+
+@PROFILE
+@given(case=planted())
+def test_property_planted_secret_never_survives_in_text(case: tuple[str, str]) -> None:
+    secret, text = case
+    scrub = Scrubber([API_KEY])
+    result = scrub.text(text)
+    assert secret not in result, result
+    assert scrub.text(result) == result
+
+
+@PROFILE
+@given(before=clean_text(), after=clean_text(), glue=st.sampled_from(["", " ", "=", ":", "/"]))
+def test_property_api_key_never_survives(before: str, after: str, glue: str) -> None:
+    text = f"{before}{glue}{API_KEY}{glue}{after}"
+    assert API_KEY not in Scrubber([API_KEY]).text(text)
+
+
+def _nested(draw: st.DrawFn, leaf: Any) -> Any:
+    """``leaf`` wrapped in random dicts and lists with noise around it."""
+    value = leaf
+    for _ in range(draw(st.integers(0, 6))):
+        if draw(st.booleans()):
+            value = {draw(PLAIN_WORD) + "_x": value, "n": draw(PLAIN_WORD)}
+        else:
+            value = [draw(PLAIN_WORD), value]
+    return value
+
+
+@st.composite
+def event_with_secret(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    """(secret, JSON-ready event with the secret in text, under an excluded key, or as the key
+    itself, somewhere in message, data, ``@user``, ``@request``, ``@simple_error``, ...)."""
+    how = draw(st.sampled_from(["text", "key", "api_key"]))
+    if how == "text":
+        secret, text = draw(planted())
+        leaf: Any = text
+    elif how == "key":
+        secret = draw(SECRET)
+        leaf = {draw(EXCLUDED_NAME): draw(st.sampled_from([secret, [secret], {"v": secret}]))}
+    else:
+        secret = API_KEY
+        leaf = f"{draw(clean_text())} {API_KEY} {draw(clean_text())}"
+    where = draw(
+        st.sampled_from(
+            ["message", "data", "user", "request", "error", "inner", "trace", "environment"]
+        )
+    )
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        exc.__cause__ = KeyError("cause")
+        event = events.error_event(exc, message="m", source="s", data={"ok": 1})
+    text = leaf if isinstance(leaf, str) else json.dumps(leaf)
+    if where == "message":
+        event["message"] = text
+    elif where == "data":
+        event["data"]["payload"] = _nested(draw, leaf)
+    elif where == "user":
+        event["@user"] = {"identity": "u", "data": _nested(draw, leaf)}
+    elif where == "request":
+        part = draw(st.sampled_from(["query_string", "headers", "cookies", "data", "path"]))
+        event["data"]["@request"] = {part: leaf if part != "path" else text, "host": "h"}
+    elif where == "error":
+        field = draw(st.sampled_from(["message", "stack_trace", "data"]))
+        event["@simple_error"][field] = {"@ext": leaf} if field == "data" else text
+    elif where == "inner":
+        event["@simple_error"]["inner"]["message"] = text
+    elif where == "trace":
+        event["data"]["@trace"] = ["line one", text]
+    else:
+        event["data"]["@environment"] = {"command_line": text, "machine_name": "m"}
+    return secret, event
+
+
+@PROFILE
+@given(case=event_with_secret(), in_place=st.booleans())
+def test_property_planted_secret_never_in_the_encoded_event(
+    case: tuple[str, dict[str, Any]], in_place: bool
+) -> None:
+    secret, event = case
+    original = copy.deepcopy(event)
+    scrubbed = Scrubber([API_KEY]).event(event, copy=not in_place)
+    body = events.encode(scrubbed).decode("utf-8")
+    assert secret not in body, body
+    if not in_place:
+        assert event == original
+
+
+@PROFILE
+@given(text=clean_text(), data=st.dictionaries(PLAIN_NAME, PLAIN_WORD, max_size=4))
+def test_property_event_without_secrets_is_unchanged(text: str, data: dict[str, str]) -> None:
+    assume(not any(is_excluded(key, DEFAULT_DATA_EXCLUSIONS) for key in data))
+    event = events.log_event(text, data={**data, "note": text}, tags=[text[:100]])
+    before = copy.deepcopy(event)
+    assert Scrubber([API_KEY]).event(event) == before
