@@ -9,6 +9,8 @@ hands their records to the setup's handler.
 - Only the *error* loggers: ``uvicorn.access`` and ``gunicorn.access`` write one ``INFO`` line
   per request, which would make every request an event (the service's quotas count events) and
   says nothing an error report needs. Attach a handler to them yourself if you want them.
+- Secret query values in the URLs these loggers print (gunicorn's ``Error handling request
+  GET /path?token=...``) are masked in what is sent, like the query of ``@request``.
 - Never twice: a forwarder passes a record on only when the record would not reach the
   handler anyway, by propagation (``uvicorn.run(app, log_config=None)`` leaves uvicorn's
   loggers propagating to the root).
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, TypeGuard
 
 #: The servers' error loggers that are configured not to propagate (see the module docstring).
 SERVER_LOGGERS: tuple[str, ...] = ("uvicorn.error", "gunicorn.error")
@@ -45,9 +47,23 @@ class ServerLogForwarder(logging.Handler):
         try:
             if record.levelno < self.target.level or self._reaches_target():
                 return False
-            return self.target.handle(record)
+            return self.target.handle(self._without_secrets(record))
         except Exception:  # pragma: no cover - the target's handle never raises
             return False
+
+    def _without_secrets(self, record: logging.LogRecord) -> logging.LogRecord:
+        """``record``, or a copy whose URL arguments (gunicorn's ``Error handling request
+        GET /path?token=...``) have their secret query values masked."""
+        args = record.args
+        if not isinstance(args, tuple) or not any(_is_url(arg) for arg in args):
+            return record
+        from eventlog_handler.request_info import clean_url
+
+        settings = getattr(self.target, "settings", None)
+        exclusions = getattr(settings, "data_exclusions", ())
+        copy = logging.makeLogRecord(record.__dict__)
+        copy.args = tuple(clean_url(arg, exclusions) if _is_url(arg) else arg for arg in args)
+        return copy
 
     def emit(self, record: logging.LogRecord) -> None:
         self.handle(record)
@@ -106,6 +122,11 @@ def ensure_attached() -> None:
 def attached_handlers() -> list[logging.Handler]:
     """The handlers the server loggers are forwarded to."""
     return list(_ATTACHED)
+
+
+def _is_url(value: Any) -> TypeGuard[str]:
+    """Whether ``value`` is a URL or request target with a query (``/path?a=b``)."""
+    return type(value) is str and "?" in value and (value.startswith("/") or "://" in value)
 
 
 def _existing_logger(name: str) -> logging.Logger | None:
