@@ -3,11 +3,13 @@
 >>> client = Client("http://127.0.0.1:5000", token)          # doctest: +SKIP
 >>> client.submit({"message": "Disk space is low"})          # doctest: +SKIP
 >>> [project.name for project in client.list_projects()]     # doctest: +SKIP
+>>> session = Client("https://ex.example").login(email, pw)  # doctest: +SKIP
 
 Every answer that is not a success raises a subclass of :class:`~eventlog_handler.errors.ApiError`
 (see :mod:`eventlog_handler.errors`); a request that got no answer raises
 :class:`~eventlog_handler.errors.TransportError`. The token travels only in the
-``Authorization`` header and is masked in ``repr`` and in every message.
+``Authorization`` header, only to ``server_url``'s origin, and is masked in ``repr`` and in
+every message; a password travels only in the body of the login request.
 """
 
 from __future__ import annotations
@@ -17,12 +19,11 @@ import datetime as _dt
 import gzip
 import json
 import os
-import platform
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import requests
 
@@ -30,7 +31,7 @@ from eventlog_handler import errors
 from eventlog_handler._version import __version__
 from eventlog_handler.events import encode
 from eventlog_handler.jsonsafe import to_jsonable
-from eventlog_handler.models import Project, Token
+from eventlog_handler.models import Project, ProjectConfig, Token
 from eventlog_handler.settings import (
     is_loopback_url,
     mask_secret,
@@ -41,14 +42,45 @@ from eventlog_handler.settings import (
 #: Bodies larger than this are gzip-compressed.
 GZIP_THRESHOLD = 1024
 
-USER_AGENT = (
-    f"eventlog-handler/{__version__} python-requests/{requests.__version__} "
-    f"({platform.python_implementation()} {platform.python_version()})"
-)
+#: ``name/version`` with one slash: the service records it as the event's
+#: ``@submission_client`` (name and version), so nothing else goes in this header.
+USER_AGENT = f"eventlog-handler/{__version__}"
+
+#: The largest page the service serves when listing projects.
+PROJECTS_PAGE_LIMIT = 1000
+
+#: Title of the real server's answer to a token (not a login session) creating tokens.
+TOKEN_AUTH_CANNOT_CREATE = "Token authentication cannot create tokens."
 
 
 class InsecureTransportWarning(UserWarning):
     """A token would travel over plain ``http://`` to a host that is not loopback."""
+
+
+class IncompleteListWarning(UserWarning):
+    """A listing ended with fewer rows than the service counted (``X-Result-Count``).
+
+    The real service gives no next page once a page would skip 1,000 rows or more, so the
+    rows past that are not reachable by paging. :attr:`received` and :attr:`total` say how
+    many arrived and how many the service counted.
+    """
+
+    def __init__(self, message: str, received: int, total: int) -> None:
+        super().__init__(message)
+        self.received = received
+        self.total = total
+
+
+class TokenCreationRefusedError(errors.PermissionDeniedError):
+    """403 to a token creation: the real service lets only a login session create tokens
+    (``"Token authentication cannot create tokens."``), never an API token, whatever its
+    scopes. Log in (:meth:`Client.login`, or ``eventlog login``) and use that token."""
+
+    def _describe(self) -> str:
+        return (
+            f"{super()._describe()}: only a login session can create tokens; log in "
+            "(eventlog login, or Client.login) and use that session token"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +112,14 @@ class Client:
     def __init__(
         self,
         server_url: str,
-        token: str,
+        token: str | None = None,
         *,
         timeout: float | tuple[float, float] = 10.0,
         verify: bool | str = True,
         session: requests.Session | None = None,
     ) -> None:
         self.server_url = validate_server_url("server_url", server_url)
-        self._token = validate_token("token", token)
+        self._token = validate_token("token", token) if token is not None else None
         self.timeout = timeout
         self.verify = verify
         self._session = session
@@ -101,7 +133,8 @@ class Client:
             )
 
     def __repr__(self) -> str:
-        return f"Client({self.server_url!r}, token={mask_secret(self._token)!r})"
+        token = mask_secret(self._token) if self._token is not None else None
+        return f"Client({self.server_url!r}, token={token!r})"
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -130,9 +163,16 @@ class Client:
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         params: Mapping[str, Any] | None = None,
+        anonymous: bool = False,
     ) -> requests.Response:
         url = path_or_url if "://" in path_or_url else self.server_url + path_or_url
-        all_headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
+        all_headers = {"Accept": "application/json"}
+        if not anonymous:
+            if self._token is None:
+                raise ValueError(
+                    "eventlog_handler: no token: pass token= to Client() or call login() first"
+                )
+            all_headers["Authorization"] = f"Bearer {self._token}"
         all_headers.update(headers or {})
         try:
             response = self.session.request(
@@ -190,13 +230,57 @@ class Client:
             rate_limit_remaining=_int_header(response, "X-RateLimit-Remaining"),
         )
 
+    # -- login ------------------------------------------------------------------------------
+
+    def login(self, email: str, password: str) -> str:
+        """Log in with an email address and password; returns the session token.
+
+        ``POST /api/v2/auth/login``: the token authenticates as the user (on the real server,
+        the only kind of token that may create project tokens). The client uses it from then
+        on. A refused login is an :class:`~eventlog_handler.errors.AuthenticationError` (the
+        real server also answers 401 after 5 attempts in 15 minutes). The password is sent
+        only in this request's body and appears in no message.
+        """
+        if not isinstance(email, str) or not email.strip():
+            raise ValueError("eventlog_handler: login needs an email address")
+        if not isinstance(password, str) or not password:
+            raise ValueError("eventlog_handler: login needs a password")
+        response = self._request(
+            "POST",
+            "/api/v2/auth/login",
+            body=json.dumps({"email": email.strip(), "password": password}).encode(),
+            headers={"Content-Type": "application/json"},
+            anonymous=True,
+        )
+        data = _json(response)
+        token = data.get("token") if isinstance(data, dict) else None
+        if not isinstance(token, str) or not token.strip():
+            raise errors.ApiError(
+                response.status_code, title="the login answer has no token", url=response.url
+            )
+        self._token = validate_token("token", token)
+        return self._token
+
     # -- projects and tokens ----------------------------------------------------------------
 
-    def iter_projects(self, page_size: int = 100) -> Iterator[Project]:
-        """Every project of the caller, page after page (``Link: rel="next"``)."""
-        url: str | None = "/api/v2/projects"
+    def iter_projects(self, page_size: int = PROJECTS_PAGE_LIMIT) -> Iterator[Project]:
+        """Every project of the caller, page after page (``Link: rel="next"``).
+
+        Pages are as large as the service allows (1,000). A next link that names another
+        origin (a proxy rewrote it) is followed on ``server_url`` with the same path and
+        query: the token never goes anywhere else. When the listing ends with fewer projects
+        than the service counted (``X-Result-Count``; the real service stops giving next
+        links past 1,000 skipped rows), an :class:`IncompleteListWarning` says how many are
+        missing.
+        """
+        return self._projects(_page_size(page_size), stacklevel=2)
+
+    def _projects(self, page_size: int, stacklevel: int) -> Iterator[Project]:
+        url: str | None = PROJECTS_PATH
         params: dict[str, Any] | None = {"page": 1, "limit": page_size}
         seen: set[str] = set()
+        received = 0
+        total: int | None = None
         while url:
             response = self._request("GET", url, params=params)
             data = _json(response)
@@ -206,66 +290,166 @@ class Client:
                     title="expected a JSON array of projects",
                     url=response.url,
                 )
+            total = _int_header(response, "X-Result-Count")
             for item in data:
+                received += 1
                 yield Project.from_json(item)
             next_url = response.links.get("next", {}).get("url")
             if not next_url or not data:
-                return
-            next_url = self._same_origin(next_url, response.url)
+                break
+            next_url = self._next_page(next_url, response.url)
             if next_url in seen:
-                return
+                break
             seen.add(next_url)
             url, params = next_url, None
+        if total is not None and received < total:
+            warnings.warn(
+                IncompleteListWarning(
+                    f"eventlog_handler: listed {received} of {total} projects; the server "
+                    f"gave no page past row {received}",
+                    received,
+                    total,
+                ),
+                stacklevel=stacklevel,
+            )
 
-    def list_projects(self, page_size: int = 100) -> list[Project]:
-        """All projects of the caller, following every page."""
-        return list(self.iter_projects(page_size))
+    def list_projects(self, page_size: int = PROJECTS_PAGE_LIMIT) -> list[Project]:
+        """All projects of the caller, following every page (see :meth:`iter_projects`)."""
+        return list(self._projects(_page_size(page_size), stacklevel=3))
 
     def create_token(
         self, project_id: str, scopes: Iterable[str] = ("client",), notes: str | None = None
     ) -> Token:
-        """Generate a project token (201 Created; 200 is tolerated)."""
-        if (
-            not isinstance(project_id, str)
-            or not project_id.strip()
-            or project_id in (".", "..")
-            or any(ch in project_id for ch in "/?#\\")
-            or not project_id.isprintable()
-        ):
-            raise ValueError(f"not a project id: {project_id!r}")
+        """Generate a project token (201 Created; 200 is tolerated).
+
+        On the real server this needs a login session (:meth:`login`): any API token gets
+        a :class:`TokenCreationRefusedError` (403).
+        """
         payload: dict[str, Any] = {"scopes": list(scopes)}
         if notes is not None:
             payload["notes"] = notes
-        response = self._request(
-            "POST",
-            f"/api/v2/projects/{quote(project_id, safe='')}/tokens",
-            body=json.dumps(payload).encode(),
-            headers={"Content-Type": "application/json"},
-        )
+        try:
+            response = self._request(
+                "POST",
+                f"{_project_path(project_id)}/tokens",
+                body=json.dumps(payload).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+        except errors.PermissionDeniedError as exc:
+            raise TokenCreationRefusedError(
+                exc.status, title=exc.title, errors=exc.errors, body=exc.body, url=exc.url
+            ) from None
         data = _json(response)
         try:
             return Token.from_json(data)
         except ValueError as exc:
             raise errors.ApiError(response.status_code, title=str(exc), url=response.url) from None
 
+    # -- settings ---------------------------------------------------------------------------
+
     def get_config(self, version: int | None = None) -> dict[str, Any] | None:
-        """The project's client configuration, or ``None`` when ``version`` is current (304)."""
+        """The project's client configuration, or ``None`` when ``version`` is current (304).
+
+        ``GET /api/v2/projects/config?v=N`` with a project token (API key).
+        """
         params = {"v": version} if version is not None else None
-        response = self._request("GET", "/api/v2/projects/config", params=params)
+        response = self._request("GET", CONFIG_PATH, params=params)
         if response.status_code == 304:
             return None
         data = _json(response)
         return data if isinstance(data, dict) else {}
 
-    def _same_origin(self, url: str, base: str) -> str:
-        """The token goes only to the server it was given for."""
+    def project_config(self, project_id: str | None = None) -> ProjectConfig:
+        """A project's settings and their version.
+
+        With ``project_id`` (and a user token): ``GET /api/v2/projects/{id}/config``; without,
+        the project of this client's project token (``GET /api/v2/projects/config``).
+        """
+        path = CONFIG_PATH if project_id is None else f"{_project_path(project_id)}/config"
+        response = self._request("GET", path)
+        try:
+            return ProjectConfig.from_json(_json(response))
+        except ValueError as exc:
+            raise errors.ApiError(response.status_code, title=str(exc), url=response.url) from None
+
+    def set_project_setting(self, project_id: str, key: str, value: str) -> None:
+        """Set one setting of a project (user token); the project's config version goes up.
+
+        ``POST /api/v2/projects/{id}/config?key=KEY`` with ``{"value": VALUE}``. The service
+        trims both and refuses blank ones (400), so they are refused here first.
+        """
+        name = _setting_key(key)
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"eventlog_handler: setting {name!r} needs a value that is not blank")
+        self._request(
+            "POST",
+            f"{_project_path(project_id)}/config",
+            params={"key": name},
+            body=json.dumps({"value": value.strip()}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+
+    def delete_project_setting(self, project_id: str, key: str) -> None:
+        """Remove one setting of a project (user token); removing a missing key is not an
+        error. ``DELETE /api/v2/projects/{id}/config?key=KEY``."""
+        self._request(
+            "DELETE", f"{_project_path(project_id)}/config", params={"key": _setting_key(key)}
+        )
+
+    # -- links ------------------------------------------------------------------------------
+
+    def _next_page(self, url: str, base: str) -> str:
+        """The URL of the next page on ``server_url``: a link to another origin is re-based
+        (same path and query), and it must name the project listing."""
         absolute = urljoin(base, url)
         here, there = urlsplit(self.server_url), urlsplit(absolute)
+        path = there.path
         if (here.scheme, here.netloc) != (there.scheme, there.netloc):
+            prefix = here.path.rstrip("/")
+            if prefix and not path.startswith(prefix + "/"):
+                path = prefix + path
+            absolute = urlunsplit((here.scheme, here.netloc, path, there.query, ""))
+        if path.rstrip("/") != urlsplit(self.server_url + PROJECTS_PATH).path:
             raise errors.ApiError(
-                200, title=f"refusing to follow a page link to another origin: {there.netloc}"
+                200, title=f"the next page link does not name the project list: {path[:200]}"
             )
         return absolute
+
+
+PROJECTS_PATH = "/api/v2/projects"
+CONFIG_PATH = "/api/v2/projects/config"
+
+
+def _project_path(project_id: Any) -> str:
+    if (
+        not isinstance(project_id, str)
+        or not project_id.strip()
+        or project_id in (".", "..")
+        or any(ch in project_id for ch in "/?#\\")
+        or not project_id.isprintable()
+    ):
+        raise ValueError(f"not a project id: {project_id!r}")
+    return f"{PROJECTS_PATH}/{quote(project_id, safe='')}"
+
+
+def _page_size(page_size: Any) -> int:
+    if isinstance(page_size, bool) or not isinstance(page_size, int):
+        raise ValueError(f"eventlog_handler: page_size must be an integer, got {page_size!r}")
+    if not 1 <= page_size <= PROJECTS_PAGE_LIMIT:
+        raise ValueError(
+            f"eventlog_handler: page_size must be between 1 and {PROJECTS_PAGE_LIMIT}, "
+            f"got {page_size}"
+        )
+    return page_size
+
+
+def _setting_key(key: Any) -> str:
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError("eventlog_handler: a setting needs a key that is not blank")
+    name = key.strip()
+    if not name.isprintable() or len(name) > 1000:
+        raise ValueError(f"eventlog_handler: not a setting key: {name[:100]!r}")
+    return name
 
 
 # -- answers -> errors ------------------------------------------------------------------------

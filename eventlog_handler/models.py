@@ -1,9 +1,11 @@
-"""Typed results of the service's API: :class:`Project` and :class:`Token`."""
+"""Typed results of the service's API: :class:`Project`, :class:`Token` and
+:class:`ProjectConfig`."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -92,3 +94,31 @@ class Token:
             if key not in known | {"scopes", "created_utc", "updated_utc"}
         }
         return cls(**values, extra=extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProjectConfig:
+    """A project's client configuration: its settings (``@@log:*``, ``@@error:*``,
+    ``@@DataExclusions``, any others) and their version, which goes up on every change."""
+
+    version: int
+    settings: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any) -> ProjectConfig:
+        """From ``{"version": int, "settings": {str: str}}``; raises :class:`ValueError`
+        for anything else. Setting values that are not strings are kept as their text."""
+        if not isinstance(data, Mapping):
+            raise ValueError("not a project configuration object")
+        version = data.get("version", 0)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ValueError(f"not a configuration version: {version!r:.100}")
+        raw = data.get("settings")
+        raw = {} if raw is None else raw
+        if not isinstance(raw, Mapping):
+            raise ValueError("the configuration's settings are not an object")
+        settings = {
+            str(key): value if isinstance(value, str) else json.dumps(value)
+            for key, value in raw.items()
+        }
+        return cls(version=version, settings=settings)

@@ -45,8 +45,7 @@ def sent_json(call):
 def assert_common_headers(call):
     headers = call.request.headers
     assert headers["Authorization"] == f"Bearer {TOKEN}"
-    assert "eventlog-handler" in headers["User-Agent"]
-    assert f"eventlog-handler/{__version__}" in headers["User-Agent"]
+    assert headers["User-Agent"] == f"eventlog-handler/{__version__}"
 
 
 # -- submit -----------------------------------------------------------------------------------
@@ -345,13 +344,16 @@ def project(i, **extra):
     return data
 
 
-def add_page(mocked, page, items, link=None):
-    mocked.add(
+def add_page(mocked, page, items, link=None, total=None, limit=1000):
+    headers = {"X-Result-Count": str(total if total is not None else 5)}
+    if link:
+        headers["Link"] = link
+    return mocked.add(
         responses.GET,
         PROJECTS_URL,
         json=items,
-        headers={"Link": link, "X-Result-Count": "7"} if link else {"X-Result-Count": "7"},
-        match=[matchers.query_param_matcher({"page": str(page), "limit": "100"})],
+        headers=headers,
+        match=[matchers.query_param_matcher({"page": str(page), "limit": str(limit)})],
     )
 
 
@@ -360,22 +362,24 @@ def test_list_projects_follows_pages(mocked, client):
         mocked,
         1,
         [project(1), project(2, created_utc="2026-01-15T12:00:00.1234567Z")],
-        f'<{PROJECTS_URL}?page=2&limit=100>; rel="next"',
+        f'<{PROJECTS_URL}?page=2&limit=1000>; rel="next"',
     )
     add_page(
         mocked,
         2,
         [project(3, created_utc="2026-01-15T12:00:00.5"), project(4)],
-        f'<{PROJECTS_URL}?page=1&limit=100>; rel="previous", '
-        '</api/v2/projects?page=3&limit=100>; rel="next"',
+        f'<{PROJECTS_URL}?page=1&limit=1000>; rel="previous", '
+        '</api/v2/projects?page=3&limit=1000>; rel="next"',
     )
     add_page(
         mocked,
         3,
         [project(5, usage=[{"date": "2026-01-01", "total": 3}], promoted_tabs=["x"])],
-        f'<{PROJECTS_URL}?page=2&limit=100>; rel="previous"',
+        f'<{PROJECTS_URL}?page=2&limit=1000>; rel="previous"',
     )
-    projects = client.list_projects()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # all 5 counted rows arrived: no warning
+        projects = client.list_projects()
     assert [p.name for p in projects] == [f"Project {i}" for i in range(1, 6)]
     assert len(mocked.calls) == 3
     for call in mocked.calls:
@@ -400,45 +404,130 @@ def test_list_projects_follows_pages(mocked, client):
     assert projects[0].extra == {}
 
 
+def test_list_projects_asks_for_the_largest_page(mocked, client):
+    """The service serves at most 1,000 projects a page: one request for up to 1,000."""
+    add_page(mocked, 1, [project(i) for i in range(1, 1001)], total=1000)
+    assert len(client.list_projects()) == 1000
+    assert len(mocked.calls) == 1
+    assert api.PROJECTS_PAGE_LIMIT == 1000
+
+
 def test_list_projects_single_page(mocked, client):
-    add_page(mocked, 1, [project(1)])
+    add_page(mocked, 1, [project(1)], total=1)
     assert [p.name for p in client.list_projects()] == ["Project 1"]
     assert len(mocked.calls) == 1
 
 
 def test_list_projects_empty(mocked, client):
-    add_page(mocked, 1, [], f'<{PROJECTS_URL}?page=2&limit=100>; rel="next"')
+    add_page(mocked, 1, [], f'<{PROJECTS_URL}?page=2&limit=1000>; rel="next"', total=0)
     assert client.list_projects() == []
     assert len(mocked.calls) == 1
 
 
 def test_list_projects_stops_on_a_link_loop(mocked, client):
-    add_page(mocked, 1, [project(1)], f'<{PROJECTS_URL}?page=2&limit=100>; rel="next"')
-    add_page(mocked, 2, [project(2)], f'<{PROJECTS_URL}?page=2&limit=100>; rel="next"')
+    add_page(mocked, 1, [project(1)], f'<{PROJECTS_URL}?page=2&limit=1000>; rel="next"', total=2)
+    add_page(mocked, 2, [project(2)], f'<{PROJECTS_URL}?page=2&limit=1000>; rel="next"', total=2)
     assert [p.name for p in client.list_projects()] == ["Project 1", "Project 2"]
     assert len(mocked.calls) == 2
+
+
+def test_missing_rows_are_warned_about(mocked, client):
+    """The real server gives no next link once a page would skip 1,000 rows: 1,000 of 1,450
+    projects arrive, and the caller is told that 450 are missing."""
+    add_page(mocked, 1, [project(i) for i in range(1, 1001)], total=1450)
+    with pytest.warns(api.IncompleteListWarning, match="listed 1000 of 1450 projects") as info:
+        projects = client.list_projects()
+    assert len(projects) == 1000
+    [warning] = info.list
+    assert (warning.message.received, warning.message.total) == (1000, 1450)
+    assert warning.filename == __file__  # points at the caller
+
+
+def test_no_warning_without_a_count(mocked, client):
+    mocked.add(responses.GET, PROJECTS_URL, json=[project(1)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(client.list_projects()) == 1
+
+
+@pytest.mark.parametrize("size", [0, -1, 1001, 2.5, True, "100"])
+def test_page_size_is_checked(client, size):
+    with pytest.raises(ValueError, match="page_size"):
+        client.list_projects(size)
+
+
+def test_a_smaller_page_size_is_sent(mocked, client):
+    add_page(mocked, 1, [project(1)], total=1, limit=10)
+    assert len(client.list_projects(10)) == 1
 
 
 @pytest.mark.parametrize(
     "foreign",
     [
-        "http://evil.example:5000/api/v2/projects?page=2",
-        "https://127.0.0.1:5000/api/v2/projects?page=2",
-        "http://127.0.0.1:5001/api/v2/projects?page=2",
-        "//evil.example/api/v2/projects?page=2",
+        "http://evil.example:5000/api/v2/projects?page=2&limit=1000",
+        "https://127.0.0.1:5000/api/v2/projects?page=2&limit=1000",
+        "http://127.0.0.1:5001/api/v2/projects?page=2&limit=1000",
+        "//evil.example/api/v2/projects?page=2&limit=1000",
+        "http://10.0.0.7:8080/api/v2/projects?page=2&limit=1000",
     ],
 )
-def test_link_to_another_origin_is_refused(mocked, client, foreign):
-    add_page(mocked, 1, [project(1)], f'<{foreign}>; rel="next"')
+def test_link_to_another_origin_is_rebased_on_the_server(mocked, client, foreign):
+    """A proxy may rewrite the next link's origin: its path and query are followed on the
+    server the client was given, and the token goes nowhere else."""
+    add_page(mocked, 1, [project(1)], f'<{foreign}>; rel="next"', total=2)
+    add_page(mocked, 2, [project(2)], total=2)
     trap = mocked.add(responses.GET, "http://evil.example:5000/api/v2/projects", json=[])
     trap2 = mocked.add(responses.GET, "http://evil.example/api/v2/projects", json=[])
-    with pytest.raises(errors.ApiError) as info:
-        client.list_projects()
-    assert "origin" in str(info.value)
-    assert TOKEN not in str(info.value)
+    assert [p.name for p in client.list_projects()] == ["Project 1", "Project 2"]
     assert trap.call_count == 0 and trap2.call_count == 0
-    assert len(mocked.calls) == 1
+    assert len(mocked.calls) == 2
     assert all(call.request.url.startswith(SERVER + "/") for call in mocked.calls)
+    assert mocked.calls[1].request.url == f"{SERVER}/api/v2/projects?page=2&limit=1000"
+    for call in mocked.calls:
+        assert_common_headers(call)
+
+
+def test_rebased_link_keeps_the_server_url_path_prefix(mocked):
+    """``server_url`` behind a proxy under a path: a link from the service itself (without
+    the prefix) is followed under the prefix."""
+    base = f"{SERVER}/exceptionless"
+    client = api.Client(base, TOKEN)
+    listing = f"{base}/api/v2/projects"
+    mocked.add(
+        responses.GET,
+        listing,
+        json=[project(1)],
+        headers={
+            "X-Result-Count": "2",
+            "Link": '<http://internal:5000/api/v2/projects?page=2&limit=1000>; rel="next"',
+        },
+        match=[matchers.query_param_matcher({"page": "1", "limit": "1000"})],
+    )
+    mocked.add(
+        responses.GET,
+        listing,
+        json=[project(2)],
+        headers={"X-Result-Count": "2"},
+        match=[matchers.query_param_matcher({"page": "2", "limit": "1000"})],
+    )
+    assert len(client.list_projects()) == 2
+    assert mocked.calls[1].request.url == f"{listing}?page=2&limit=1000"
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        "http://evil.example/api/v2/projects/p1/tokens",
+        "/api/v2/events?page=2",
+        "http://127.0.0.1:5000/api/v2/organizations",
+    ],
+)
+def test_a_next_link_to_another_resource_is_refused(mocked, client, elsewhere):
+    add_page(mocked, 1, [project(1)], f'<{elsewhere}>; rel="next"', total=2)
+    with pytest.raises(errors.ApiError, match="next page link") as info:
+        client.list_projects()
+    assert TOKEN not in str(info.value)
+    assert len(mocked.calls) == 1
 
 
 def test_projects_answer_that_is_not_a_list(mocked, client):
@@ -602,6 +691,168 @@ def test_get_config_without_version(mocked, client):
 def test_get_config_not_modified(mocked, client):
     mocked.add(responses.GET, CONFIG_URL, status=304)
     assert client.get_config(4) is None
+
+
+def test_token_creation_refused_to_an_api_token(mocked, client):
+    """The real server's answer to any API token: only a login session creates tokens."""
+    mocked.add(
+        responses.POST,
+        TOKENS_URL,
+        status=403,
+        json={"title": "Token authentication cannot create tokens.", "status": 403},
+        content_type="application/problem+json",
+    )
+    with pytest.raises(api.TokenCreationRefusedError) as info:
+        client.create_token(PROJECT_ID)
+    assert isinstance(info.value, errors.PermissionDeniedError)
+    assert info.value.status == 403
+    assert info.value.title == api.TOKEN_AUTH_CANNOT_CREATE
+    assert "log in" in str(info.value) and "session token" in str(info.value)
+    assert TOKEN not in str(info.value)
+
+
+def test_project_config_of_a_project(mocked, client):
+    mocked.add(
+        responses.GET,
+        f"{SERVER}/api/v2/projects/{PROJECT_ID}/config",
+        json={"version": 7, "settings": {"@@log:*": "Warn", "@@error:KeyError": "false"}},
+    )
+    config = client.project_config(PROJECT_ID)
+    assert config == api.ProjectConfig(7, {"@@log:*": "Warn", "@@error:KeyError": "false"})
+    assert_common_headers(mocked.calls[0])
+
+
+def test_project_config_of_the_token_project(mocked, client):
+    mocked.add(responses.GET, CONFIG_URL, json={"version": 0, "settings": {}})
+    assert client.project_config() == api.ProjectConfig(0, {})
+
+
+@pytest.mark.parametrize("body", [[], {"version": "x"}, {"version": 1, "settings": []}])
+def test_project_config_that_is_not_one(mocked, client, body):
+    mocked.add(responses.GET, CONFIG_URL, json=body)
+    with pytest.raises(errors.ApiError):
+        client.project_config()
+
+
+def test_set_project_setting(mocked, client):
+    url = f"{SERVER}/api/v2/projects/{PROJECT_ID}/config"
+    mocked.add(
+        responses.POST,
+        url,
+        status=200,
+        match=[matchers.query_param_matcher({"key": "@@log:shop.*"})],
+    )
+    client.set_project_setting(PROJECT_ID, " @@log:shop.* ", " Warn ")
+    call = mocked.calls[0]
+    assert_common_headers(call)
+    assert call.request.headers["Content-Type"] == "application/json"
+    assert json.loads(body_of(call)) == {"value": "Warn"}
+
+
+def test_delete_project_setting(mocked, client):
+    url = f"{SERVER}/api/v2/projects/{PROJECT_ID}/config"
+    mocked.add(
+        responses.DELETE,
+        url,
+        status=200,
+        match=[matchers.query_param_matcher({"key": "@@DataExclusions"})],
+    )
+    client.delete_project_setting(PROJECT_ID, "@@DataExclusions")
+    assert mocked.calls[0].request.method == "DELETE"
+    assert_common_headers(mocked.calls[0])
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("", "x"), ("  ", "x"), ("k", ""), ("k", "   "), (None, "x"), ("k", 3), ("a\nb", "x")],
+)
+def test_blank_settings_are_refused_before_sending(mocked, client, key, value):
+    with pytest.raises(ValueError):
+        client.set_project_setting(PROJECT_ID, key, value)
+    assert len(mocked.calls) == 0
+
+
+def test_settings_need_a_real_project_id(mocked, client):
+    with pytest.raises(ValueError):
+        client.set_project_setting("../tokens", "k", "v")
+    with pytest.raises(ValueError):
+        client.delete_project_setting("a/b", "k")
+    assert len(mocked.calls) == 0
+
+
+def test_setting_on_an_unknown_project(mocked, client):
+    url = f"{SERVER}/api/v2/projects/{PROJECT_ID}/config"
+    mocked.add(responses.POST, url, status=404, json={"title": "Not Found"})
+    with pytest.raises(errors.NotFoundError):
+        client.set_project_setting(PROJECT_ID, "k", "v")
+
+
+# -- login ------------------------------------------------------------------------------------
+
+LOGIN_URL = f"{SERVER}/api/v2/auth/login"
+SESSION = "Sess1onT0kenAbcdefghijklmnopqrstuvwxyz12"
+PASSWORD = "correct horse battery staple"
+
+
+def test_login_returns_the_session_token_and_uses_it(mocked):
+    mocked.add(responses.POST, LOGIN_URL, json={"token": SESSION})
+    mocked.add(responses.POST, TOKENS_URL, status=201, json=token_json())
+    client = api.Client(SERVER)
+    assert client.login("  admin@localhost ", PASSWORD) == SESSION
+    login = mocked.calls[0]
+    assert "Authorization" not in login.request.headers
+    assert login.request.headers["Content-Type"] == "application/json"
+    assert json.loads(body_of(login)) == {"email": "admin@localhost", "password": PASSWORD}
+    assert login.request.headers["User-Agent"] == f"eventlog-handler/{__version__}"
+    client.create_token(PROJECT_ID)
+    assert mocked.calls[1].request.headers["Authorization"] == f"Bearer {SESSION}"
+    assert SESSION not in repr(client) and PASSWORD not in repr(client)
+
+
+def test_login_sends_no_old_token(mocked, client):
+    mocked.add(responses.POST, LOGIN_URL, json={"token": SESSION})
+    client.login("admin@localhost", PASSWORD)
+    assert "Authorization" not in mocked.calls[0].request.headers
+
+
+def test_login_refused(mocked):
+    mocked.add(responses.POST, LOGIN_URL, status=401, json={"title": "Unauthorized", "status": 401})
+    client = api.Client(SERVER)
+    with pytest.raises(errors.AuthenticationError) as info:
+        client.login("admin@localhost", PASSWORD)
+    assert PASSWORD not in str(info.value) and PASSWORD not in repr(info.value)
+    with pytest.raises(ValueError, match="no token"):
+        client.list_projects()  # still no token
+
+
+@pytest.mark.parametrize("answer", [{}, {"token": ""}, {"token": 5}, ["x"], {"token": "short"}])
+def test_login_answer_without_a_token(mocked, answer):
+    mocked.add(responses.POST, LOGIN_URL, json=answer)
+    with pytest.raises((errors.ApiError, ValueError)):
+        api.Client(SERVER).login("admin@localhost", PASSWORD)
+
+
+@pytest.mark.parametrize(
+    ("email", "password"), [("", "pw"), ("  ", "pw"), ("a@b", ""), (None, "pw"), ("a@b", None)]
+)
+def test_login_needs_an_email_and_a_password(mocked, email, password):
+    with pytest.raises(ValueError):
+        api.Client(SERVER).login(email, password)
+    assert len(mocked.calls) == 0
+
+
+def test_a_client_without_token_refuses_calls_that_need_one(mocked):
+    client = api.Client(SERVER)
+    assert "token=None" in repr(client)
+    for call in (
+        client.list_projects,
+        lambda: client.submit({"message": "m"}),
+        lambda: client.create_token(PROJECT_ID),
+        client.project_config,
+    ):
+        with pytest.raises(ValueError, match="no token"):
+            call()
+    assert len(mocked.calls) == 0
 
 
 # -- secrets and transport security -----------------------------------------------------------
