@@ -356,8 +356,8 @@ def _host_and_port(
         host, colon, port_text = text.rpartition(":")
         if not colon:
             host, port_text = text, ""
-    port = _port(port_text) if port_text else _DEFAULT_PORTS.get(scheme)
-    return _cut(host.lower()), port
+    port = _port(port_text) if port_text else None
+    return _cut(host.lower()), _DEFAULT_PORTS.get(scheme) if port is None else port
 
 
 def _client_ip(forwarded: str | None, real_ip: str | None, peer: str | None) -> str | None:

@@ -29,6 +29,7 @@ WATCHED = (
     "uvicorn.error",
     "uvicorn.access",
     "gunicorn.error",
+    "gunicorn.access",
     "django",
     "django.request",
     "flask_app",

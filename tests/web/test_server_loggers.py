@@ -1,0 +1,151 @@
+"""``setup()`` and the servers' non-propagating loggers; the chatty loggers that are never sent."""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+from typing import Any
+
+import pytest
+
+from eventlog_handler import server_loggers
+from eventlog_handler.server_loggers import ServerLogForwarder
+
+from .conftest import CaptureServer, Setup, settle
+
+#: How uvicorn (and, alike, gunicorn) configures its loggers.
+UVICORN_LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"default": {"class": "logging.NullHandler"}},
+    "loggers": {
+        "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+        "uvicorn.error": {"level": "INFO"},
+        "uvicorn.access": {"handlers": ["default"], "level": "INFO", "propagate": False},
+    },
+}
+
+
+def forwarders(name: str) -> list[logging.Handler]:
+    return [h for h in logging.getLogger(name).handlers if isinstance(h, ServerLogForwarder)]
+
+
+def test_error_loggers_are_sent_and_access_loggers_are_not(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    logging.config.dictConfig(UVICORN_LOGGING)
+    gunicorn = logging.getLogger("gunicorn.error")
+    for logger in (gunicorn, logging.getLogger("gunicorn.access")):
+        logger.propagate = False  # as gunicorn sets them
+    handle = setup_eventlog()
+    logging.getLogger("uvicorn.error").info("Application startup complete.")
+    logging.getLogger("uvicorn.access").info('127.0.0.1:5000 - "GET / HTTP/1.1" 200')
+    gunicorn.error("Worker (pid:%s) was sent SIGKILL!", 42)
+    logging.getLogger("gunicorn.access").info("an access line")
+    events = settle(handle, server, 2)
+    assert [(e["source"], e["message"]) for e in events] == [
+        ("uvicorn.error", "Application startup complete."),
+        ("gunicorn.error", "Worker (pid:42) was sent SIGKILL!"),
+    ]
+
+
+def test_the_handler_level_applies(setup_eventlog: Setup, server: CaptureServer) -> None:
+    logging.config.dictConfig(UVICORN_LOGGING)
+    handle = setup_eventlog(level="WARNING")
+    logging.getLogger("uvicorn.error").info("not sent")
+    logging.getLogger("uvicorn.error").warning("sent")
+    assert [e["message"] for e in settle(handle, server, 1)] == ["sent"]
+
+
+def test_propagating_server_loggers_are_sent_once(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    """``uvicorn.run(app, log_config=None)``: uvicorn's loggers propagate to the root."""
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).propagate = True
+        logging.getLogger(name).handlers.clear()
+    handle = setup_eventlog()
+    logging.getLogger("uvicorn.error").error("once")
+    assert [e["message"] for e in settle(handle, server, 1)] == ["once"]
+
+
+def test_setup_again_and_close_leave_no_forwarder(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    logging.config.dictConfig(UVICORN_LOGGING)
+    setup_eventlog()
+    handle = setup_eventlog()  # replaces the first
+    assert len(forwarders("uvicorn.error")) == 1
+    logging.getLogger("uvicorn.error").error("one event")
+    assert len(settle(handle, server, 1)) == 1
+    handle.close(2)
+    assert forwarders("uvicorn.error") == []
+    assert server_loggers.attached_handlers() == []
+
+
+def test_a_server_configuring_logging_after_setup(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    """A dictConfig that names the logger removes its handlers; the middlewares call
+    ``ensure_attached()`` at each request and at the ASGI lifespan to put the forwarder back."""
+    handle = setup_eventlog()
+    logging.config.dictConfig(UVICORN_LOGGING)
+    assert forwarders("uvicorn.error") == []
+    logging.getLogger("uvicorn.error").error("lost: logged before the forwarder is back")
+    server_loggers.ensure_attached()
+    server_loggers.ensure_attached()
+    assert len(forwarders("uvicorn.error")) == 1
+    logging.getLogger("uvicorn.error").error("sent")
+    assert [e["message"] for e in settle(handle, server, 1)] == ["sent"]
+
+
+def test_loggers_that_do_not_exist_are_not_created(
+    setup_eventlog: Setup, server: CaptureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "tests.web.not.yet.a.logger"
+    monkeypatch.setattr(server_loggers, "SERVER_LOGGERS", (name,))
+    handle = setup_eventlog()
+    assert name not in logging.Logger.manager.loggerDict
+    logger = logging.getLogger(name)  # the server is imported later
+    logger.propagate = False
+    try:
+        server_loggers.ensure_attached()
+        logger.error("sent once it exists")
+        assert [e["message"] for e in settle(handle, server, 1)] == ["sent once it exists"]
+    finally:
+        handle.close(2)
+        assert logger.handlers == []
+
+
+def test_secret_query_values_in_forwarded_urls_are_masked(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    gunicorn = logging.getLogger("gunicorn.error")
+    gunicorn.propagate = False
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    gunicorn.addHandler(Keep())
+    handle = setup_eventlog()
+    gunicorn.error("Error handling request %s %s", "GET", "/a?token=t0k&page=2")
+    [event] = settle(handle, server, 1)
+    assert event["message"] == "Error handling request GET /a?token=[excluded]&page=2"
+    # the server's own output is the server's business: its record is unchanged
+    assert records[0].getMessage() == "Error handling request GET /a?token=t0k&page=2"
+
+
+def test_http_client_and_dev_server_loggers_are_never_sent(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    httpx = pytest.importorskip("httpx")
+    handle = setup_eventlog()
+    with httpx.Client() as client:  # logs "HTTP Request: GET ..." at INFO on "httpx"
+        client.get(server.url + "/not-an-endpoint", timeout=5)
+    for name in ("httpcore.http11", "hpack.hpack", "werkzeug", "multipart.multipart"):
+        logging.getLogger(name).warning("from %s", name)
+    logging.getLogger("app.after").warning("the last record")
+    events = settle(handle, server, 1)
+    assert [e["message"] for e in events] == ["the last record"]
