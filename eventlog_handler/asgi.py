@@ -12,7 +12,8 @@ Any ASGI 3 application (Quart, Django's ASGI handler, a bare callable)::
 
 For every ``http`` and ``websocket`` connection the middleware opens a
 :class:`~eventlog_handler.context.RequestScope` (the user and tags set while it runs belong to
-it only), gives its error events ``@request`` (see :mod:`eventlog_handler.request_info`), and
+it only; as every connection runs in an asyncio task of its own, the user and tags set by code
+around the middleware, such as an outer middleware, are kept), gives its error events ``@request`` (see :mod:`eventlog_handler.request_info`), and
 reports an exception that escapes the application as an error event (``@submission_method``
 ``unhandled_request_exception``) before re-raising it unchanged: Starlette's 500 page and
 uvicorn's ``Exception in ASGI application`` log stay as they were, and that log record is not
@@ -32,7 +33,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from eventlog_handler import server_loggers
-from eventlog_handler.context import RequestScope
+from eventlog_handler.context import RequestScope, add_tags, get_tags, get_user, set_user
 from eventlog_handler.request_info import active_exclusions, from_scope, report
 
 Scope = MutableMapping[str, Any]
@@ -60,7 +61,15 @@ class EventLogMiddleware:
         if scope.get("type") not in _REQUEST_TYPES:  # lifespan, and types to come
             await self.app(scope, receive, send)
             return
+        # Each connection runs in a task of its own, with a copy of the server's context: no
+        # earlier request can have left a user there, so the user and tags that code around
+        # the middleware set (an outer middleware) are kept for the request.
+        user, tags = get_user(), get_tags()
         request = RequestScope(_request_info(scope))
+        if user is not None:
+            set_user(user.get("identity"), user.get("name"), user.get("data"))
+        if tags:
+            add_tags(tags)
         try:
             await self.app(scope, receive, send)
         except Exception as exc:

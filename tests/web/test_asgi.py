@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import get_user
+from eventlog_handler import add_tags, get_user, set_user
 from eventlog_handler.asgi import EventLogMiddleware
 
 from .conftest import (
@@ -164,3 +164,26 @@ def test_cancelled_requests_are_not_reported(setup_eventlog: Setup, server: Capt
         asyncio.run(call())
     handle.flush(5)
     assert server.events == []
+
+
+def test_a_user_set_by_an_outer_middleware_is_kept(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    """Middleware added after ``EventLogMiddleware`` runs around it: its user still counts,
+    and still belongs to its own request only."""
+    handle = setup_eventlog()
+    app = create_app(wired=True)
+
+    @app.middleware("http")
+    async def outer(request: Any, call_next: Any) -> Any:
+        if request.headers.get("x-outer-user"):
+            set_user(request.headers["x-outer-user"])
+            add_tags("outer")
+        return await call_next(request)
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        c.get("/fail", headers={"X-Outer-User": "u-8"})
+        c.get("/fail")
+    failures = errors(settle(handle, server, 2))
+    assert [e.get("@user") for e in failures] == [{"identity": "u-8"}, None]
+    assert [e.get("tags") for e in failures] == [["outer"], None]
