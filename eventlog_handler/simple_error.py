@@ -7,9 +7,9 @@ written to depend only on the code that failed, never on the host it ran on:
   <function>`` and the stripped source line) and a last line naming the type. The exception's
   message, which often carries ids and values, travels in ``message`` instead.
 - ``<path>`` is relative to the import root that holds the file (the longest matching
-  ``sys.path`` entry, site-packages, the standard library, the application's directory), so
-  two checkouts, virtualenvs or release directories give the same text; a file outside every
-  root is named by its module.
+  ``sys.path`` entry, among them the application's directory, site-packages, the standard
+  library), so two checkouts, virtualenvs or release directories give the same text; a file
+  outside every root is named by its module.
 - The same text on Python 3.10 to 3.13: no ``~~~^^^`` marker lines, one source line per frame
   (3.13 prints every line of a multi-line statement), list/dict/set comprehension frames folded
   into the function that runs them (3.12 inlines them), and the interpreter's own ``runpy``
@@ -263,9 +263,9 @@ _paths: dict[tuple[str, str | None], str] = {}
 def source_path(filename: str, module: str | None = None) -> str:
     """``filename`` as a stack trace shows it: relative to the import root that holds it.
 
-    The roots are the entries of ``sys.path``, the interpreter's site-packages and standard
-    library directories and the directory of ``__main__``; the longest one that holds the file
-    wins (``/srv/app/releases/42/shop/cart.py`` → ``shop/cart.py``,
+    The roots are the entries of ``sys.path`` (among them the application's directory: the
+    script's, or the working directory of ``python -m``) and the interpreter's site-packages
+    and standard library directories; the longest one that holds the file wins (``/srv/app/releases/42/shop/cart.py`` → ``shop/cart.py``,
     ``/venv/lib/python3.11/site-packages/requests/api.py`` → ``requests/api.py``). A file
     outside every root is named by ``module`` (its ``__name__``) when known, else by its base
     name. Names like ``<string>`` or ``<frozen runpy>`` are kept. Never raises.
@@ -278,24 +278,21 @@ def source_path(filename: str, module: str | None = None) -> str:
 
 def import_roots() -> tuple[str, ...]:
     """The directories that paths are made relative to, longest first (cached until
-    ``sys.path`` or ``__main__`` changes)."""
+    ``sys.path`` changes)."""
     global _roots_state
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    key = (tuple(sys.path), main_file)
+    key = tuple(sys.path)
     state = _roots_state
     if state[0] == key:
         return state[1]
-    roots = _build_roots(key[0], main_file if isinstance(main_file, str) else None)
+    roots = _build_roots(key)
     _paths.clear()
     _roots_state = (key, roots)
     return roots
 
 
-def _build_roots(path: tuple[Any, ...], main_file: str | None) -> tuple[str, ...]:
+def _build_roots(path: tuple[Any, ...]) -> tuple[str, ...]:
     candidates = [entry or os.curdir for entry in path if isinstance(entry, str)]
     candidates.extend(_interpreter_roots())
-    if main_file:
-        candidates.append(os.path.dirname(main_file) or os.curdir)
     roots: set[str] = set()
     for candidate in candidates:
         try:

@@ -1,0 +1,1 @@
+"""The shop: checkout, pricing and inventory."""
