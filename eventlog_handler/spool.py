@@ -350,7 +350,14 @@ class SpoolFile:
                 if not _is_full(exc):
                     raise
                 self._note_full(exc)
-                deleted, size = self._hide(keys)
+                try:
+                    deleted, size = self._hide(keys)
+                except sqlite3.Error as hidden:
+                    if not _is_corrupt(hidden):
+                        raise
+                    settled = min(len(keys), self.count)
+                    self._quarantine(hidden, settled)
+                    return settled
             self.count -= deleted
             self.bytes -= size
             if self.count <= 0:

@@ -104,3 +104,24 @@ def test_rows_being_sent_are_not_evicted(tmp_path: Path) -> None:
     own.reserved.update(sending)
     assert own.evict_oldest(target_bytes=0) == (7, 0)
     assert [row.id for row in own.oldest(10, 10_000)] == sending
+
+
+def test_a_large_append_is_written_whole_and_in_order(tmp_path: Path) -> None:
+    own = Spool(tmp_path).own()
+    rows = [
+        (float(i), i % 50 == 0, f'{{"n":{i},"pad":"{"p" * (i % 900)}"}}'.encode())
+        for i in range(1_000)
+    ]
+    assert own.append(rows) == 1_000  # many transactions of CHUNK_ROWS / CHUNK_BYTES
+    assert not own.full
+    assert own.count == 1_000 and own.bytes == sum(len(row[2]) for row in rows)
+    assert [row.body for row in own.oldest(1_000, 10**9)] == [row[2] for row in rows]
+
+
+def test_delete_counts_only_live_rows(tmp_path: Path) -> None:
+    own = Spool(tmp_path).own()
+    own.append([(1.0, False, b'{"a":1}'), (2.0, False, b'{"b":2}')])
+    first = own.oldest(1, 10_000)[0].id
+    assert own.delete([first, first, 999_999]) == 1  # repeated and unknown ids: not counted
+    assert own.delete([first]) == 0
+    assert own.count == 1 and own.bytes == len(b'{"b":2}')
