@@ -39,8 +39,9 @@ _CACHE_KEYS = 10_000
 #: Given secrets shorter than this are not searched for in text (they would mask common words).
 MIN_SECRET_LENGTH = 6
 
-#: After ``://``: ``user:password@``; the password runs to the last ``@`` of the authority.
-_USERINFO = re.compile(r"[^\s:/?#@\"'<>]*:(?P<password>[^\s/?#\"'<>]+)@")
+#: After ``://``: ``user:password@``; the user ends at the first ``:`` (it may hold an ``@``, an
+#: e-mail address), the password runs to the last ``@`` of the authority.
+_USERINFO = re.compile(r"[^\s:/?#\"'<>]*:(?P<password>[^\s/?#\"'<>]+)@")
 #: What separates a name from its value: ``=``, ``=>``, ``:``.
 _SEPARATOR = re.compile(r"=>?|:")
 #: Between a name's separator and its value: blanks, and an auth scheme (``Bearer``, ...).

@@ -39,6 +39,7 @@ def scrub() -> Scrubber:
         ("postgres://admin:hunter2@db/x", f"postgres://admin:{MASK}@db/x"),
         ("redis://:s3cret@cache:6379/0", f"redis://:{MASK}@cache:6379/0"),
         ("amqp://u:p@ss:w0rd@mq//vhost", f"amqp://u:{MASK}@mq//vhost"),  # to the last @
+        ("https://ann@example.com:pw1@host/", f"https://ann@example.com:{MASK}@host/"),
         ("see https://ann:pw1@example.com and ftp://bob:pw2@files", None),
         ("GET /items?api_key=abc123&page=2", f"GET /items?api_key={MASK}&page=2"),
         ("/o?X-Amz-Signature=ab12&X-Amz-Credential=AK%2F&x=1", None),
