@@ -28,13 +28,13 @@ still apply). Scrubbing runs on the delivery worker; a string with no ``://``, `
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from eventlog_handler.jsonsafe import ExclusionMatcher, exclusion_matcher
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
 
-#: Dict keys whose scrubbed form a scrubber remembers.
+#: Dict keys a scrubber remembers what it found about.
 _CACHE_KEYS = 10_000
 #: Given secrets shorter than this are not searched for in text (they would mask common words).
 MIN_SECRET_LENGTH = 6
@@ -42,8 +42,6 @@ MIN_SECRET_LENGTH = 6
 #: After ``://``: ``user:password@``; the user ends at the first ``:`` (it may hold an ``@``, an
 #: e-mail address), the password runs to the last ``@`` of the authority.
 _USERINFO = re.compile(r"[^\s:/?#\"'<>]*:(?P<password>[^\s/?#\"'<>]+)@")
-#: What separates a name from its value: ``=``, ``=>``, ``:``.
-_SEPARATOR = re.compile(r"=>?|:")
 #: Between a name's separator and its value: blanks, and an auth scheme (``Bearer``, ...).
 _LEAD = re.compile(r"[ \t]*(?:(?i:bearer|basic|token|digest|negotiate|ntlm|apikey)[ \t]+(?=\S))?")
 #: A quoted value (the group is what is masked), or a bare one (up to a terminator).
@@ -57,8 +55,6 @@ _BEARER = re.compile(r"(?<![\w\-])(?P<scheme>[Bb]earer|BEARER)[ \t]+(?P<token>[\
 
 #: Top-level fields of an event that carry no free text.
 _NOT_TEXT = frozenset(("type", "date", "reference_id", "count", "value", "@level"))
-#: Keys of ``@request`` that name its parts (their own keys are matched, not theirs).
-_REQUEST_PARTS = frozenset(("headers", "cookies", "query_string", "post_data", "data"))
 
 
 class Scrubber:
@@ -71,7 +67,7 @@ class Scrubber:
     of each exclusions tuple is cached).
     """
 
-    __slots__ = ("_excluded", "_keys", "_secrets")
+    __slots__ = ("_excluded", "_key_info", "_secrets")
 
     def __init__(
         self,
@@ -81,7 +77,7 @@ class Scrubber:
         found = {secret for secret in secrets if secret and len(secret) >= MIN_SECRET_LENGTH}
         self._secrets: tuple[str, ...] = tuple(sorted(found, key=len, reverse=True))
         self._excluded: ExclusionMatcher = exclusion_matcher(tuple(exclusions))
-        self._keys: dict[str, str] = {}
+        self._key_info: dict[str, tuple[int, str | None]] = {}
 
     @classmethod
     def for_settings(cls, settings: Settings, secrets: Iterable[str | None] = ()) -> Scrubber:
@@ -108,23 +104,21 @@ class Scrubber:
             text = _BEARER.sub(_mask_bearer, text)
         return text
 
-    def _key(self, key: str) -> str:
-        """A dict key scrubbed as text (keys repeat: the answers are remembered)."""
-        scrubbed = self._keys.get(key)
-        if scrubbed is None:
-            scrubbed = self.text(key)
-            if len(self._keys) < _CACHE_KEYS:
-                self._keys[key] = scrubbed
-        return scrubbed
-
     def _assignments(self, text: str) -> str:
         """Mask the values after secret names: ``name=value``, ``"name": "value"``, ..."""
         pieces: list[str] = []
         done = 0
         excluded = self._excluded
-        for separator in _SEPARATOR.finditer(text):
-            at = separator.start()
-            if at < done or text.startswith("=", separator.end()):  # masked, or ``==``
+        colon, equals = text.find(":"), text.find("=")
+        while colon >= 0 or equals >= 0:  # each separator, left to right (str.find is fast)
+            if equals < 0 or 0 <= colon < equals:
+                at, colon = colon, text.find(":", colon + 1)
+            else:
+                at, equals = equals, text.find("=", equals + 1)
+            after = at + 1
+            if text.startswith(">", after) and text[at] == "=":  # ``=>``
+                after += 1
+            if at < done or text.startswith("=", after):  # masked already, or ``==``, ``:=``
                 continue
             end = at  # the name ends before blanks and a closing quote
             while end > done and text[end - 1] in " \t":
@@ -136,7 +130,7 @@ class Scrubber:
                 start -= 1
             if start == end or not excluded(text[start:end]):
                 continue
-            span = _value_span(text, separator.end())
+            span = _value_span(text, after)
             if span is None:
                 continue
             pieces.append(text[done : span[0]])
@@ -162,16 +156,9 @@ class Scrubber:
                 continue
             if type(value) is str:
                 scrubbed: Any = text(value)
-            elif key == "data":
-                scrubbed = self._data(value, copy, 1)
-            elif key == "@simple_error":
-                scrubbed = self._dict(value, copy, 1, self._error_item)
-            elif key == "@user":
-                scrubbed = self._dict(value, copy, 1, self._user_item)
-            elif key == "@request":
-                scrubbed = self._dict(value, copy, 1, self._request_item)
             else:
-                scrubbed = self._any(value, copy, False, 1)
+                shape = _TOP_SHAPES.get(key, _PLAIN)
+                scrubbed = self._dict(value, copy, 1, shape, shape in _USER_DATA)
             if scrubbed is not value:
                 result[key] = scrubbed
         return result
@@ -181,89 +168,19 @@ class Scrubber:
         masked at any depth (parts with nothing to mask are shared, not copied)."""
         return self._any(value, True, True, 0)
 
-    def _data(self, data: Any, copy: bool, depth: int) -> Any:
-        """``data``: the values of excluded keys masked, the known ``@`` keys by their shape
-        (the common flat case handled here, without a call per entry)."""
-        if type(data) is not dict:
-            return self._any(data, copy, True, depth)
-        excluded = self._excluded
-        text = self.text
-        known = self._keys
-        changes: dict[Any, Any] | None = None
-        renames: dict[str, str] | None = None
-        for key, value in data.items():
-            kind = type(value)
-            if type(key) is not str or key.startswith("@"):
-                scrubbed = self._data_item(key, value, copy, depth + 1)
-            elif excluded(key):
-                scrubbed = MASK
-            elif kind is str:
-                scrubbed = text(value)
-            elif kind is dict or kind is list or kind is tuple:
-                scrubbed = self._any(value, copy, True, depth + 1)
-            else:
-                scrubbed = value
-            if scrubbed is not value:
-                if changes is None:
-                    changes = {}
-                changes[key] = scrubbed
-            if type(key) is str:
-                new_key = known.get(key) or self._key(key)
-                if new_key != key:
-                    if renames is None:
-                        renames = {}
-                    renames[key] = new_key
-        return _updated(data, changes, renames, copy)
-
-    def _data_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
-        """An entry of ``data`` (or of ``data`` of ``@user``): the known ``@`` keys by their
-        shape, others by their key."""
-        if type(key) is str and key.startswith("@"):
-            if key == "@simple_error":
-                return self._dict(value, copy, depth, self._error_item)
-            if key == "@user":
-                return self._dict(value, copy, depth, self._user_item)
-            if key == "@request":
-                return self._dict(value, copy, depth, self._request_item)
-            if key == "@environment" or key == "@trace":
-                return self._any(value, copy, False, depth)
-        elif type(key) is str and self._excluded(key):
-            return MASK
-        return self._any(value, copy, True, depth)
-
-    def _error_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
-        """An entry of ``@simple_error``: its ``data`` by keys, its ``inner`` error likewise."""
-        if key == "inner":
-            return self._dict(value, copy, depth, self._error_item)
-        return self._any(value, copy, key == "data", depth)
-
-    def _user_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
-        return self._any(value, copy, key == "data", depth)
-
-    def _request_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
-        return self._any(value, copy, key in _REQUEST_PARTS, depth)
-
-    def _keyed_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
-        if type(key) is str and self._excluded(key):
-            return MASK
-        return self._any(value, copy, True, depth)
-
-    def _plain_item(self, key: Any, value: Any, copy: bool, depth: int) -> Any:
-        return self._any(value, copy, False, depth)
-
-    def _any(self, value: Any, copy: bool, keys: bool, depth: int) -> Any:
-        """Any JSON value: strings scrubbed; with ``keys``, values of excluded keys masked."""
+    def _any(self, value: Any, copy: bool, keyed: bool, depth: int) -> Any:
+        """Any JSON value: strings scrubbed; when ``keyed``, values of excluded keys masked."""
         kind = type(value)
         if kind is str:
             return self.text(value)
         if kind is dict:
-            return self._dict(value, copy, depth, self._keyed_item if keys else self._plain_item)
+            return self._dict(value, copy, depth, _KEYED if keyed else _PLAIN, keyed)
         if kind is list or kind is tuple:
             if depth > _MAX_DEPTH:
                 return MASK
             items: Any = value
             for index, item in enumerate(value):
-                scrubbed = self._any(item, copy, keys, depth + 1)
+                scrubbed = self._any(item, copy, keyed, depth + 1)
                 if scrubbed is not item:
                     if items is value and (copy or kind is tuple):
                         items = list(value)
@@ -271,28 +188,69 @@ class Scrubber:
             return tuple(items) if kind is tuple and items is not value else items
         return value
 
-    def _dict(self, mapping: Any, copy: bool, depth: int, item: _Item) -> Any:
-        """A dict with each entry scrubbed by ``item`` and its keys scrubbed as text: updated
-        in place, or copied when ``copy`` and something changed. Not a dict: as any value."""
+    def _dict(self, mapping: Any, copy: bool, depth: int, shape: int, keyed: bool) -> Any:
+        """A dict of a known ``shape``: its strings scrubbed, its keys scrubbed as text, the
+        values of excluded keys masked where the shape holds user data; updated in place, or
+        copied when ``copy`` and something changed. Not a dict: as any value."""
         if type(mapping) is not dict:
-            return self._any(mapping, copy, False, depth)
+            return self._any(mapping, copy, keyed, depth)
         if depth > _MAX_DEPTH:
             return MASK
+        text = self.text
+        keys = self._key_info
         changes: dict[Any, Any] | None = None
         renames: dict[str, str] | None = None
         for key, value in mapping.items():
-            scrubbed = item(key, value, copy, depth + 1)
+            if type(key) is str:  # (a key that is not a string is matched like no key)
+                info = keys.get(key) or self._learn_key(key)
+                if info[1] is not None:
+                    if renames is None:
+                        renames = {}
+                    renames[key] = info[1]
+                if shape == _DATA and info[0] == _AT_KEY:
+                    inner = _DATA_SHAPES.get(key, _KEYED)
+                    scrubbed = self._dict(value, copy, depth + 1, inner, inner in _USER_DATA)
+                    if scrubbed is not value:
+                        if changes is None:
+                            changes = {}
+                        changes[key] = scrubbed
+                    continue
+                if keyed and info[0] == _EXCLUDED:
+                    if value != MASK:
+                        if changes is None:
+                            changes = {}
+                        changes[key] = MASK
+                    continue
+            kind = type(value)
+            if kind is str:
+                scrubbed = text(value)
+            elif kind is dict or kind is list or kind is tuple:
+                inner_shape = _INNER_SHAPES.get((shape, key))
+                if inner_shape is None:
+                    scrubbed = self._any(value, copy, keyed, depth + 1)
+                else:
+                    scrubbed = self._dict(
+                        value, copy, depth + 1, inner_shape, inner_shape in _USER_DATA
+                    )
+            else:
+                continue
             if scrubbed is not value:
                 if changes is None:
                     changes = {}
                 changes[key] = scrubbed
-            if type(key) is str:
-                new_key = self._key(key)
-                if new_key != key:
-                    if renames is None:
-                        renames = {}
-                    renames[key] = new_key
+        if changes is None and renames is None:
+            return mapping
         return _updated(mapping, changes, renames, copy)
+
+    def _learn_key(self, key: str) -> tuple[int, str | None]:
+        """What a dict key is (excluded, a known ``@`` key, or neither) and its scrubbed text
+        when that differs; remembered (keys repeat endlessly)."""
+        kind = _AT_KEY if key.startswith("@") else _EXCLUDED if self._excluded(key) else _OTHER
+        scrubbed = self.text(key)
+        info = (kind, None if scrubbed == key else scrubbed)
+        if len(self._key_info) < _CACHE_KEYS:
+            self._key_info[key] = info
+        return info
 
 
 def _updated(
@@ -313,7 +271,33 @@ def _updated(
     return target
 
 
-_Item = Callable[[Any, Any, bool, int], Any]
+# The shapes of what an event holds. Keys are matched against the exclusions where a shape holds
+# user data (``_KEYED``, and ``data`` but its known ``@`` keys); the keys of the service's own
+# objects (``@simple_error``, ``@user``, ``@request``, ``@environment``) are not.
+_PLAIN, _KEYED, _DATA, _ERROR, _USER, _REQUEST = range(6)
+#: What a key is: excluded (its value is masked where keys are the user's), ``@...``, neither.
+_EXCLUDED, _AT_KEY, _OTHER = range(3)
+#: Shapes whose keys are the user's: matched against the exclusions.
+_USER_DATA = (_KEYED, _DATA)
+#: Top-level fields of an event, by shape.
+_TOP_SHAPES = {"data": _DATA, "@simple_error": _ERROR, "@user": _USER, "@request": _REQUEST}
+#: The known keys of ``data``, by shape (other ``@`` keys hold user data).
+_DATA_SHAPES = {
+    "@simple_error": _ERROR,
+    "@user": _USER,
+    "@request": _REQUEST,
+    "@environment": _PLAIN,
+    "@trace": _PLAIN,
+    "@stack": _PLAIN,
+}
+#: The parts of the service's objects that are shaped themselves.
+_INNER_SHAPES = {
+    (_ERROR, "data"): _KEYED,
+    (_ERROR, "inner"): _ERROR,
+    (_USER, "data"): _KEYED,
+    **{(_REQUEST, part): _KEYED for part in ("headers", "cookies", "query_string", "post_data")},
+    (_REQUEST, "data"): _KEYED,
+}
 
 #: Nesting past which containers are replaced by the mask rather than walked (JSON-safe events
 #: are at most 10 deep; this only guards against hand-made cycles and recursion limits).
