@@ -16,13 +16,19 @@ stack trace. A :class:`Scrubber` masks, in any string:
 
 A quoted value is masked up to its closing quote, a ``[...]`` or ``{...}`` value up to its
 closing bracket (to the end of the line when there is none), and a bare value up to white
-space, a quote, ``&``, ``;``, ``,``, ``<``, ``>`` or a closing bracket. :meth:`Scrubber.event` applies :meth:`text` to
-every string of a JSON-ready event (its message, source, tags, ``data`` at any depth,
-``@simple_error`` with its data and inner chain and stack trace, ``@request``, ``@user``,
-``@environment``, ``@trace`` lines) and masks the values of excluded keys in ``data`` (so
-exclusions that arrived after an event was captured, the service's ``@@DataExclusions``,
-still apply). Scrubbing runs on the delivery worker; a string with no ``://``, ``=``, ``:``,
-``bearer`` and no given secret is returned as it is after a few substring checks.
+space, a quote, ``&``, ``;``, ``,``, ``<``, ``>`` or a closing bracket.
+
+:meth:`Scrubber.event` applies :meth:`Scrubber.text` to every string of a JSON-ready event (its
+message, source, tags, ``data`` at any depth, ``@simple_error`` with its data, inner chain and
+stack trace, ``@request``, ``@user``, ``@environment``, ``@trace`` lines, and keys) and masks
+the values of excluded keys where keys are the user's (``data``, ``@user.data``, the headers,
+cookies and query of ``@request``, ``@simple_error.data``): exclusions that arrived after an
+event was captured, the service's ``@@DataExclusions``, still apply. The keys of the service's
+own objects (``@simple_error.type``, ``@user.name``, ...) are never masked.
+
+Scrubbing runs on the delivery worker, for every event: a string without ``:``, ``=``,
+``bearer`` or a given secret is returned as it is after a few substring checks, and what was
+found about each dict key is remembered.
 """
 
 from __future__ import annotations
@@ -80,9 +86,16 @@ class Scrubber:
         self._key_info: dict[str, tuple[int, str | None]] = {}
 
     @classmethod
-    def for_settings(cls, settings: Settings, secrets: Iterable[str | None] = ()) -> Scrubber:
-        """The scrubber of an engine: its API key and data exclusions, plus ``secrets``."""
-        return cls((settings.api_key, *secrets), settings.data_exclusions)
+    def for_settings(
+        cls,
+        settings: Settings,
+        secrets: Iterable[str | None] = (),
+        exclusions: Collection[str] | None = None,
+    ) -> Scrubber:
+        """The scrubber of an engine: its API key plus ``secrets``, and its data exclusions
+        (or ``exclusions``: the local ones with the service's ``@@DataExclusions``)."""
+        chosen = settings.data_exclusions if exclusions is None else exclusions
+        return cls((settings.api_key, *secrets), chosen)
 
     def __repr__(self) -> str:
         return f"<Scrubber secrets={len(self._secrets)}>"

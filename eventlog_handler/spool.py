@@ -618,7 +618,9 @@ class Spool:
     def own(self) -> SpoolFile:
         """This process's file, created (and locked) on first use, and again after it was
         quarantined. On a full disk it is returned :attr:`~SpoolFile.full`, without a
-        database; raises :class:`OSError` only when the directory or the lock can't be made."""
+        database (its :meth:`~SpoolFile.append` tries again); raises :class:`OSError` when the
+        directory or the lock can't be made, and :class:`sqlite3.Error` for a database that
+        can't be created for another reason than space."""
         if self._pid != os.getpid():
             self.after_fork()
         own = self._own
