@@ -87,10 +87,11 @@ def setup_eventlog(server: CaptureServer) -> Iterator[Setup]:
 def settle(
     handle: EventLogSetup, server: CaptureServer, count: int, timeout: float = 10.0
 ) -> list[dict[str, Any]]:
-    """The events ``server`` received once ``count`` arrived and nothing else is pending."""
+    """The events ``server`` received once ``count`` arrived and nothing else is pending, in
+    the order they happened (their ``date``; errors may be sent ahead of logs)."""
     server.wait_for(count, timeout=timeout)
     assert handle.flush(timeout), handle.stats()
-    return server.events
+    return sorted(server.events, key=lambda event: str(event.get("date")))
 
 
 def errors(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

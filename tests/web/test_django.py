@@ -146,10 +146,13 @@ def test_without_the_middleware_the_user_leaks(
     with override_settings(MIDDLEWARE=UNWIRED):
         c = client()
         c.get("/fail", headers={"X-User": "u-2"})
-        c.get("/fail")
-    failures = errors(settle(handle, server, 2))
-    assert [event.get("@user") for event in failures] == [{"identity": "u-2"}] * 2
-    assert "@request" not in failures[0]["data"]
+        c.get("/hello")  # no user sent
+    events = settle(handle, server, 2)
+    [failure] = errors(events)
+    assert failure["@user"] == {"identity": "u-2"}
+    assert "@request" not in failure["data"]
+    [hello] = [event for event in events if event["type"] == "log"]
+    assert hello["message"] == "hello from {'identity': 'u-2'}"
     set_user(None)
 
 

@@ -163,12 +163,13 @@ def test_without_the_middleware_the_user_leaks_into_the_next_request(
     handle = setup_eventlog()
     client = make_app(wired=False).test_client()
     client.get("/fail", headers={"X-User": "u-2", "X-User-Name": "Bob"})
-    client.get("/fail")
-    failures = errors(settle(handle, server, 2))
-    assert [event.get("@user") for event in failures] == [
-        {"identity": "u-2", "name": "Bob"},
-        {"identity": "u-2", "name": "Bob"},
-    ]
+    client.get("/hello")  # no user sent
+    events = settle(handle, server, 2)
+    [failure] = errors(events)
+    assert failure["@user"] == {"identity": "u-2", "name": "Bob"}
+    [hello] = [event for event in events if event["type"] == "log"]
+    assert hello["message"] == "hello from {'identity': 'u-2', 'name': 'Bob'}"
+    assert hello["@user"] == {"identity": "u-2", "name": "Bob"}
     set_user(None)  # the leaked user of this thread
 
 
