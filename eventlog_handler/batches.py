@@ -7,6 +7,7 @@ settle exactly those events (deliver, drop, or keep) whatever the service answer
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +23,7 @@ class Part:
     (the fast path); splitting or spooling a part encodes its events one by one.
     """
 
-    __slots__ = ("_body", "bodies", "created", "events", "origin", "rows", "shrunk")
+    __slots__ = ("_body", "bodies", "created", "events", "origin", "rows", "shrunk", "weights")
 
     def __init__(
         self,
@@ -34,8 +35,12 @@ class Part:
         origin: SpoolFile | None = None,
         rows: list[int] | None = None,
         shrunk: bool = False,
+        weights: list[int] | None = None,
     ) -> None:
         self.events = events
+        #: How many captured events each event stands for (a roll-up's ``count``); ``None``:
+        #: one each.
+        self.weights = weights
         self.bodies = bodies
         self.created = created
         self.origin = origin
@@ -46,15 +51,21 @@ class Part:
     def __len__(self) -> int:
         return len(self.created)
 
+    def weight(self) -> int:
+        """How many captured events this part stands for."""
+        return sum(self.weights) if self.weights is not None else len(self.created)
+
     @classmethod
     def from_rows(cls, origin: SpoolFile, rows: list[Row]) -> Part:
         """A part of events read back from a spool file."""
+        weights = [count_of(row.body) for row in rows]
         return cls(
             [],
             [row.body for row in rows],
             [row.created for row in rows],
             origin=origin,
             rows=[row.id for row in rows],
+            weights=weights if any(weight != 1 for weight in weights) else None,
         )
 
     def per_event(self) -> list[bytes]:
@@ -78,6 +89,7 @@ class Part:
             self.created[start:stop],
             origin=self.origin,
             rows=self.rows[start:stop],
+            weights=self.weights[start:stop] if self.weights is not None else None,
         )
 
     def body(self) -> bytes:
@@ -98,11 +110,41 @@ class Part:
             origin=self.origin,
             rows=self.rows[:1],
             shrunk=True,
+            weights=self.weights[:1] if self.weights is not None else None,
         )
 
 
+def count_of(body: bytes) -> int:
+    """The ``count`` of an encoded event (a roll-up), else 1."""
+    if b'"count":' not in body:
+        return 1
+    try:
+        count = json.loads(body).get("count", 1)
+    except (ValueError, AttributeError):
+        return 1
+    return count if type(count) is int and count > 0 else 1
+
+
+def compress(body: bytes) -> tuple[bytes, bool]:
+    """``body`` gzip-compressed when it is over :data:`GZIP_THRESHOLD`, and whether it was.
+
+    Level 1: on batches of log events it compresses within a few percent of level 6 (about
+    30 to 1) in half the time, and the time is spent outside the interpreter lock.
+    """
+    if len(body) <= GZIP_THRESHOLD:
+        return body, False
+    return gzip.compress(body, compresslevel=1, mtime=0), True
+
+
+#: Bodies larger than this are gzip-compressed.
+GZIP_THRESHOLD = 1024
+
+
 def encode_parts(
-    events: list[dict[str, Any]], created: list[float], max_raw_bytes: int
+    events: list[dict[str, Any]],
+    created: list[float],
+    max_raw_bytes: int,
+    weights: list[int] | None = None,
 ) -> list[Part]:
     """In-memory events as parts, each under ``max_raw_bytes`` of JSON.
 
@@ -114,9 +156,11 @@ def encode_parts(
         return []
     body = encode_batch(events)
     if len(body) <= min(max_raw_bytes, MAX_EVENT_BYTES):
-        return [Part(events, [], created, body=body)]
+        return [Part(events, [], created, body=body, weights=weights)]
     fitted = [fit(event) for event in events]
-    whole = Part([pair[0] for pair in fitted], [pair[1] for pair in fitted], created)
+    whole = Part(
+        [pair[0] for pair in fitted], [pair[1] for pair in fitted], created, weights=weights
+    )
     return list(split_by_size(whole, max_raw_bytes))
 
 

@@ -1,23 +1,90 @@
-"""The bounded in-memory queue of captured events.
+"""What the caller's thread hands to the worker: :class:`Entry`, and the bounded queue of them.
 
-Two FIFO deques, errors and logs, under one capacity. When a new event would overflow it, the
-oldest **log** event is evicted first, so a flood of logs never pushes out an error; only when
-it holds nothing but errors does the oldest error go. Every operation is O(1) (``take`` is
-O(n) in the events it returns). The caller holds the engine's lock; nothing here locks.
+An :class:`Entry` is a snapshot of one captured event, taken on the caller's thread: either a
+complete wire event (``event``; errors, whose traceback is read while it exists) or the parts of
+a log event (level, logger, message template and arguments, time, extra data, user, tags), which
+the worker turns into the wire form (:mod:`eventlog_handler.finish`). Only what may change after
+the log call returns is copied at capture; the rest of the work happens on the worker.
+
+:class:`EventBuffer` holds entries in two FIFO deques, errors and logs, under one capacity. When
+a new entry would overflow it, the oldest **log** is evicted first, so a flood of logs never
+pushes out an error; only when it holds nothing but errors does the oldest error go. Every
+operation is O(1) (``take`` is O(n) in the entries it returns). The caller holds the engine's
+lock; nothing here locks.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eventlog_handler.settings import Settings
 
 
-class Entry(NamedTuple):
-    """One captured event: the JSON-ready dict, its wall-clock time, its enqueue time."""
+class Entry:
+    """One captured event (see the module docstring).
 
-    event: dict[str, Any]
-    created: float
-    enqueued: float
+    ``args`` is ``None`` when ``message`` is final, else the ``%`` arguments to format it with
+    on the worker (only immutable scalars are deferred). ``data`` is ``None``, a dict of
+    immutable scalars (``data_ready`` false: exclusions are applied on the worker) or an
+    already JSON-safe snapshot (``data_ready`` true). ``exc`` is kept only for a
+    ``before_send`` hook's hint. ``created`` is the POSIX time of the call, ``enqueued`` its
+    monotonic time.
+    """
+
+    __slots__ = (
+        "args",
+        "created",
+        "data",
+        "data_ready",
+        "enqueued",
+        "event",
+        "exc",
+        "is_error",
+        "levelno",
+        "message",
+        "settings",
+        "source",
+        "tags",
+        "user",
+    )
+
+    def __init__(
+        self,
+        settings: Settings,
+        event: dict[str, Any] | None,
+        levelno: int,
+        source: str | None,
+        message: Any,
+        args: tuple[Any, ...] | None,
+        created: float,
+        enqueued: float,
+        data: dict[str, Any] | None = None,
+        data_ready: bool = False,
+        user: dict[str, Any] | None = None,
+        tags: tuple[Any, ...] = (),
+        is_error: bool = False,
+        exc: BaseException | None = None,
+    ) -> None:
+        self.settings = settings
+        self.event = event
+        self.levelno = levelno
+        self.source = source
+        self.message = message
+        self.args = args
+        self.created = created
+        self.enqueued = enqueued
+        self.data = data
+        self.data_ready = data_ready
+        self.user = user
+        self.tags = tags
+        self.is_error = is_error
+        self.exc = exc
+
+    def __repr__(self) -> str:
+        kind = "error" if self.is_error else "log"
+        return f"<Entry {kind} {self.source!r} created={self.created:.3f}>"
 
 
 class EventBuffer:

@@ -7,7 +7,12 @@ import threading
 from typing import Any
 
 from eventlog_handler import server_loggers, signals, transport
-from eventlog_handler.handler import DEFAULT_FLUSH_TIMEOUT, EventLogHandler, check_level
+from eventlog_handler.handler import (
+    DEFAULT_FLUSH_TIMEOUT,
+    EventLogHandler,
+    TraceLogHandler,
+    check_level,
+)
 from eventlog_handler.hooks import ExceptionHooks, install_with
 from eventlog_handler.transport import Engine, get_engine
 
@@ -33,6 +38,8 @@ class EventLogSetup:
         self.closed = False
         #: Whether the flush on SIGTERM was installed by this setup.
         self.sigterm = False
+        #: The handler that keeps records below ``level`` for the trace log, if any.
+        self.trace_handler: TraceLogHandler | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "active"
@@ -62,6 +69,8 @@ class EventLogSetup:
         if self.sigterm:
             signals.remove_sigterm_flush()
         self.logger.removeHandler(self.handler)
+        if self.trace_handler is not None:
+            self.logger.removeHandler(self.trace_handler)
         server_loggers.detach(self.handler)
         if self._previous_level is not None and self.logger.level == self.level:
             self.logger.setLevel(self._previous_level)
@@ -141,6 +150,10 @@ def setup(
         if lowered:
             root.setLevel(level_number)
         root.addHandler(handler)
+        trace_handler = None
+        if handler.settings.trace_size and level_number > logging.NOTSET:
+            trace_handler = TraceLogHandler(level_number)
+            root.addHandler(trace_handler)
         server_loggers.attach(handler)  # uvicorn's and gunicorn's non-propagating error loggers
         # The exit flush is registered when the transport module is imported; make sure the
         # engine exists so that it has something to flush.
@@ -149,6 +162,7 @@ def setup(
             handler, hooks, root, previous_level if lowered else None, level_number
         )
         _CURRENT.sigterm = sigterm
+        _CURRENT.trace_handler = trace_handler
         return _CURRENT
 
 

@@ -29,12 +29,14 @@ One record can carry a different user with ``extra={"@user": {"identity": "u-7",
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from eventlog_handler import tracelog
 from eventlog_handler.events import normalize_tags, user_info
 
 _T = TypeVar("_T")
@@ -168,7 +170,7 @@ class RequestScope:
     or call :meth:`close` in the same context it was made in.
     """
 
-    __slots__ = ("_scopes",)
+    __slots__ = ("_scopes", "_trace")
 
     def __init__(self, request: dict[str, Any] | None = None) -> None:
         self._scopes: list[Scope[Any]] = [
@@ -176,6 +178,7 @@ class RequestScope:
             Scope(_TAGS, ()),
             Scope(_REQUEST, request),
         ]
+        self._trace: Any = tracelog.new_scope_ring()  # the request's own trace log
 
     def set_request(self, request: dict[str, Any] | None) -> None:
         """Replace the ``@request`` of this scope (for instance once the route is known)."""
@@ -184,11 +187,13 @@ class RequestScope:
     def close(self) -> None:
         """Restore the user, tags and request that were current before the scope began."""
         scopes, self._scopes = self._scopes, []
+        trace, self._trace = self._trace, None
         for scope in reversed(scopes):
-            try:
+            with contextlib.suppress(ValueError):  # reset from another context: leave it alone
                 scope.reset()
-            except ValueError:  # reset from another context: leave that context alone
-                pass
+        if trace is not None:
+            with contextlib.suppress(ValueError):
+                tracelog.reset_scope_ring(trace)
 
     def __enter__(self) -> RequestScope:
         return self

@@ -36,8 +36,8 @@ import logging
 import math
 from typing import Any
 
-from eventlog_handler import records
-from eventlog_handler.records import is_ignored_logger, note_sent, record_to_event, was_sent
+from eventlog_handler import records, tracelog
+from eventlog_handler.records import capture_record, is_ignored_logger, note_sent, was_sent
 from eventlog_handler.settings import Settings
 from eventlog_handler.transport import Engine, get_engine, is_sender_thread
 
@@ -108,6 +108,11 @@ class EventLogHandler(logging.Handler):
         super().__init__(level_number)
         self.settings = settings
         self.flush_timeout = timeout
+        self._trace = settings.trace_size > 0
+        if self._trace:
+            tracelog.want(settings.trace_size)
+        self._ignore_loggers = tuple(settings.ignore_loggers)
+        self._ignored_names: dict[str, bool] = {}
         #: Records that could not be turned into events (they were skipped, not raised).
         self.emit_errors = 0
         self.last_emit_error: str | None = None
@@ -132,24 +137,57 @@ class EventLogHandler(logging.Handler):
             self.emit(record)
         return result
 
+    def _ignores(self, name: str) -> bool:
+        found = self._ignored_names.get(name)
+        if found is None:
+            found = any(
+                name == item or name.startswith(item + ".") for item in self._ignore_loggers
+            )
+            if len(self._ignored_names) < 10_000:
+                self._ignored_names[name] = found
+        return found
+
     def emit(self, record: logging.LogRecord) -> None:
         """Turn ``record`` into an event and queue it. Never raises."""
         try:
-            if is_sender_thread() or is_ignored_logger(record.name):
+            name = record.name
+            if (
+                is_sender_thread()
+                or is_ignored_logger(name)
+                or (self._ignore_loggers and self._ignores(name))
+            ):
                 return
+            settings = self.settings
+            engine = get_engine(settings)
+            levelno = record.levelno
+            server = engine.server
             if record.exc_info:
                 exc = records.exception_of(record.exc_info)
                 if exc is not None and records.was_reported(exc):
+                    if self._trace:
+                        tracelog.note(record)
                     return  # sent already (middleware, a hook, an earlier log call): once only
-            settings = self.settings
+                if exc is not None and records.exception_filtered(exc, settings, server):
+                    engine.count_filtered()
+                    if self._trace:
+                        tracelog.note(record)
+                    return
+            elif server.has_log_levels:
+                minimum = server.log_level(name)
+                if minimum is not None and levelno < minimum:
+                    if self._trace:
+                        tracelog.note(record)
+                    return
             if records._processors_exist:
                 # A structlog processor may have sent this record already; note ours for it.
                 key = settings.engine_key
                 if was_sent(records.PROCESSOR, record.msg, record.created, key):
                     return
                 note_sent(records.HANDLER, (record.msg,), record.created, key)
-            event = record_to_event(record, settings, self.formatter)
-            get_engine(settings).enqueue(event, created=record.created)
+            entry = capture_record(record, settings, self.formatter)
+            engine.submit(entry)
+            if self._trace:
+                tracelog.note(record)
         except RecursionError:
             # Almost no stack is left: count without calling anything that needs a frame.
             try:
@@ -202,6 +240,31 @@ class EventLogHandler(logging.Handler):
         stats = get_engine(self.settings).stats()
         stats["emit_errors"] = self.emit_errors
         return stats
+
+
+class TraceLogHandler(logging.Handler):
+    """Feeds the trace log with the records below an :class:`EventLogHandler`'s level.
+
+    :func:`~eventlog_handler.setup` attaches one next to its handler, so that an error event
+    carries the ``DEBUG`` and ``INFO`` lines that led up to it even though only ``INFO`` (or
+    ``WARNING``...) and above are sent as events. It never sends anything itself.
+    """
+
+    def __init__(self, event_level: int) -> None:
+        super().__init__(logging.NOTSET)
+        self.event_level = event_level
+
+    def handle(self, record: logging.LogRecord) -> Any:
+        if record.levelno < self.event_level:
+            try:
+                if not is_sender_thread() and not is_ignored_logger(record.name):
+                    tracelog.note(record)
+            except Exception:  # pragma: no cover - a log call must never raise
+                pass
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:  # pragma: no cover - handle() does it
+        pass
 
 
 def _logging_lock_held() -> bool:

@@ -12,22 +12,30 @@ What a record becomes:
   ``data`` gets ``@message_args`` and ``@format_error``.
 - ``data``: the ``extra=`` fields, that is every attribute a fresh ``LogRecord`` doesn't have
   (:data:`RESERVED_ATTRS`), made JSON-safe with the data exclusions applied; ``stack_info``
-  (``stack_info=True``) under ``data["@stack_info"]``.
+  (``stack_info=True``) under ``data["@stack_info"]``. An ``extra=`` key that is one of the
+  service's own data keys (:data:`KNOWN_DATA_KEYS`, such as ``@level`` or ``@version``) is
+  sent as ``_@level``: the service would let it override the package's own value.
 - With ``exc_info`` (``logger.exception``, ``exc_info=True`` or an exception object): the error
-  form, with ``@simple_error`` and ``data["@environment"]`` (machine, process and thread).
-- Two ``extra=`` keys are not data: ``tags`` (a list of strings, or one string) is added to the
-  handler's and the context's tags, and ``@user`` replaces the context's user for this record:
+  form, with ``@simple_error``, ``data["@environment"]`` (machine, process and thread), the
+  request of the current request scope (``@request``) and the trace log (``@trace``). A record
+  at ``ERROR`` or above without an exception is a log event that is sent as promptly as an
+  error and carries ``@request`` and ``@trace`` too.
+- Three ``extra=`` keys are not data: ``tags`` (a list of strings, or one string) is added to
+  the handler's and the context's tags; ``@user`` replaces the context's user for this record:
   ``extra={"@user": {"identity": "u-7", "name": "Bob", "data": {...}}}``, or
-  ``extra={"@user": "u-7"}`` for an identity alone.
+  ``extra={"@user": "u-7"}`` for an identity alone; and ``stack`` puts the event in a stack of
+  its own (:mod:`eventlog_handler.stacking`).
 
-Everything here runs on the thread that logs: it builds a small dict and does no I/O and no
-JSON encoding.
+Capture (:func:`capture_record`) runs on the thread that logs and copies only what could change
+after the call returns. For a log record whose arguments and ``extra=`` values are immutable
+scalars (strings, numbers, booleans, ``None``), that is nothing: the message is formatted and
+the data made JSON-safe on the delivery worker (:mod:`eventlog_handler.finish`). Errors are
+built at once, while their traceback exists.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import threading
 import time
@@ -37,22 +45,34 @@ from typing import Any
 
 from pythonjsonlogger.core import RESERVED_ATTRS as _JSON_LOGGER_RESERVED
 
+from eventlog_handler import tracelog
+from eventlog_handler.buffer import Entry
 from eventlog_handler.context import get_request, get_tags, get_user
 from eventlog_handler.events import (
-    MAX_MESSAGE,
-    MAX_SOURCE,
     environment_info,
     error_event,
-    format_date,
     log_event,
-    new_reference_id,
-    normalize_tags,
     thread_info,
     user_info,
-    user_with_exclusions,
 )
-from eventlog_handler.jsonsafe import MAX_ITEMS, MAX_STRING, is_excluded, safe_str, truncate
+from eventlog_handler.jsonsafe import safe_str, to_jsonable
+from eventlog_handler.levels import level_name
 from eventlog_handler.settings import MASK, Settings
+from eventlog_handler.simple_error import type_name
+from eventlog_handler.stacking import EXTRA_KEY as STACK_KEY
+from eventlog_handler.stacking import manual_stack
+
+__all__ = [
+    "IGNORED_LOGGERS",
+    "KNOWN_DATA_KEYS",
+    "RESERVED_ATTRS",
+    "build_event",
+    "capture_record",
+    "exception_of",
+    "is_ignored_logger",
+    "level_name",
+    "record_to_event",
+]
 
 #: Loggers whose records never become events (nor do their children's): the HTTP stack the
 #: sender uses and this package itself, so sending can never feed back into the queue; and
@@ -100,35 +120,54 @@ RESERVED_ATTRS: frozenset[str] = frozenset(
 TAGS_KEY = "tags"
 USER_KEY = "@user"
 
-_LEVELS = (
-    (logging.CRITICAL, "Fatal"),
-    (logging.ERROR, "Error"),
-    (logging.WARNING, "Warn"),
-    (logging.INFO, "Info"),
-    (logging.DEBUG, "Debug"),
+#: The service's own data keys (PROTOCOL: "Known data keys") and the package's: a user's
+#: ``extra=`` value under one of these names travels as ``_<name>`` instead.
+KNOWN_DATA_KEYS = frozenset(
+    {
+        "@level",
+        "@user",
+        "@simple_error",
+        "@error",
+        "@version",
+        "@stack",
+        "@environment",
+        "@request",
+        "@trace",
+        "@submission_method",
+        "@submission_client",
+        "@user_description",
+        "@location",
+        "@stack_info",
+        "@message_args",
+        "@format_error",
+        "@trimmed",
+    }
 )
-_LEVEL_CACHE: dict[int, str] = {}
 
+#: Types whose values can't change after the call: formatting them can wait for the worker.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
-def level_name(levelno: int) -> str:
-    """The service's ``@level`` for a :mod:`logging` level number."""
-    name = _LEVEL_CACHE.get(levelno)
-    if name is None:
-        name = "Trace"
-        for threshold, candidate in _LEVELS:
-            if levelno >= threshold:
-                name = candidate
-                break
-        if len(_LEVEL_CACHE) < 256:
-            _LEVEL_CACHE[levelno] = name
-    return name
+#: Whether a logger's records are ignored, by name (names of a program repeat).
+_IGNORED_CACHE: dict[str, bool] = {}
 
 
 def is_ignored_logger(name: str | None) -> bool:
     """Whether records of the logger ``name`` must never become events."""
     if not name:
         return False
-    return name.partition(".")[0] in IGNORED_LOGGERS
+    ignored = _IGNORED_CACHE.get(name)
+    if ignored is None:
+        ignored = name.partition(".")[0] in IGNORED_LOGGERS
+        if len(_IGNORED_CACHE) < 10_000:
+            _IGNORED_CACHE[name] = ignored
+    return ignored
+
+
+def reserve_known_keys(data: dict[str, Any]) -> None:
+    """Rename, in place, the keys of user data that are known data keys: ``@level`` →
+    ``_@level`` (the service would otherwise let the user's value win)."""
+    for key in KNOWN_DATA_KEYS.intersection(data):
+        data["_" + key] = data.pop(key)
 
 
 def user_from(value: Any) -> dict[str, Any] | None:
@@ -264,12 +303,15 @@ def build_event(
     tags: Iterable[Any] = (),
     level: str | None = None,
     submission_method: str | None = None,
+    stack: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One event from its parts; the handler, the structlog processor and the hooks use it.
+    """One complete event from its parts, built now; the hooks, the structlog processor and
+    errors use it.
 
     Adds the context's user (unless ``user`` is given), the settings' tags and the context's
     tags, applies the settings' data exclusions, and for an exception builds the error form
-    with ``@environment``. Marks ``exc`` as reported.
+    with ``@environment``. An exception, or a level at ``ERROR`` or above, adds the request
+    scope's ``@request`` and the trace log (``@trace``). Marks ``exc`` as reported.
     """
     if user is None:
         user = get_user()
@@ -279,9 +321,21 @@ def build_event(
         all_tags = (*settings.tags, *context_tags, *tags)
     if level is None:
         level = level_name(levelno)
-    if submission_method is not None:
+    serious = exc is not None or levelno >= logging.ERROR
+    if submission_method is not None or stack is not None or serious:
         data = dict(data) if data else {}
-        data["@submission_method"] = submission_method
+        if submission_method is not None:
+            data["@submission_method"] = submission_method
+        if stack is not None:
+            data["@stack"] = stack
+        if serious:
+            request = get_request()
+            if request is not None and "@request" not in data:
+                data["@request"] = request
+            if settings.trace_size and "@trace" not in data:
+                lines = tracelog.lines(settings.trace_size)
+                if lines:
+                    data["@trace"] = lines
     common: dict[str, Any] = {
         "date": created,
         "user": user,
@@ -291,14 +345,8 @@ def build_event(
         "exclusions": settings.data_exclusions,
     }
     if exc is None:
-        fast = _fast_log_event(settings, message, created, user, level, source, all_tags, data)
-        if fast is not None:
-            return fast
         return log_event(message, data=data, **common)
-    data = dict(data) if data else {}
-    request = get_request()
-    if request is not None and "@request" not in data:
-        data["@request"] = request
+    assert data is not None
     if settings.include_environment and "@environment" not in data:
         environment = {**environment_info(), **thread_info()}
         key = settings.api_key
@@ -308,84 +356,6 @@ def build_event(
     event = error_event(exc, message=message, data=data, **common)
     mark_reported(exc)
     return event
-
-
-def _fast_log_event(
-    settings: Settings,
-    message: Any,
-    created: float,
-    user: dict[str, Any] | None,
-    level: str,
-    source: str | None,
-    tags: Iterable[Any],
-    data: dict[str, Any] | None,
-) -> dict[str, Any] | None:
-    """:func:`~eventlog_handler.events.log_event`'s result, built faster for the common case
-    (a string message, a flat ``data`` of plain values); ``None`` when that case doesn't hold.
-    """
-    if type(message) is not str or (source is not None and type(source) is not str):
-        return None
-    clean_data: dict[str, Any] | None = None
-    if data:
-        clean_data = _flat_data(data, settings.data_exclusions)
-        if clean_data is None:
-            return None
-    event: dict[str, Any] = {
-        "type": "log",
-        "message": message if len(message) <= MAX_MESSAGE else truncate(message, MAX_MESSAGE),
-        "date": format_date(created),
-    }
-    if user:
-        event["@user"] = user_with_exclusions(user, settings.data_exclusions)
-    event["@level"] = level
-    if source:
-        event["source"] = source if len(source) <= MAX_SOURCE else truncate(source, MAX_SOURCE)
-    if tags:
-        clean_tags = normalize_tags(tags)
-        if clean_tags:
-            event["tags"] = clean_tags
-    if clean_data:
-        event["data"] = clean_data
-    event["reference_id"] = new_reference_id()
-    return event
-
-
-_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
-#: Whether a data key is excluded, per exclusion list (keys of a program repeat endlessly).
-_EXCLUDED: dict[tuple[str, ...], dict[str, bool]] = {}
-
-
-def _flat_data(data: Mapping[str, Any], exclusions: tuple[str, ...]) -> dict[str, Any] | None:
-    """A copy of ``data`` with excluded values masked, if every key is a short string and every
-    value a short string, a 64-bit int, a finite float, a bool or ``None``; else ``None``."""
-    if len(data) > MAX_ITEMS:
-        return None  # the general builder keeps MAX_ITEMS and marks the rest
-    cache = _EXCLUDED.get(exclusions)
-    if cache is None:
-        cache = _EXCLUDED.setdefault(exclusions, {})
-    result: dict[str, Any] = {}
-    for key, value in data.items():
-        kind = type(value)
-        if kind is str:
-            if len(value) > MAX_STRING:
-                return None
-        elif kind is int:
-            if not _INT_MIN <= value <= _INT_MAX:
-                return None
-        elif kind is float:
-            if not math.isfinite(value):
-                return None
-        elif value is not None and kind is not bool:
-            return None
-        excluded = cache.get(key)
-        if excluded is None:
-            if type(key) is not str or len(key) > 200:
-                return None
-            excluded = is_excluded(key, exclusions)
-            if len(cache) < 10_000:
-                cache[key] = excluded
-        result[key] = MASK if excluded else value
-    return result
 
 
 def exception_of(exc_info: Any) -> BaseException | None:
@@ -430,16 +400,13 @@ def _without_traceback(record: logging.LogRecord) -> logging.LogRecord:
     return clone
 
 
-def record_to_event(
+def _extras(
     record: logging.LogRecord,
-    settings: Settings,
-    formatter: logging.Formatter | None = None,
-) -> dict[str, Any]:
-    """The event of ``record`` (see the module docstring). May raise only on a broken record;
-    the handler catches that."""
-    user: dict[str, Any] | None = None
-    tags: tuple[Any, ...] = ()
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, tuple[Any, ...], dict[str, Any] | None]:
+    """``(data, user, tags, stack)`` of the record's ``extra=`` fields."""
     attributes = record.__dict__
+    if len(attributes) == _RECORD_ATTRIBUTE_COUNT:
+        return None, None, (), None  # a record without extras (the common case)
     # A record's own attributes come first (its constructor sets them) and `extra=` fields
     # after, so only the keys past the constructor's are looked at.
     keys = list(attributes)
@@ -447,36 +414,148 @@ def record_to_event(
     if len(keys) < start or keys[start - 1] != _LAST_RECORD_ATTRIBUTE:
         start = 0  # an unusual record: look at every key
     data = {key: attributes[key] for key in keys[start:] if key not in RESERVED_ATTRS}
-    if data:
-        if TAGS_KEY in data:
-            tags = tags_from(data.pop(TAGS_KEY))
-        if USER_KEY in data:
-            user = user_from(data.pop(USER_KEY))
+    if not data:
+        return None, None, (), None
+    user: dict[str, Any] | None = None
+    tags: tuple[Any, ...] = ()
+    stack: dict[str, Any] | None = None
+    if TAGS_KEY in data:
+        tags = tags_from(data.pop(TAGS_KEY))
+    if USER_KEY in data:
+        user = user_from(data.pop(USER_KEY))
+    if STACK_KEY in data:
+        stack = manual_stack(data.pop(STACK_KEY))
+    if not KNOWN_DATA_KEYS.isdisjoint(data):
+        reserve_known_keys(data)
+    return data or None, user, tags, stack
+
+
+def capture_record(
+    record: logging.LogRecord,
+    settings: Settings,
+    formatter: logging.Formatter | None = None,
+) -> Entry:
+    """Snapshot ``record`` for the worker (see the module docstring). May raise only on a
+    broken record; the handler catches that."""
+    data, user, tags, stack = _extras(record)
     msg = record.msg
-    if type(msg) is dict and "_logger" in attributes:
-        # A structlog event dict carried by ProcessorFormatter.wrap_for_formatter.
-        message: Any = msg.get("event", "")
-        structlog_data = {
-            key: value
-            for key, value in msg.items()
-            if key not in _STRUCTLOG_KEYS and not key.startswith("_")
-        }
-        data.update(structlog_data)
-        if TAGS_KEY in data:
-            tags = (*tags, *tags_from(data.pop(TAGS_KEY)))
-        if USER_KEY in data:
-            user = user_from(data.pop(USER_KEY))
-        exc = exception_of(record.exc_info) or exception_of(msg.get("exc_info"))
+    levelno = record.levelno
+    if type(msg) is dict and "_logger" in record.__dict__:
+        return _capture_structlog_record(record, settings, msg, data, user, tags, stack)
+    exc = exception_of(record.exc_info) if record.exc_info else None
+    if exc is not None or levelno >= logging.ERROR:
+        text, failure = record_message(record, formatter)
+        if failure or record.stack_info:
+            data = dict(data) if data else {}
+            if failure:
+                data.update(failure)
+            if record.stack_info:
+                data["@stack_info"] = record.stack_info
+        event = build_event(
+            settings,
+            message=text,
+            levelno=levelno,
+            source=record.name,
+            created=record.created,
+            data=data,
+            exc=exc,
+            user=user,
+            tags=tags,
+            stack=stack,
+        )
+        return Entry(
+            settings,
+            event,
+            levelno,
+            record.name,
+            None,
+            None,
+            record.created,
+            time.monotonic(),
+            is_error=True,
+            exc=exc if settings.before_send is not None else None,
+        )
+    args: Any = record.args
+    message: Any = msg
+    if formatter is None and type(msg) is str and args:
+        deferrable = type(args) is tuple  # a mapping of arguments could change: format now
+        if deferrable:
+            for arg in args:
+                if type(arg) not in _SCALARS:
+                    deferrable = False
+                    break
+        if not deferrable:
+            message, failure = record_message(record)
+            args = None
+            if failure:
+                data = {**(data or {}), **failure}
+    elif formatter is None and type(msg) is str:
+        args = None
     else:
         message, failure = record_message(record, formatter)
+        args = None
         if failure:
-            data.update(failure)
-        exc = exception_of(record.exc_info) if record.exc_info else None
-    if record.stack_info:
-        data["@stack_info"] = record.stack_info
-    return build_event(
+            data = {**(data or {}), **failure}
+    if record.stack_info or stack is not None:
+        data = dict(data) if data else {}
+        if record.stack_info:
+            data["@stack_info"] = record.stack_info
+        if stack is not None:
+            data["@stack"] = stack
+    ready = False
+    if data:
+        for value in data.values():
+            if type(value) not in _SCALARS:
+                data = to_jsonable(data, settings.data_exclusions)
+                ready = True
+                break
+    context_tags = get_tags()
+    if context_tags:
+        tags = (*context_tags, *tags)
+    return Entry(
         settings,
-        message=message,
+        None,
+        levelno,
+        record.name,
+        message,
+        args,
+        record.created,
+        time.monotonic(),
+        data,
+        ready,
+        user if user is not None else get_user(),
+        tags,
+    )
+
+
+def _capture_structlog_record(
+    record: logging.LogRecord,
+    settings: Settings,
+    msg: dict[str, Any],
+    data: dict[str, Any] | None,
+    user: dict[str, Any] | None,
+    tags: tuple[Any, ...],
+    stack: dict[str, Any] | None,
+) -> Entry:
+    """A structlog event dict carried by ``ProcessorFormatter.wrap_for_formatter``."""
+    data = dict(data) if data else {}
+    data.update(
+        (key, value)
+        for key, value in msg.items()
+        if key not in _STRUCTLOG_KEYS and not key.startswith("_")
+    )
+    if TAGS_KEY in data:
+        tags = (*tags, *tags_from(data.pop(TAGS_KEY)))
+    if USER_KEY in data:
+        user = user_from(data.pop(USER_KEY))
+    if STACK_KEY in data:
+        stack = manual_stack(data.pop(STACK_KEY))
+    if not KNOWN_DATA_KEYS.isdisjoint(data):
+        reserve_known_keys(data)
+    exc = exception_of(record.exc_info) or exception_of(msg.get("exc_info"))
+    event = build_event(
+        settings,
+        message=msg.get("event", ""),
         levelno=record.levelno,
         source=record.name,
         created=record.created,
@@ -484,10 +563,79 @@ def record_to_event(
         exc=exc,
         user=user,
         tags=tags,
+        stack=stack,
     )
+    return Entry(
+        settings,
+        event,
+        record.levelno,
+        record.name,
+        None,
+        None,
+        record.created,
+        time.monotonic(),
+        is_error=exc is not None or record.levelno >= logging.ERROR,
+        exc=exc if settings.before_send is not None else None,
+    )
+
+
+def record_to_event(
+    record: logging.LogRecord,
+    settings: Settings,
+    formatter: logging.Formatter | None = None,
+) -> dict[str, Any]:
+    """The event of ``record`` as the worker will send it (capture and finish at once)."""
+    from eventlog_handler.finish import finish
+
+    return finish(capture_record(record, settings, formatter))
 
 
 #: Keys of a structlog event dict that are not data.
 _STRUCTLOG_KEYS = frozenset(
     {"event", "level", "logger", "logger_name", "timestamp", "exc_info", "positional_args"}
 )
+
+
+# -- exceptions the settings turn off ---------------------------------------------------------
+
+_IGNORED_TYPES: dict[tuple[type[BaseException], tuple[Any, ...]], bool] = {}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    item: BaseException | None = exc
+    while item is not None and len(found) < 10 and all(item is not seen for seen in found):
+        found.append(item)
+        item = item.__cause__ or (None if item.__suppress_context__ else item.__context__)
+    return found
+
+
+def ignores_exception(exc: BaseException, ignored: tuple[Any, ...]) -> bool:
+    """Whether ``exc``'s type is one of ``ignored`` (classes, or names of the type or of a base
+    class, qualified like ``myapp.PaymentError`` or not)."""
+    if not ignored:
+        return False
+    kind = type(exc)
+    key = (kind, ignored)
+    found = _IGNORED_TYPES.get(key)
+    if found is None:
+        found = False
+        for base in kind.__mro__:
+            names = {base.__name__, type_name(base)}
+            for item in ignored:
+                if base is item or (isinstance(item, str) and item in names):
+                    found = True
+        if len(_IGNORED_TYPES) < 10_000:
+            _IGNORED_TYPES[key] = found
+    return found
+
+
+def exception_filtered(exc: BaseException, settings: Settings, server: Any) -> bool:
+    """Whether the settings (``ignore_exceptions``) or the service (``@@error:*``) turn the
+    error ``exc`` off."""
+    if settings.ignore_exceptions and ignores_exception(exc, settings.ignore_exceptions):
+        return True
+    if server.has_error_rules:
+        names = tuple(type_name(type(item)) for item in _chain(exc))
+        return bool(server.drops_error(names))
+    return False

@@ -9,6 +9,7 @@ the default. A malformed value raises :class:`ValueError` naming the setting.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import math
 import os
@@ -82,6 +83,7 @@ ENV_API_KEY = "EVENTLOG_API_KEY"
 ENV_SERVER_URL = "EVENTLOG_SERVER_URL"
 ENV_USER_TOKEN = "EVENTLOG_USER_TOKEN"
 ENV_SPOOL_PATH = "EVENTLOG_SPOOL_PATH"
+ENV_VERSION = "EVENTLOG_VERSION"
 
 
 def mask_secret(secret: str | None) -> str:
@@ -151,6 +153,26 @@ class Settings:
     spool_max_bytes: int = 100_000_000
     #: Seconds between looks for spool files of ended processes to replay.
     spool_scan_interval: float = 30.0
+    #: The application's version, sent as ``@version`` on every event; by default
+    #: ``EVENTLOG_VERSION``, else the version of the distribution that owns ``__main__``.
+    version: str | None = None
+    #: Fetch the project's settings from the service (``@@log:*`` levels, ``@@error:*``
+    #: exclusions, ``@@DataExclusions``) and apply them.
+    server_settings: bool = True
+    #: Log lines of the same thread or task kept and sent with each error as ``@trace``
+    #: (0: none).
+    trace_size: int = 25
+    #: Seconds in which identical events are sent once, with a ``count`` (0: never rolled up).
+    rollup_window: float = 60.0
+    #: ``fn(event, hint)`` called on the delivery worker before an event is sent: returns the
+    #: event (changed or not), or ``None`` to drop it. A callable or an import path.
+    before_send: Any = dataclasses.field(default=None, compare=False)
+    #: Loggers (and their children) whose records are never sent.
+    ignore_loggers: tuple[str, ...] = ()
+    #: Exception types (classes or names, qualified or not) that are never sent.
+    ignore_exceptions: tuple[Any, ...] = ()
+    #: Seconds a delivery failure lasts before stderr says so (and later that it recovered).
+    outage_notice: float = 5.0
 
     def __repr__(self) -> str:
         return (
@@ -158,7 +180,7 @@ class Settings:
             f"queue_size={self.queue_size}, batch_size={self.batch_size})"
         )
 
-    @property
+    @functools.cached_property
     def engine_key(self) -> tuple[str, str]:
         """What makes two settings share one delivery engine: the server and the key."""
         return (self.server_url, self.api_key or "")
@@ -188,6 +210,8 @@ class Settings:
             given["api_key"] = env[ENV_API_KEY]
         if "spool_path" not in given and env.get(ENV_SPOOL_PATH):
             given["spool_path"] = env[ENV_SPOOL_PATH]
+        if "version" not in given and env.get(ENV_VERSION):
+            given["version"] = env[ENV_VERSION]
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             if field.name in given:
@@ -330,6 +354,62 @@ def _path(name: str, value: Any) -> str:
     return path
 
 
+def _version(name: str, value: Any) -> str:
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ValueError(f"eventlog_handler: setting {name!r} must be a string, got {value!r}")
+    text = str(value).strip()
+    if not text or len(text) > 100 or not text.isprintable():
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be 1 to 100 printable characters, "
+            f"got {value!r}"
+        )
+    return text
+
+
+def _callable(name: str, value: Any) -> Any:
+    """A callable, or the import path of one (``"myapp.hooks.before_send"``)."""
+    if isinstance(value, str):
+        module_name, _, attribute = value.strip().rpartition(".")
+        if not module_name or not attribute:
+            raise ValueError(
+                f"eventlog_handler: setting {name!r} must be a callable or an import path "
+                f"like 'package.module.function', got {value!r}"
+            )
+        try:
+            import importlib
+
+            value = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(
+                f"eventlog_handler: setting {name!r}: cannot import {value!r}: {exc}"
+            ) from None
+    if not callable(value):
+        raise ValueError(f"eventlog_handler: setting {name!r} must be callable, got {value!r}")
+    return value
+
+
+def _exception_types(name: str, value: Any) -> tuple[Any, ...]:
+    items: Iterable[Any]
+    if isinstance(value, str | type):
+        items = [value]
+    elif isinstance(value, Iterable):
+        items = value
+    else:
+        raise ValueError(f"eventlog_handler: setting {name!r} must list exception classes or names")
+    result: list[Any] = []
+    for item in items:
+        if isinstance(item, type) and issubclass(item, BaseException):
+            result.append(item)
+        elif isinstance(item, str) and item.strip():
+            result.append(item.strip())
+        else:
+            raise ValueError(
+                f"eventlog_handler: setting {name!r} must hold exception classes or names, "
+                f"got {item!r}"
+            )
+    return tuple(result)
+
+
 def normalize_key(key: str) -> str:
     """The form of a data key (or of an exclusion) that exclusions are matched in: lower case,
     letters, digits and ``*`` wildcards only (``X-Api_Key`` → ``xapikey``)."""
@@ -360,4 +440,12 @@ _CONVERTERS: dict[str, Any] = {
     "data_exclusions": _exclusions,
     "tags": _tags,
     "include_environment": _bool,
+    "version": lambda n, v: _version(n, v),
+    "server_settings": _bool,
+    "trace_size": lambda n, v: _number(n, v, minimum=0, integer=True),
+    "rollup_window": lambda n, v: _number(n, v, minimum=0, integer=False),
+    "before_send": lambda n, v: _callable(n, v),
+    "ignore_loggers": lambda n, v: _words(n, v),
+    "ignore_exceptions": lambda n, v: _exception_types(n, v),
+    "outage_notice": lambda n, v: _number(n, v, minimum=0, integer=False),
 }

@@ -57,19 +57,23 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
-from eventlog_handler import records
+from eventlog_handler import records, tracelog
 from eventlog_handler.handler import check_level
 from eventlog_handler.jsonsafe import safe_str
 from eventlog_handler.records import (
     build_event,
+    exception_filtered,
     exception_of,
     is_ignored_logger,
     note_sent,
     tags_from,
     user_from,
+    was_reported,
     was_sent,
 )
 from eventlog_handler.settings import Settings
+from eventlog_handler.stacking import EXTRA_KEY as STACK_KEY
+from eventlog_handler.stacking import manual_stack
 from eventlog_handler.transport import Engine, get_engine, is_sender_thread
 
 __all__ = ["EventLogProcessor"]
@@ -148,6 +152,8 @@ class EventLogProcessor:
         )
         #: Events that could not be converted (skipped, never raised).
         self.errors = 0
+        if self.settings.trace_size:
+            tracelog.want(self.settings.trace_size)
         records.processors_exist()
 
     def __repr__(self) -> str:
@@ -173,8 +179,6 @@ class EventLogProcessor:
         if is_sender_thread():
             return
         levelno = level_number(event_dict.get("level"), method_name)
-        if levelno < self.level:
-            return
         record = event_dict.get("_record")
         if not isinstance(record, logging.LogRecord):
             record = None
@@ -185,9 +189,32 @@ class EventLogProcessor:
             source = record.name if record is not None else getattr(logger, "name", None)
         if source is not None and not isinstance(source, str):
             source = safe_str(source)
-        if is_ignored_logger(source):
+        if is_ignored_logger(source) or (source and self._ignores(source)):
             return
         settings = self.settings
+        created = record.created if record is not None else time.time()
+        message = event_dict.get("event")
+        trace = settings.trace_size > 0 and record is None  # a record is noted by the handler
+        if levelno < self.level:
+            if trace:
+                tracelog.note_event(created, levelno, source, message)
+            return
+        engine = get_engine(settings)
+        exc = exception_of(event_dict.get("exc_info"))
+        if exc is None and record is not None and record.exc_info:
+            exc = exception_of(record.exc_info)
+        if exc is not None and (
+            was_reported(exc) or exception_filtered(exc, settings, engine.server)
+        ):
+            if not was_reported(exc):
+                engine.count_filtered()
+            return
+        if exc is None and engine.server.has_log_levels:
+            minimum = engine.server.log_level(source)
+            if minimum is not None and levelno < minimum:
+                if trace:
+                    tracelog.note_event(created, levelno, source, message)
+                return
         key = settings.engine_key
         if record is not None and (
             was_sent(records.HANDLER, record.msg, record.created, key)
@@ -205,11 +232,9 @@ class EventLogProcessor:
             tags = tags_from(event_dict[records.TAGS_KEY])
         if records.USER_KEY in event_dict:
             user = user_from(event_dict[records.USER_KEY])
-        exc = exception_of(event_dict.get("exc_info"))
-        if exc is None and record is not None and record.exc_info:
-            exc = exception_of(record.exc_info)
-        created = record.created if record is not None else time.time()
-        message = event_dict.get("event")
+        stack = manual_stack(data.pop(STACK_KEY)) if STACK_KEY in data else None
+        if not records.KNOWN_DATA_KEYS.isdisjoint(data):
+            records.reserve_known_keys(data)
         event = build_event(
             settings,
             message=message if message is not None else "",
@@ -220,11 +245,19 @@ class EventLogProcessor:
             exc=exc,
             user=user,
             tags=tags,
+            stack=stack,
         )
-        get_engine(settings).enqueue(event, created=created)
+        engine.enqueue(event, created=created)
+        if trace:
+            tracelog.note_event(created, levelno, source, message)
         if record is not None:
             note_sent(records.PROCESSOR, (record.msg,), record.created, key)
         elif isinstance(logger, logging.Logger):
             # Through the stdlib bridge the record's msg will be this dict
             # (wrap_for_formatter) or its "event" value (render_to_log_kwargs).
             note_sent(records.PROCESSOR, (event_dict, message), None, key)
+
+    def _ignores(self, name: str) -> bool:
+        return any(
+            name == item or name.startswith(item + ".") for item in self.settings.ignore_loggers
+        )

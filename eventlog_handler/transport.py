@@ -1,72 +1,84 @@
 """The delivery engine: from "an event was captured" to "the service has it".
 
 One :class:`Engine` per process per (server, key), shared by every handler and processor that
-points there (:func:`get_engine`). The caller's thread only appends to a bounded buffer under a
-short lock (no JSON, no gzip, no network, no I/O while holding it). A daemon worker, started on
-first use, takes batches (errors first), encodes and gzips them, posts them and carries out the
-:class:`~eventlog_handler.retry.RetryPolicy`'s decision on every failure.
+points there (:func:`get_engine`). It is a small composition; each part reads on its own:
 
-Accounting: every captured event ends in exactly one outcome, ``delivered`` or ``dropped`` for
-one reason (``queue_full``, ``rejected``, ``too_large``, ``expired``, ``shutdown``); until then it
-is ``queued`` or ``in_flight``. :meth:`Engine.stats` shows them all, so that
-``captured == delivered + sum(dropped) + queued + in_flight`` always holds.
+====================================  =======================================================
+:mod:`~eventlog_handler.intake`        the caller's side: the bounded buffer, waking the
+                                       worker, back-pressure on a burst
+:mod:`~eventlog_handler.worker`        the worker thread: what is due, taking batches
+:mod:`~eventlog_handler.pipeline`      finish, ``@version``, ``before_send``, scrub, roll-up
+:mod:`~eventlog_handler.delivery`      encode, compress, post, retry, settle; what stderr says
+:mod:`~eventlog_handler.spooling`      the durable spool: spill, bound, replay
+:mod:`~eventlog_handler.lifecycle`     flush, close, the exit flush, fork and SIGTERM
+:mod:`~eventlog_handler.ledger`        the lock and the counts of every outcome
+====================================  =======================================================
 
-Exit: an ``atexit`` hook gives every engine ``shutdown_timeout`` seconds to send what is
-pending, then reports on stderr how many events could not be sent. When the worker can't run
-(it was never started and threads can't start at interpreter shutdown), the exiting thread
-sends. Fork: the child starts with an empty buffer, zeroed statistics, a new lock, session and
-worker, and never sends its parent's events.
+The path of an event: ``EventLogHandler.emit`` → :func:`~eventlog_handler.records.capture_record`
+→ :meth:`Engine.submit` → :meth:`Intake.put <eventlog_handler.intake.Intake.put>` (the
+buffer) → :meth:`Worker._next <eventlog_handler.worker.Worker._next>` (a batch is due) →
+:meth:`Pipeline.run <eventlog_handler.pipeline.Pipeline.run>` (wire events) →
+:meth:`Delivery.send_events <eventlog_handler.delivery.Delivery.send_events>` (the socket).
+
+Accounting: ``captured == delivered + sum(dropped) + queued + in_flight + spooled`` always
+(:class:`~eventlog_handler.ledger.Ledger`).
 """
 
 from __future__ import annotations
 
 import atexit
 import math
+import multiprocessing
 import multiprocessing.util
 import os
-import sqlite3
-import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from eventlog_handler import errors
-from eventlog_handler.api import Client, compress
-from eventlog_handler.batches import Part, encode_parts
-from eventlog_handler.buffer import Entry, EventBuffer
-from eventlog_handler.events import MAX_AGE_SECONDS, fit
-from eventlog_handler.jsonsafe import safe_str
-from eventlog_handler.retry import Action, RetryPolicy
+from eventlog_handler.api import Client
+from eventlog_handler.buffer import Entry
+from eventlog_handler.delivery import Delivery, engine_say
+from eventlog_handler.intake import Intake
+from eventlog_handler.ledger import DROP_REASONS, Ledger
+from eventlog_handler.lifecycle import Lifecycle, terminate_gracefully
+from eventlog_handler.pipeline import Pipeline
+from eventlog_handler.retry import RetryPolicy
+from eventlog_handler.sender import Sender
+from eventlog_handler.server_settings import EMPTY, ServerSettings
 from eventlog_handler.settings import Settings, mask_secret
-from eventlog_handler.spool import Spool, SpoolFile
+from eventlog_handler.spool import Spool
+from eventlog_handler.spooling import SpoolTraffic
+from eventlog_handler.worker import SENDER_THREADS, Worker, is_sender_thread
 
-DROP_REASONS = ("queue_full", "rejected", "too_large", "expired", "shutdown", "spool_full")
+__all__ = [
+    "DROP_REASONS",
+    "Engine",
+    "engines",
+    "get_engine",
+    "is_sender_thread",
+    "remove_engines",
+    "shutdown_all",
+]
 
-#: Events this close to the service's 3-day window are dropped rather than sent.
-EXPIRY_MARGIN_SECONDS = 60
+#: Bumped in a forked child: an engine whose generation differs was made by the parent.
+_generation = 0
+#: Whether this process (a multiprocessing child) flushes on SIGTERM.
+_terminate_guarded = False
 
-#: Disk bytes a spooled event takes per byte of its JSON (row, page and journal overhead).
-_SPOOL_OVERHEAD = 1.4
+#: Seconds the worker waits for the service's settings (it sends nothing meanwhile).
+CONFIG_TIMEOUT = 3.0
+#: After a failed fetch of the settings, seconds before the next try.
+CONFIG_RETRY = 60.0
 
-#: Threads that send (workers, or an exiting thread draining the buffer): what they log is
-#: never captured, so the HTTP library's own logs can't feed back into the engine.
-_SENDER_THREADS: set[int] = set()
-
-
-#: Lets another thread take the interpreter: ``sched_yield`` costs about 1 us where
-#: ``time.sleep(0)`` costs the kernel's timer slack (50 us or more) even when nobody waits.
-_yield_interpreter: Callable[[], Any] = getattr(os, "sched_yield", lambda: time.sleep(0))
-
-
-def is_sender_thread() -> bool:
-    """Whether the calling thread is sending events for some engine."""
-    return threading.get_ident() in _SENDER_THREADS
+# Kept for code that imported them from here.
+_SENDER_THREADS = SENDER_THREADS
+_say = engine_say
 
 
 class Engine:
-    """The queue, the worker, batching, retries, the spool, flush/close, exit and fork."""
+    """One server and key in one process: the buffer, the worker and everything in between."""
 
     def __init__(
         self,
@@ -84,187 +96,110 @@ class Engine:
         )
         self._client_factory = client_factory or _default_client
         self._spool: Spool | None = None
+        #: The service's settings (swapped whole when a new version arrives).
+        self.server: ServerSettings = EMPTY
         self._reset_process_state()
         if settings.spool_path:
-            with self._lock:  # replay what ended processes left in the spool, from the start
-                self._start_worker()
+            with self.ledger.lock:  # replay what ended processes left in the spool, from the start
+                self.worker.start()
 
     def __repr__(self) -> str:
         return (
             f"<Engine {self.settings.server_url} key={mask_secret(self.settings.api_key)} "
-            f"queued={len(self._buffer)}>"
+            f"queued={len(self.intake.buffer)}>"
         )
 
     # -- state of this process ----------------------------------------------------------------
 
     def _reset_process_state(self) -> None:
+        settings = self.settings
         if self._spool is not None:  # a forked child: the parent's file stays the parent's
             self._spool.after_fork()
+        self._generation = _generation
         self._pid = os.getpid()
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._buffer = EventBuffer(self.settings.queue_size)
-        self._yield_above = max(self.settings.batch_size, self.settings.queue_size // 4)
-        self._retrying = False  # the last attempt failed: a backoff is under way
-        self._in_flight = 0
-        self._captured = 0
-        self._delivered = 0
-        self._dropped = dict.fromkeys(DROP_REASONS, 0)
-        self._retries = 0
-        self._batches = 0
-        self._bytes_sent = 0
-        self._last_error: str | None = None
-        self._refused_said = False
-        self._worker: threading.Thread | None = None
-        self._worker_ident: int | None = None
-        self._stop_worker = False
-        self._flushing = 0
-        self._closing = False  # at exit: send everything now
-        self._finished = False  # after exit: nothing more is sent or counted
-        self._deadline: float | None = None
+        self.ledger = Ledger()
+        self.intake = Intake(settings, self.ledger)
+        self.worker = Worker(self)
+        self.intake.start_worker = self._start_worker
+        self.delivery = Delivery(self)
+        self.pipeline = Pipeline(self)
+        self.lifecycle = Lifecycle(self)
+        self.flushing = 0
+        self.closing = False  # at exit: send everything now
+        self.deadline: float | None = None
+        self.config_wanted = settings.server_settings
+        self._config_next_try = 0.0
         self._client: Client | None = None
-        self._current: deque[Part] = deque()  # in-memory parts being delivered
-        # The disk spool (see eventlog_handler.spool): this process's events on disk, the
-        # files of ended processes being replayed, and when to look for more.
-        if self.settings.spool_path and self._spool is None:
-            self._spool = Spool(self.settings.spool_path, self.settings.spool_max_bytes)
-        self._spooled = 0
-        self._replayed = {"delivered": 0, "dropped": 0}
-        self._orphans: list[SpoolFile] = []
-        self._next_scan = 0.0
-        self._spool_due = math.inf
+        if settings.spool_path and self._spool is None:
+            self._spool = Spool(settings.spool_path, settings.spool_max_bytes)
+        self.spooling = SpoolTraffic(self, self._spool) if self._spool is not None else None
 
-    def _check_pid(self) -> None:
-        if self._pid != os.getpid():
+    def _start_worker(self) -> bool:
+        """Start the worker (the lock is held); in a multiprocessing child, from its main
+        thread, also flush when SIGTERM ends it (only children that log are changed)."""
+        global _terminate_guarded
+        if not _terminate_guarded and _in_multiprocessing_child():
+            _terminate_guarded = terminate_gracefully(shutdown_all)
+        return self.worker.start()
+
+    def same_process(self) -> bool:
+        return self._generation == _generation
+
+    def check_process(self) -> None:
+        """In a forked child, start over (see :mod:`eventlog_handler.lifecycle`)."""
+        if self._generation != _generation and self._pid != os.getpid():
             self._reset_process_state()
 
     # -- the caller's side ----------------------------------------------------------------------
 
-    def enqueue(self, event: dict[str, Any], created: float | None = None) -> bool:
-        """Queue a JSON-ready event; ``created`` is its POSIX time (default: now).
-
-        O(1) and never raises. Returns whether the event was kept (``False`` when it was dropped
-        at once, which is counted, or when the calling thread is a sender, which is not).
-        """
+    def submit(self, entry: Entry) -> bool:
+        """Queue a captured entry. O(1) and never raises. ``False`` when it was dropped at
+        once (counted), or when the calling thread is a sender (not counted)."""
         try:
-            if self._pid != os.getpid():
-                self._check_pid()
-            if threading.get_ident() in _SENDER_THREADS:
+            if self._generation != _generation:
+                self.check_process()
+            if threading.get_ident() in SENDER_THREADS:
                 return False
-            is_error = event.get("type") == "error"
-            entry = Entry(event, time.time() if created is None else created, time.monotonic())
-            with self._lock:
-                self._captured += 1
-                if self._finished:
-                    self._dropped["shutdown"] += 1
-                    return False
-                evicted = self._buffer.put(entry, is_error)
-                if evicted is not None:
-                    self._dropped["queue_full"] += 1
-                if (
-                    is_error
-                    or self._flushing
-                    or len(self._buffer) >= self.settings.batch_size
-                    or self._closing
-                    or self.settings.spool_all
-                ):
-                    self._changed.notify_all()
-                if self._worker is None:
-                    self._start_worker()
-                backlog = len(self._buffer) > self._yield_above and (
-                    not self._retrying or self._spool is not None
-                )
-            if backlog:
-                # A burst is outrunning the worker while it can take events (the service
-                # accepts them, or the spool does): give the worker the interpreter now rather
-                # than at the next forced switch (5 ms later), so it keeps up instead of the
-                # buffer overflowing. This waits for no I/O: only for the worker's turn on the
-                # CPU.
-                _yield_interpreter()
-            return evicted is not entry
+            return self.intake.put(entry)
         except Exception:  # pragma: no cover - a log call must never raise
             return False
 
-    def _start_worker(self) -> bool:
-        """Start the worker (the lock is held). ``False`` when threads can't start any more."""
-        if self._finished:
-            return False
-        worker = threading.Thread(target=self._run, name="eventlog-handler-worker", daemon=True)
-        self._stop_worker = False
+    def enqueue(self, event: dict[str, Any], created: float | None = None) -> bool:
+        """Queue a complete, JSON-ready event; ``created`` is its POSIX time (default: now)."""
         try:
-            worker.start()
-        except RuntimeError:  # "can't create new thread at interpreter shutdown"
-            self._worker = None
+            level = event.get("@level")
+            is_error = event.get("type") == "error" or level in ("Error", "Fatal")
+            entry = Entry(
+                self.settings,
+                event,
+                0,
+                event.get("source"),
+                None,
+                None,
+                time.time() if created is None else created,
+                time.monotonic(),
+                is_error=is_error,
+            )
+            return self.submit(entry)
+        except Exception:  # pragma: no cover - a log call must never raise
             return False
-        self._worker = worker
-        return True
 
-    # -- the worker -----------------------------------------------------------------------------
+    def count_filtered(self) -> None:
+        """A captured event that settings filter out (``ignore_exceptions``, ``@@error:*``)."""
+        with self.ledger.lock:
+            self.ledger.captured += 1
+            self.ledger.dropped["filtered"] += 1
 
-    def _run(self) -> None:
-        ident = threading.get_ident()
-        self._worker_ident = ident
-        _SENDER_THREADS.add(ident)
-        try:
-            while True:
-                if self._spool is not None:
-                    self._spool_work()
-                batch = self._next_batch()
-                if batch is None:
-                    return
-                if batch and not (
-                    self._spool is not None and self._should_spill() and self._spill(batch)
-                ):
-                    self._deliver_entries(batch)
-        except BaseException as exc:  # pragma: no cover - the worker must not die silently
-            self._last_error = f"worker failed: {type(exc).__name__}: {safe_str(exc)}"
-            _say(f"eventlog_handler: the delivery worker stopped: {self._last_error}")
-        finally:
-            _SENDER_THREADS.discard(ident)
-            with self._lock:
-                if self._worker is not None and self._worker.ident == ident:
-                    self._worker = None
-                self._changed.notify_all()
+    # -- what the worker asks -------------------------------------------------------------------
 
-    def _next_batch(self) -> list[Entry] | None:
-        """Wait until a batch (or spool work) is due and take it; ``None`` to stop the worker.
-
-        An empty list means: nothing from memory, but the spool has work due.
-        """
-        settings = self.settings
-        with self._lock:
-            while True:
-                if self._finished or self._pid != os.getpid():
-                    return None
-                now = time.monotonic()
-                spool_due = self._spool_due_at(now)
-                buffer = self._buffer
-                if not buffer:
-                    if spool_due <= now:
-                        return []
-                    self._changed.notify_all()  # idle: wake flush() waiters
-                    if self._stop_worker and not self._spooled:
-                        self._worker = None
-                        return None
-                    self._changed.wait(timeout=min(60.0, spool_due - now))
-                    continue
-                due = self._buffer_due(now)
-                if due <= now:
-                    batch = buffer.take(settings.batch_size)
-                    self._in_flight += len(batch)
-                    return batch
-                if spool_due <= now:
-                    return []
-                self._changed.wait(timeout=min(due, spool_due) - now)
-
-    def _buffer_due(self, now: float) -> float:
+    def buffer_due(self, now: float) -> float:
         """When the events in memory are due to be taken (the lock is held)."""
-        settings, buffer = self.settings, self._buffer
+        settings, buffer = self.settings, self.intake.buffer
         if not buffer:
             return math.inf
         if (
-            self._closing
-            or self._flushing
+            self.closing
+            or self.flushing
             or len(buffer) >= settings.batch_size
             or settings.spool_all
         ):
@@ -277,491 +212,100 @@ class Engine:
             due = min(due, oldest_log.enqueued + settings.flush_interval)
         return due
 
-    def _client_for(self, timeout: float | None = None) -> Client:
+    def client(self, timeout: float | None = None) -> Client:
+        """The worker's client (``timeout``: a new one bounded by it, for the exit path)."""
         if timeout is not None:
             return self._client_factory(self.settings, timeout)
         if self._client is None:
             self._client = self._client_factory(self.settings, None)
         return self._client
 
-    def _deliver_entries(self, batch: list[Entry], client: Client | None = None) -> bool:
-        """Send in-memory events (taken from the buffer, now in flight)."""
-        oldest_allowed = time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS
-        fresh = [entry for entry in batch if entry.created >= oldest_allowed]
-        if len(fresh) < len(batch):
-            self._settle(len(batch) - len(fresh), "expired")
-        parts = encode_parts(
-            [entry.event for entry in fresh],
-            [entry.created for entry in fresh],
-            self.settings.max_raw_batch_bytes,
-        )
-        self._current = deque(parts)
-        try:
-            return self._deliver(self._current, client)
-        finally:
-            self._current = deque()
+    def _client_for(self, timeout: float | None = None) -> Client:
+        return self.client(timeout)
 
-    def _deliver(self, parts: deque[Part], client: Client | None = None) -> bool:
-        """Send ``parts`` until each is delivered or dropped; ``False`` when time ran out or the
-        events went to the spool to wait for the service."""
-        client = client or self._client_for()
-        attempt = 0
-        while parts:
-            if self._finished:
-                return False
-            part = parts[0]
-            payload, gzipped = compress(part.body())
-            if len(payload) > self.settings.max_batch_bytes and len(part) > 1:
-                parts.popleft()
-                parts.extendleft(reversed(part.halves()))
-                continue
-            try:
-                result = client.post_payload(payload, gzipped, len(part))
-            except errors.EventLogError as error:
-                decision = self.policy.decide(error, attempt, len(part))
-                self._last_error = self._redact(f"{decision.reason}: {safe_str(error)}")
-                if decision.action in (Action.RETRY, Action.REFUSED):
-                    if decision.action is Action.REFUSED:
-                        self._say_refused(error)
-                    with self._lock:
-                        self._retries += 1
-                    attempt += 1
-                    self._retrying = True
-                    if self._spool is not None and part.origin is None and self._spill_parts(parts):
-                        self._pause(decision.delay)
-                        return False
-                    if not self._pause(decision.delay):
-                        return False
-                elif decision.action is Action.SPLIT:
-                    parts.popleft()
-                    parts.extendleft(reversed(part.halves()))
-                elif decision.action is Action.SHRINK and not part.shrunk:
-                    parts[0] = part.shrunk_copy()
-                else:
-                    parts.popleft()
-                    reason = "rejected" if decision.action is Action.DROP else "too_large"
-                    self._settle_part(part, reason)
-                continue
-            except Exception as exc:  # pragma: no cover - a bug must not lose the batch silently
-                parts.popleft()
-                self._last_error = f"unexpected: {type(exc).__name__}: {safe_str(exc)}"
-                self._settle_part(part, "rejected")
-                continue
-            parts.popleft()
-            attempt = 0
-            self._refused_said = self._retrying = False
-            with self._lock:
-                self._batches += 1
-                self._bytes_sent += result.bytes_sent
-            self._settle_part(part, None)
-        return True
-
-    def _settle(self, count: int, reason: str | None) -> None:
-        """Record the outcome of ``count`` in-flight events (``None``: delivered)."""
-        with self._lock:
-            if self._finished:
-                return
-            if reason is None:
-                self._delivered += count
-            else:
-                self._dropped[reason] += count
-            self._in_flight = max(0, self._in_flight - count)
-            if self._in_flight == 0:
-                self._changed.notify_all()
-
-    def _settle_part(self, part: Part, reason: str | None) -> None:
-        """Record the outcome of a part: in flight from memory, or rows of a spool file."""
-        if part.origin is None:
-            self._settle(len(part), reason)
+    def spool_entries(self, entries: list[Entry]) -> None:
+        """Finish in-flight entries and write them to the spool; if it can't take them, they
+        go back to the front of the buffer (the roll-up is left out: one event per entry)."""
+        events, created, _ = self.pipeline.run(entries, rollup=False)
+        if not events:
             return
-        deleted = part.origin.delete(part.rows)
-        with self._lock:
-            if self._finished:
-                return
-            if self._spool is not None and part.origin is self._spool.own_file:
-                self._spooled = max(0, self._spooled - deleted)
-                if reason is None:
-                    self._delivered += deleted
-                else:
-                    self._dropped[reason] += deleted
-            else:
-                self._replayed["delivered" if reason is None else "dropped"] += deleted
-            self._changed.notify_all()
-
-    def _pause(self, delay: float) -> bool:
-        """Wait ``delay`` seconds before a retry; ``False`` when the engine must stop sending.
-
-        The pause ends early when the exit flush begins (one more try is worth it then), and
-        never runs past the exit deadline. With a spool, events that pile up meanwhile go to
-        disk rather than waiting in memory.
-        """
-        was_closing = self._closing
-        end = time.monotonic() + delay
-        while True:
-            with self._lock:
-                if self._deadline is not None:
-                    end = min(end, self._deadline)
-                spill: list[Entry] = []
-                while not self._finished:
-                    if self._closing and not was_closing:
-                        return True
-                    remaining = end - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    if self._spool is not None:
-                        due = self._buffer_due(time.monotonic())
-                        if due <= time.monotonic():
-                            spill = self._buffer.take(len(self._buffer))
-                            self._in_flight += len(spill)
-                            break
-                        remaining = min(remaining, due - time.monotonic())
-                    self._changed.wait(timeout=max(0.0, remaining))
-                if not spill:
-                    if self._finished:
-                        return False
-                    return self._deadline is None or time.monotonic() < self._deadline
-            if not self._spill(spill):
-                self._deliver_entries(spill)
-
-    def _redact(self, text: str) -> str:
-        """``text`` (which may quote the server) without the API key in it."""
-        key = self.settings.api_key
-        return text.replace(key, mask_secret(key)) if key else text
-
-    def _say_refused(self, error: errors.EventLogError) -> None:
-        if self._refused_said:
+        assert self.spooling is not None
+        if self.spooling.spill_events(events, created, None):
             return
-        self._refused_said = True
-        status = getattr(error, "status", "?")
-        _say(
-            f"eventlog_handler: {self.settings.server_url} refused the API key "
-            f"{mask_secret(self.settings.api_key)} ({status}: {self._redact(safe_str(error))}). "
-            f"Events are kept "
-            f"(up to {self.settings.queue_size}) and retried every "
-            f"{self.policy.refused_delay:g} s or more; check EVENTLOG_API_KEY / api_key."
-        )
-
-    # -- the spool ------------------------------------------------------------------------------
-
-    def _should_spill(self) -> bool:
-        """Whether in-memory events go to disk now rather than to the service."""
-        return (
-            self.settings.spool_all
-            or self._retrying
-            or len(self._buffer) > self.settings.queue_size // 2
-        )
-
-    def _spool_due_at(self, now: float) -> float:
-        """When the spool next has work: replaying other files, or sending our own rows."""
-        if self._spool is None:
-            return math.inf
-        due = self._next_scan
-        if self._orphans and not self._retrying:
-            due = now
-        if self._spooled:
-            due = min(due, now if (self._flushing or self._closing) else self._spool_due)
-        return due
-
-    def _spool_work(self) -> None:
-        """Look for files of ended processes now and then; send spooled events when due."""
-        assert self._spool is not None
         now = time.monotonic()
-        if now >= self._next_scan:
-            self._next_scan = now + self.settings.spool_scan_interval
-            try:
-                self._orphans.extend(self._spool.claim_orphans())
-            except (OSError, sqlite3.Error) as exc:
-                self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
-        for orphan in list(self._orphans):
-            if not self._send_file(orphan):
-                return
-            orphan.close()
-            self._orphans.remove(orphan)
-        own = self._spool.own_file
-        due = own is not None and self._spooled and self._spool_due_at(now) <= now
-        if due and own is not None and self._send_file(own):
-            with self._lock:
-                self._spool_due = math.inf
+        ready = [
+            Entry(
+                self.settings,
+                event,
+                0,
+                None,
+                None,
+                None,
+                when,
+                now,
+                is_error=event.get("type") == "error",
+            )
+            for event, when in zip(events, created, strict=True)
+        ]
+        with self.ledger.lock:
+            self.intake.give_back(ready)
 
-    def _send_file(self, file: SpoolFile) -> bool:
-        """Send a spool file's events, oldest first; ``False`` if the service failed."""
-        oldest_allowed = time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS
-        while file.count > 0 and not self._finished:
-            try:
-                rows = file.oldest(self.settings.batch_size, self.settings.max_raw_batch_bytes)
-            except sqlite3.Error as exc:
-                self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
-                return False
-            if not rows:
-                return True
-            expired = [row for row in rows if row.created < oldest_allowed]
-            if expired:
-                self._settle_part(Part.from_rows(file, expired), "expired")
-            fresh = [row for row in rows if row.created >= oldest_allowed]
-            if not fresh:
-                continue
-            file.reserved.update(row.id for row in fresh)
-            try:
-                sent = self._deliver(deque([Part.from_rows(file, fresh)]))
-            finally:
-                file.reserved.difference_update(row.id for row in fresh)
-            if not sent:
-                with self._lock:
-                    self._spool_due = time.monotonic()
-                return False
-        return True
+    # -- the service's settings -----------------------------------------------------------------
 
-    def _spill(self, batch: list[Entry]) -> bool:
-        """Move in-flight events from memory to this process's spool file."""
-        fitted = [fit(entry.event) for entry in batch]
-        part = Part(
-            [pair[0] for pair in fitted],
-            [pair[1] for pair in fitted],
-            [entry.created for entry in batch],
-        )
-        return self._spill_parts(deque([part]))
+    def config_seen(self, version: int) -> None:
+        """An answer named the settings' current version: fetch them if it is newer."""
+        if (
+            self.settings.server_settings
+            and version > self.server.version
+            and time.monotonic() >= self._config_next_try
+        ):
+            self.config_wanted = True
 
-    def _spill_parts(self, parts: deque[Part]) -> bool:
-        """Write in-memory parts to the spool; they stop being in flight and become spooled."""
-        assert self._spool is not None
-        rows: list[tuple[float, bool, bytes]] = []
-        has_error = False
-        for part in parts:
-            bodies = part.per_event()
-            for index, body in enumerate(bodies):
-                is_error = part.events[index].get("type") == "error" if part.events else False
-                has_error = has_error or is_error
-                rows.append((part.created[index], is_error, body))
-        try:
-            own = self._spool.own()
-            rows = self._bound_spool(rows)  # events it drops are settled as spool_full
-            written = own.append(rows)
-        except (OSError, sqlite3.Error) as exc:
-            self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
-            return False
-        parts.clear()
-        now = time.monotonic()
-        with self._lock:
-            self._in_flight = max(0, self._in_flight - written)
-            self._spooled += written
-            delay = self.settings.error_delay if has_error else self.settings.flush_interval
-            self._spool_due = min(self._spool_due, now + delay)
-            self._changed.notify_all()
-        try:
-            self._bound_disk(own)
-        except (OSError, sqlite3.Error) as exc:
-            self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
-        return True
-
-    def _bound_spool(
-        self, rows: list[tuple[float, bool, bytes]]
-    ) -> list[tuple[float, bool, bytes]]:
-        """Make room for ``rows`` within ``spool_max_bytes`` for the whole directory, and drop
-        rows past the 3-day window. Logs go first, the oldest first (those on disk, then the
-        incoming ones); errors only when there is no log left. Returns the rows to write."""
-        assert self._spool is not None
-        own = self._spool.own()
-        limit = self.settings.spool_max_bytes
-        dropped = 0
-        try:
-            expired = own.expire(time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS)
-            others = max(0, self._spool.disk_bytes() - own.disk_bytes())
-            budget = int((limit - others) / _SPOOL_OVERHEAD)  # bytes of JSON that fit
-            incoming = sum(len(row[2]) for row in rows)
-            evicted = (0, 0)
-            if own.bytes + incoming > budget:
-                logs_first = sorted(rows, key=lambda row: row[1])  # incoming logs, then errors
-                room = budget - own.bytes
-                if room < incoming:  # first, old logs on disk
-                    evicted = own.evict_oldest(max(0, budget - incoming), errors=False)
-                    room = budget - own.bytes
-                while logs_first and incoming > room and not logs_first[0][1]:
-                    incoming -= len(logs_first.pop(0)[2])  # then the oldest incoming logs
-                    dropped += 1
-                if incoming > room:  # nothing but errors left: the oldest go
-                    more = own.evict_oldest(max(0, budget - incoming), errors=True)
-                    evicted = (evicted[0] + more[0], evicted[1] + more[1])
-                kept = set(map(id, logs_first))
-                rows = [row for row in rows if id(row) in kept]
-        except (OSError, sqlite3.Error) as exc:
-            self._last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
-            return rows
-        with self._lock:
-            self._spooled = max(0, self._spooled - expired - sum(evicted))
-            self._dropped["expired"] += expired
-            self._dropped["spool_full"] += sum(evicted) + dropped
-            self._in_flight = max(0, self._in_flight - dropped)
-        return rows
-
-    def _bound_disk(self, own: SpoolFile) -> None:
-        """After a write: if the files really take more than the bound, evict old logs in
-        proportion and give the space back to the file system."""
-        assert self._spool is not None
-        limit = self.settings.spool_max_bytes
-        total = self._spool.disk_bytes()
-        if total <= limit:
+    def refresh_server_settings(self) -> None:
+        """Fetch the service's settings when wanted (on the worker; a failure changes nothing
+        but the time of the next try)."""
+        if not self.config_wanted:
             return
-        others = total - own.disk_bytes()
-        share = max(0.0, (limit - others) / max(1, total - others))
-        evicted = own.evict_oldest(int(own.bytes * share * 0.85))
-        own.compact()
-        with self._lock:
-            self._spooled = max(0, self._spooled - sum(evicted))
-            self._dropped["spool_full"] += sum(evicted)
+        self.config_wanted = False
+        current = self.server
+        try:
+            answer = self.client(timeout=CONFIG_TIMEOUT).get_config(
+                current.version if current.version >= 0 else None
+            )
+        except errors.EventLogError as exc:
+            self._config_next_try = time.monotonic() + CONFIG_RETRY
+            self.ledger.last_error = self.delivery.redact(f"settings: {exc}")
+            return
+        except Exception as exc:  # pragma: no cover - a bad answer must not stop the worker
+            self._config_next_try = time.monotonic() + CONFIG_RETRY
+            self.ledger.last_error = f"settings: {type(exc).__name__}"
+            return
+        if answer is None:  # 304: what we have is current
+            return
+        version = answer.get("version")
+        settings = answer.get("settings")
+        if not isinstance(version, int) or not isinstance(settings, dict):
+            self._config_next_try = time.monotonic() + CONFIG_RETRY
+            return
+        self.server = ServerSettings(version, settings)
 
-    # -- flush, close, exit -------------------------------------------------------------------------
-
-    def _idle(self) -> bool:
-        return not self._buffer and self._in_flight == 0 and self._spooled == 0
+    # -- flush, close, exit -------------------------------------------------------------------
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent."""
         try:
-            self._check_pid()
-            if threading.get_ident() in _SENDER_THREADS:
-                return False
-            deadline = time.monotonic() + max(0.0, timeout)
-            with self._lock:
-                if self._idle():
-                    return True
-                worker_usable = self._worker is not None or self._start_worker()
-            if not worker_usable:
-                return self._drain_here(deadline)
-            with self._lock:
-                self._flushing += 1
-                self._changed.notify_all()
-                try:
-                    while not self._idle() and not self._finished:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0 or self._worker is None:
-                            break
-                        self._changed.wait(timeout=remaining)
-                    return self._idle()
-                finally:
-                    self._flushing -= 1
+            return self.lifecycle.flush(timeout)
         except Exception:  # pragma: no cover - flush must return
             return False
 
     def close(self, timeout: float = 5.0) -> bool:
         """Flush, then stop the worker; a later event starts a new one. Returns by the deadline."""
-        deadline = time.monotonic() + max(0.0, timeout)
-        done = self.flush(timeout)
-        with self._lock:
-            self._stop_worker = True
-            self._changed.notify_all()
-            worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
-            worker.join(max(0.0, deadline - time.monotonic()))
-        return done
+        return self.lifecycle.close(timeout)
 
     def shutdown(self, timeout: float | None = None) -> int:
-        """The exit flush: send for at most ``timeout`` s, then stop. Returns events unsent.
-
-        With a spool, what could not be sent is written to disk for the next start (and, while
-        the service is failing, at once rather than after the timeout). Without one, it is
-        counted as dropped (``shutdown``). Either way stderr says how many. After this the
-        engine sends nothing more; events captured later are counted as dropped.
-        """
-        timeout = self.settings.shutdown_timeout if timeout is None else timeout
-        deadline = time.monotonic() + max(0.0, timeout)
-        try:
-            self._check_pid()
-            with self._lock:
-                if self._finished:
-                    return 0
-                if self._spool is not None and self._retrying:
-                    deadline = time.monotonic()  # the service is failing: go to disk now
-                self._closing = True
-                self._deadline = deadline
-                self._changed.notify_all()
-                worker_usable = self._worker is not None or (
-                    bool(self._buffer) and self._start_worker()
-                )
-                if worker_usable and self._worker is not threading.current_thread():
-                    while not self._idle() and self._worker is not None:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        self._changed.wait(timeout=remaining)
-            if not worker_usable:
-                self._drain_here(deadline)
-            kept = self._keep_at_exit()
-            with self._lock:
-                unsent = len(self._buffer) + self._in_flight
-                self._dropped["shutdown"] += unsent
-                self._buffer.clear()
-                self._in_flight = 0
-                self._finished = True
-                self._changed.notify_all()
-            self._close_spool()
-            if kept:
-                assert self._spool is not None
-                _say(
-                    f"eventlog_handler: {kept} event(s) kept in the spool "
-                    f"{self._spool.directory} to send at the next start"
-                )
-            if unsent:
-                detail = f" (last error: {self._last_error})" if self._last_error else ""
-                _say(
-                    f"eventlog_handler: {unsent} event(s) could not be sent to "
-                    f"{self.settings.server_url} before exit{detail}"
-                )
-            return unsent
-        except Exception as exc:  # pragma: no cover - the exit path must never raise
-            _say(f"eventlog_handler: exit flush failed: {type(exc).__name__}: {safe_str(exc)}")
-            return 0
-
-    def _keep_at_exit(self) -> int:
-        """Write what is still pending in memory to the spool; return how many are on disk."""
-        if self._spool is None:
-            return 0
-        with self._lock:
-            entries = self._buffer.take(len(self._buffer))
-            self._in_flight += len(entries)
-            current = deque(self._current)
-        if entries:
-            self._spill(entries)
-        if current:
-            self._spill_parts(current)
-        with self._lock:
-            return self._spooled
-
-    def _close_spool(self) -> None:
-        if self._spool is None:
-            return
-        for orphan in self._orphans:
-            orphan.close()
-        self._orphans = []
-        self._spool.close()
-
-    def _drain_here(self, deadline: float) -> bool:
-        """Send from the calling thread (the worker can't run); stop at ``deadline``."""
-        ident = threading.get_ident()
-        _SENDER_THREADS.add(ident)
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0.05:
-                    break
-                with self._lock:
-                    if self._finished or self._in_flight:
-                        break
-                    batch = self._buffer.take(self.settings.batch_size)
-                    if not batch:
-                        break
-                    self._in_flight += len(batch)
-                    previous, self._deadline = self._deadline, deadline
-                try:
-                    self._deliver_entries(batch, self._client_for(timeout=remaining))
-                finally:
-                    with self._lock:
-                        self._deadline = previous
-                if self._in_flight:
-                    break
-        finally:
-            _SENDER_THREADS.discard(ident)
-        with self._lock:
-            return self._idle()
+        """The exit flush: send for at most ``timeout`` s, then stop. Returns events unsent
+        (see :mod:`eventlog_handler.lifecycle`). Events captured later are dropped."""
+        return self.lifecycle.shutdown(timeout)
 
     # -- statistics -------------------------------------------------------------------------------
 
@@ -769,51 +313,31 @@ class Engine:
         """Counts of this process: captured, delivered, dropped by reason, queued, in flight,
         spooled (on disk, waiting), retries, batches and bytes sent, the last error, and the
         events of ended processes replayed from the spool (not part of ``captured``)."""
-        self._check_pid()
-        with self._lock:
+        self.check_process()
+        with self.ledger.lock:
+            stats = self.ledger.snapshot(len(self.intake.buffer))
             own = self._spool.own_file if self._spool is not None else None
-            return {
-                "captured": self._captured,
-                "delivered": self._delivered,
-                "dropped": dict(self._dropped),
-                "dropped_total": sum(self._dropped.values()),
-                "queued": len(self._buffer),
-                "in_flight": self._in_flight,
-                "spooled": self._spooled,
-                "spool_bytes": own.bytes if own is not None else 0,
-                "replayed": dict(self._replayed),
-                "retries": self._retries,
-                "batches": self._batches,
-                "bytes_sent": self._bytes_sent,
-                "last_error": self._last_error,
-                "worker_alive": self._worker is not None and self._worker.is_alive(),
-            }
+            stats["spool_bytes"] = own.bytes if own is not None else 0
+            stats["worker_alive"] = self.worker.thread is not None and self.worker.thread.is_alive()
+            stats["server_settings_version"] = (
+                self.server.version if self.server.version >= 0 else None
+            )
+            return stats
 
     def is_worker_thread(self) -> bool:
         """Whether the calling thread is this engine's worker."""
-        return self._worker_ident == threading.get_ident() and self._worker is not None
+        return self.worker.is_current()
 
 
 def _default_client(settings: Settings, timeout: float | None) -> Client:
     total = settings.timeout if timeout is None else max(0.05, min(timeout, settings.timeout))
     assert settings.api_key is not None
-    return Client(
+    return Sender(
         settings.server_url,
         settings.api_key,
         timeout=(min(total, 5.0), total),
         verify=settings.verify,
     )
-
-
-def _say(message: str) -> None:
-    """Write one line to stderr (the package's own diagnostics; never raises)."""
-    try:
-        stream = sys.stderr
-        if stream is not None:
-            stream.write(message + "\n")
-            stream.flush()
-    except Exception:  # pragma: no cover - stderr closed at exit
-        pass
 
 
 # -- one engine per process per (server, key) -------------------------------------------------
@@ -827,14 +351,13 @@ def get_engine(settings: Settings) -> Engine:
 
     Later settings for the same server and key share the first engine and its options.
     """
-    key = settings.engine_key
-    engine = _ENGINES.get(key)
+    engine = _ENGINES.get(settings.engine_key)
     if engine is not None:
         return engine
     with _REGISTRY_LOCK:
-        engine = _ENGINES.get(key)
+        engine = _ENGINES.get(settings.engine_key)
         if engine is None:
-            engine = _ENGINES[key] = Engine(settings)
+            engine = _ENGINES[settings.engine_key] = Engine(settings)
         return engine
 
 
@@ -869,16 +392,28 @@ def _forget_engines_for_tests() -> None:
     """Drop every engine without sending (tests only)."""
     with _REGISTRY_LOCK:
         for engine in _ENGINES.values():
-            with engine._lock:
-                engine._finished = True
-                engine._changed.notify_all()
+            with engine.ledger.lock:
+                engine.intake.finished = True
+                engine.ledger.changed.notify_all()
         _ENGINES.clear()
 
 
+# -- the process around the engines ------------------------------------------------------------
+
+
+def _in_multiprocessing_child() -> bool:
+    try:
+        return multiprocessing.parent_process() is not None
+    except Exception:  # pragma: no cover - an unusual multiprocessing
+        return False
+
+
 def _after_fork_in_child() -> None:
-    global _REGISTRY_LOCK
+    global _REGISTRY_LOCK, _generation, _terminate_guarded
+    _generation += 1
+    _terminate_guarded = False
     _REGISTRY_LOCK = threading.Lock()
-    _SENDER_THREADS.clear()
+    SENDER_THREADS.clear()
     for engine in _ENGINES.values():
         engine._reset_process_state()
 
@@ -889,7 +424,8 @@ class _ProcessHooks:
     @staticmethod
     def in_child(_anchor: object) -> None:
         # A multiprocessing child started by fork ends with os._exit(), which skips atexit,
-        # but runs multiprocessing's own finalizers: flush there.
+        # but runs multiprocessing's own finalizers: flush there. (Pool.__exit__ ends its
+        # workers with SIGTERM: see Engine._start_worker.)
         multiprocessing.util.Finalize(None, shutdown_all, exitpriority=100)
 
 

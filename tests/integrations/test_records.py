@@ -48,7 +48,8 @@ def test_levels_source_message_and_date(make_handler: MakeHandler, server: Captu
     logger.warning("warn")
     logger.error("error")
     logger.critical("critical")
-    events = deliver(handler, server, 7)
+    # Errors (and logs at ERROR or above) go first: in the order they were logged, by date.
+    events = sorted(deliver(handler, server, 7), key=lambda event: event["date"])
     by_message = {event["message"]: event for event in events}
     assert [event["@level"] for event in events] == [
         "Trace",
@@ -308,7 +309,7 @@ def test_broken_record_is_counted_not_raised(
     def explode(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("conversion bug")
 
-    monkeypatch.setattr("eventlog_handler.handler.record_to_event", explode)
+    monkeypatch.setattr("eventlog_handler.handler.capture_record", explode)
     logger.info("lost but harmless")
     assert handler.emit_errors == 1
     assert handler.last_emit_error == "RuntimeError: conversion bug"

@@ -185,7 +185,7 @@ def test_del_that_logs_collected_on_the_worker_thread(
     logger, handler = gc_logger
     engine = handler.engine
     collected_on_worker: list[int] = []
-    original_client_for = engine._client_for
+    original_client_for = engine.client
 
     def client_for(timeout: float | None = None) -> Any:
         client = original_client_for(timeout)
@@ -198,7 +198,7 @@ def test_del_that_logs_collected_on_the_worker_thread(
         client.post_payload = collect_then_post  # type: ignore[method-assign]
         return client
 
-    engine._client_for = client_for  # type: ignore[method-assign]
+    engine.client = client_for  # type: ignore[method-assign]
     gc.disable()  # only the worker's gc.collect() frees the garbage
     for round_ in range(5):
         garbage = [LogsWhenCollected(f"worker round {round_} #{i}") for i in range(50)]

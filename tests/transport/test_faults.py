@@ -65,8 +65,8 @@ def test_retry_after_header_is_honoured(server, make_engine):
 def test_402_pauses_until_the_next_usage_bucket_then_delivers(server, make_engine, monkeypatch):
     pauses: list[float] = []
     engine = make_engine()
-    original = engine._pause
-    monkeypatch.setattr(engine, "_pause", lambda delay: (pauses.append(delay), original(0))[1])
+    original = engine.delivery.pause
+    monkeypatch.setattr(engine.delivery, "pause", lambda delay: (pauses.append(delay), original(0))[1])
     server.script.append(402)
     refs = capture(engine, 5)
     settled(engine, server, 5)
@@ -240,7 +240,7 @@ def test_full_queue_evicts_logs_before_errors(make_engine):
     stats = engine.stats()
     assert stats["captured"] == 43 == accounted(stats)
     assert stats["dropped"]["queue_full"] == 43 - stats["queued"] - stats["in_flight"]
-    kept = {entry.event["reference_id"] for entry in engine._buffer.errors}
+    kept = {entry.event["reference_id"] for entry in engine.intake.buffer.errors}
     in_flight_or_kept = kept | {errors[0]["reference_id"]}
     assert {error["reference_id"] for error in errors} <= in_flight_or_kept
 
@@ -249,7 +249,7 @@ def test_enqueue_from_a_sender_thread_is_not_captured(server, make_engine):
     engine = make_engine()
     captured_on_worker: list[bool] = []
 
-    original = engine._client_for
+    original = engine.client
 
     def client_for(timeout: float | None = None) -> Any:
         client = original(timeout)
@@ -262,7 +262,7 @@ def test_enqueue_from_a_sender_thread_is_not_captured(server, make_engine):
         client.post_payload = post_and_log  # type: ignore[method-assign]
         return client
 
-    engine._client_for = client_for  # type: ignore[method-assign]
+    engine.client = client_for  # type: ignore[method-assign]
     capture(engine, 2)
     settled(engine, server, 2)
     assert captured_on_worker and not any(captured_on_worker)
@@ -285,7 +285,7 @@ def test_reentrant_enqueue_during_the_critical_section_does_not_deadlock(server,
                 nested.append(engine.enqueue(log_event("from __del__", level="Info")))
             return super().put(entry, is_error)
 
-    engine._buffer = ReenteringBuffer(engine.settings.queue_size)
+    engine.intake.buffer = ReenteringBuffer(engine.settings.queue_size)
     done = threading.Event()
 
     def log_once() -> None:

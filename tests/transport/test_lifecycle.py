@@ -27,7 +27,7 @@ def test_burst_of_100000_with_default_settings_all_arrive(server):
     settings = Settings.from_options({"server_url": server.url, "api_key": API_KEY}, environ={})
     engine = transport.Engine(settings)
     posting_threads: set[int] = set()
-    original = engine._client_for
+    original = engine.client
 
     def client_for(timeout: float | None = None) -> Any:
         client = original(timeout)
@@ -40,7 +40,7 @@ def test_burst_of_100000_with_default_settings_all_arrive(server):
         client.post_payload = post_and_note  # type: ignore[method-assign]
         return client
 
-    engine._client_for = client_for  # type: ignore[method-assign]
+    engine.client = client_for  # type: ignore[method-assign]
     try:
         for index in range(100_000):
             engine.enqueue(log_event(f"burst {index}", level="Info", data={"index": index}))
@@ -172,7 +172,11 @@ def test_exit_with_a_server_that_never_answers_is_bounded_and_reports(server):
     assert completed.returncode == 0, completed.stderr
     # shutdown_timeout + 1 s, plus the interpreter's own start-up.
     assert elapsed < 1.0 + 1.0 + 1.5, elapsed
-    assert "500 event(s) could not be sent" in completed.stderr
+    # The batch was on the wire when the deadline came: the service may have stored it, so it
+    # is reported as of unknown outcome, never as lost.
+    assert "500 event(s) were on their way" in completed.stderr
+    assert "outcome is unknown" in completed.stderr
+    assert "could not be sent" not in completed.stderr
 
 
 def test_exit_delivers_everything_logged_just_before_it(server):
