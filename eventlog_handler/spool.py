@@ -29,7 +29,8 @@ Faults of the disk are part of the contract:
   it once on stderr), and no longer counted by :meth:`Spool.disk_bytes`. A corrupt page met while
   reading rows (:meth:`SpoolFile.oldest`) quarantines the file too and raises
   :class:`SpoolCorrupt` (a :class:`sqlite3.DatabaseError`), which tells how many rows were lost;
-  the other methods quarantine without raising and leave the count in :attr:`SpoolFile.lost`.
+  the other methods quarantine without raising. Either way :meth:`SpoolFile.take_lost` gives the
+  rows lost, once, for the engine to settle as dropped.
 
 Only the engine's worker (or, at exit, the exiting thread) touches the spool: the caller's
 thread never waits for the disk.
@@ -151,6 +152,7 @@ class SpoolFile:
         #: Where the file went if it was found corrupt, and the rows it held then.
         self.quarantined: Path | None = None
         self.lost = 0
+        self._lost_untaken = 0
         self.closed = False
         self._gone = 0  # rows deleted logically, waiting to be deleted for real
         self._retry_at = 0.0
@@ -477,6 +479,14 @@ class SpoolFile:
 
     # -- state --------------------------------------------------------------------------------
 
+    def take_lost(self) -> int:
+        """Rows lost with the file when it was quarantined, not yet taken by this method: the
+        one place to account them from (settle them as dropped), whichever call found the
+        damage (``SpoolCorrupt.rows`` tells the same rows)."""
+        with self._guard:
+            lost, self._lost_untaken = self._lost_untaken, 0
+            return lost
+
     def disk_bytes(self) -> int:
         """Bytes this file takes on disk (database and journal)."""
         total = 0
@@ -528,6 +538,7 @@ class SpoolFile:
             Path(f"{self.path}.lock").unlink()
         self._release_lock()
         self.lost = max(0, self.count - settled)
+        self._lost_untaken += self.lost
         self.count = self.bytes = self._gone = 0
         self.quarantined = moved if moved is not None else self.path
         if self._on_quarantine is not None:

@@ -346,6 +346,7 @@ def test_a_corrupt_page_met_while_reading_rows_quarantines_the_file(tmp_path: Pa
             sent += orphan.delete(row.id for row in rows)
     assert sent == 4  # the rows before the damaged one were read and sent
     assert raised.value.rows == orphan.lost == len(bodies) - sent
+    assert orphan.take_lost() == len(bodies) - sent and orphan.take_lost() == 0  # once
     assert raised.value.moved_to == tmp_path / QUARANTINE / path.name
     assert spool.take_quarantined() == [raised.value.moved_to]
     # The file is out of the spool, and the object is inert.
@@ -369,7 +370,9 @@ def test_a_corrupt_own_file_is_replaced_by_a_new_one(tmp_path: Path) -> None:
     other.close()
     with pytest.raises(SpoolCorrupt):
         own.oldest(10, 10**9)
-    assert own.lost == 3 and spool.take_quarantined() == [tmp_path / QUARANTINE / own.path.name]
+    assert own.take_lost() == 3 and spool.take_quarantined() == [
+        tmp_path / QUARANTINE / own.path.name
+    ]
     fresh = spool.own()
     assert fresh is not own and fresh.path != own.path
     assert fresh.append([(time.time(), False, b"{}")]) == 1
