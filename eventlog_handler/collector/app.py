@@ -23,8 +23,13 @@ from typing import Any
 
 from eventlog_handler.collector.endpoints import DEFAULT_MAX_BODY_BYTES, Api
 from eventlog_handler.collector.filters import EventQuery, parse_filter
-from eventlog_handler.collector.server import CollectorHTTPServer, RequestInfo, RequestRecord
-from eventlog_handler.collector.storage import Identity, Storage
+from eventlog_handler.collector.server import (
+    CollectorHTTPServer,
+    Limits,
+    RequestInfo,
+    RequestRecord,
+)
+from eventlog_handler.collector.storage import Identity, StackQuery, Storage
 from eventlog_handler.collector.throttle import Throttle
 
 __all__ = ["Collector", "is_loopback"]
@@ -72,10 +77,16 @@ class Collector:
     :param allow_remote: allow a non-loopback ``host`` — the API and dashboard are then open to
         the network.
     :param verbose: log each request on stderr.
+    :param max_connections: connections served at once; more are answered 503 and closed.
+    :param header_timeout: seconds a request's line and headers may take once it has begun.
+    :param body_timeout: seconds a request's body may take.
+    :param idle_timeout: seconds an open connection may wait for its next request.
+    :param host_names: names besides loopback ones and IP addresses that requests may be
+        addressed to (``Host``), for example the machine's name with ``allow_remote``.
 
-    The organization, project, user token (scopes ``user`` + ``client``, no project) and project
-    token (scope ``client``) are created in the store on first use and found again with the same
-    ``db_path``. :meth:`stop` stops serving but keeps the store readable; :meth:`start` serves
+    The organization, project, user token (scopes ``user`` + ``client``, no project), project
+    token (scope ``client``) and user (``admin@localhost``, a random password) are created in the
+    store on first use and found again with the same ``db_path``. :meth:`stop` stops serving but keeps the store readable; :meth:`start` serves
     again on the same port; :meth:`close` (or leaving a ``with`` block) stops and closes the store.
     """
 
@@ -89,6 +100,11 @@ class Collector:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         allow_remote: bool = False,
         verbose: bool = False,
+        max_connections: int = 64,
+        header_timeout: float = 10.0,
+        body_timeout: float = 30.0,
+        idle_timeout: float = 30.0,
+        host_names: tuple[str, ...] | list[str] = (),
     ) -> None:
         if not allow_remote and not is_loopback(host):
             raise ValueError(
@@ -101,6 +117,22 @@ class Collector:
             raise ValueError("throttle must be a positive number of requests per 15 minutes")
         if max_body_bytes < 1:
             raise ValueError("max_body_bytes must be positive")
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        for name, value in (
+            ("header_timeout", header_timeout),
+            ("body_timeout", body_timeout),
+            ("idle_timeout", idle_timeout),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds")
+        self.limits = Limits(
+            max_connections=max_connections,
+            idle_timeout=idle_timeout,
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
+        )
+        self.host_names = tuple(host_names)
         self.db_path = None if db_path is None else Path(db_path)
         self.host = host
         self._port = port
@@ -112,6 +144,7 @@ class Collector:
         self._storage: Storage | None = None
         self._identity: Identity | None = None
         self._throttle: Throttle | None = None
+        self._api: Api | None = None
         self._server: CollectorHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -141,16 +174,23 @@ class Collector:
             storage = self._store()
             if self._throttle is None:
                 self._throttle = Throttle(self._throttle_limit)
-            api = Api(
-                storage,
-                throttle=self._throttle,
-                max_body_bytes=self.max_body_bytes,
-                on_events=self._notify_events,
-            )
+            if self._api is None:
+                self._api = Api(
+                    storage,
+                    throttle=self._throttle,
+                    max_body_bytes=self.max_body_bytes,
+                    on_events=self._notify_events,
+                )
             host = self.host.strip().strip("[]")
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             server = CollectorHTTPServer(
-                (host, self._port), api, record=self._record, verbose=self.verbose, family=family
+                (host, self._port),
+                self._api,
+                record=self._record,
+                verbose=self.verbose,
+                family=family,
+                limits=self.limits,
+                host_names=(host, *self.host_names),
             )
             self._port = server.server_port
             thread = threading.Thread(
@@ -243,6 +283,28 @@ class Collector:
         """The user-scoped token (scopes ``user`` and ``client``; bound to no project)."""
         return self._ids().user_token
 
+    @property
+    def admin_email(self) -> str:
+        """The e-mail address of the collector's user (``POST /api/v2/auth/login``)."""
+        return self._ids().admin_email
+
+    @property
+    def admin_password(self) -> str:
+        """The password of the collector's user, chosen at random on first start."""
+        return self._ids().admin_password
+
+    @property
+    def open_connections(self) -> int:
+        """How many connections are being served (0 when not serving)."""
+        server = self._server
+        return 0 if server is None else server.open_connections
+
+    @property
+    def refused_connections(self) -> int:
+        """How many connections were refused (503) for being over ``max_connections``."""
+        server = self._server
+        return 0 if server is None else server.refused_connections
+
     # -- managing the store ------------------------------------------------------------------
 
     def create_project(self, name: str, organization_id: str | None = None) -> dict[str, Any]:
@@ -286,6 +348,28 @@ class Collector:
     ) -> int:
         """Set a client configuration setting (None removes it); returns the new version."""
         return self._store().set_project_setting(project_id or self.project_id, key, value)
+
+    def create_user(self, email: str, password: str, name: str = "") -> str:
+        """Add a user to the default organization; returns the user's id."""
+        return self._store().create_user(self.organization_id, email, password, name).id
+
+    def stacks(
+        self, project_id: str | None = None, status: str | None = None, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """Stacks, most recently seen first: ``id``, ``title``, ``type``, ``status``,
+        ``total_occurrences``, ``event_count``, ``users``, ``first_occurrence``,
+        ``last_occurrence``, ``signature_info``..."""
+        query = StackQuery(
+            project_ids=[project_id] if project_id else [],
+            statuses=[status] if status else [],
+            limit=max(1, limit),
+        )
+        stacks, _, _ = self._store().page_stacks(query)
+        return stacks
+
+    def set_stack_status(self, stack_id: str, status: str) -> dict[str, Any]:
+        """Set a stack's status (``open``, ``fixed``, ``regressed``, ``ignored``)."""
+        return self._store().set_stack_status(stack_id, status)
 
     def projects(self) -> list[dict[str, Any]]:
         """Every project, as ``GET /api/v2/projects`` returns them."""
@@ -354,7 +438,7 @@ class Collector:
                 self._events_changed.wait(remaining)
 
     def clear_events(self) -> None:
-        """Delete all stored events (and the reference ids seen)."""
+        """Delete all stored events and stacks (and the reference ids seen)."""
         self._store().clear_events()
 
     @property

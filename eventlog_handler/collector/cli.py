@@ -3,7 +3,8 @@
 Options::
 
     eventlog serve [--host 127.0.0.1] [--port 5000] [--db PATH] [--throttle N]
-                   [--max-body-bytes N] [--print-env] [--allow-remote] [--verbose]
+                   [--max-body-bytes N] [--max-connections N] [--header-timeout S]
+                   [--print-env] [--allow-remote] [--host-name NAME] [--verbose]
 
 The database defaults to ``eventlog-collector.sqlite3`` in the current directory, so running the
 command again in the same place finds the same tokens and events; ``--db :memory:`` keeps
@@ -69,6 +70,20 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="request body limit in bytes (default: 200000, as the service)",
     )
     parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=64,
+        metavar="N",
+        help="connections served at once; more are answered 503 (default: 64)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a request's headers may take once it has begun (default: 10)",
+    )
+    parser.add_argument(
         "--print-env",
         action="store_true",
         help="also print 'export EVENTLOG_...=' lines for a shell",
@@ -77,6 +92,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-remote",
         action="store_true",
         help="allow a non-loopback --host (the API and dashboard are then open to the network)",
+    )
+    parser.add_argument(
+        "--host-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests addressed to NAME (Host header), e.g. the machine's name with"
+        " --allow-remote; loopback names and IP addresses are always answered",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every request on stderr")
 
@@ -91,6 +114,8 @@ def _print_banner(collector: Collector, args: argparse.Namespace, out: TextIO) -
         f"  project id:    {collector.project_id}",
         f"  project token: {collector.project_token}   (API key: posts events)",
         f"  user token:    {collector.user_token}   (lists projects, creates tokens)",
+        f"  login:         {collector.admin_email} / {collector.admin_password}"
+        "   (POST /api/v2/auth/login)",
     ]
     if args.print_env:
         lines += [
@@ -98,6 +123,7 @@ def _print_banner(collector: Collector, args: argparse.Namespace, out: TextIO) -
             f"export EVENTLOG_SERVER_URL={shlex.quote(collector.url)}",
             f"export EVENTLOG_API_KEY={shlex.quote(collector.project_token)}",
             f"export EVENTLOG_USER_TOKEN={shlex.quote(collector.user_token)}",
+            f"# login: {collector.admin_email} {shlex.quote(collector.admin_password)}",
         ]
     lines += ["", "Press Ctrl-C to stop."]
     out.write("\n".join(lines) + "\n")
@@ -121,6 +147,9 @@ def run_serve(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             allow_remote=args.allow_remote,
             verbose=args.verbose,
+            max_connections=getattr(args, "max_connections", 64),
+            header_timeout=getattr(args, "header_timeout", 10.0),
+            host_names=tuple(getattr(args, "host_name", ()) or ()),
         )
     except ValueError as exc:
         print(f"eventlog serve: {exc}", file=sys.stderr)

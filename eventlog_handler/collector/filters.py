@@ -10,6 +10,8 @@ The filter language is a small subset of the service's: whitespace-separated ter
 ``source:NAME``    the source / logger name (exact)
 ``reference:ID``   the ``reference_id`` (also ``reference_id:ID``)
 ``tag:NAME``       events carrying that tag
+``stack:ID``       the events of one stack
+``user:ID``        events of one user (``data["@user"]["identity"]``)
 anything else      free text: a case-insensitive substring of the message, the source or an
                    error's type or message
 =================  ==========================================================
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 
 from eventlog_handler.collector.problems import HttpError
 
-__all__ = ["EventQuery", "parse_filter", "parse_sort"]
+__all__ = ["FILTER_HELP", "EventQuery", "parse_filter", "parse_sort"]
 
 _TERM_RE = re.compile(r'(?:(?P<field>[A-Za-z_]+):)?(?:"(?P<quoted>[^"]*)"?|(?P<bare>\S+))')
 _FIELDS = {
@@ -36,7 +38,26 @@ _FIELDS = {
     "reference": "reference_ids",
     "reference_id": "reference_ids",
     "tag": "tags",
+    "stack": "stack_ids",
+    "user": "identities",
 }
+
+#: The filter terms, for help texts: ``(term, what it selects)``.
+FILTER_HELP = (
+    ("type:error", "events of a type (error, log, usage, ...)"),
+    ("level:warn", "log events of a level (trace, debug, info, warn, error, fatal)"),
+    ("source:app.db", "events from one source (the logger name), exactly"),
+    ("tag:checkout", "events carrying a tag"),
+    ("user:u-42", "events of one user (the @user identity)"),
+    ("reference:ID", "the event with that reference id"),
+    ("project:ID", "the events of one project"),
+    ("stack:ID", "the events of one stack"),
+    (
+        '"disk full"',
+        "free text (quoted: as one phrase), in the message, source, error types"
+        " and error messages, ignoring case",
+    ),
+)
 
 
 @dataclass
@@ -51,6 +72,8 @@ class EventQuery:
     sources: list[str] = field(default_factory=list)
     reference_ids: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
+    stack_ids: list[str] = field(default_factory=list)
+    identities: list[str] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     ascending: bool = False
     offset: int = 0

@@ -6,11 +6,23 @@ it. It never lets an exception escape (a bug answers 500, a closed store 503), l
 stderr unless asked to, and takes care of request bodies it did not read: the connection is
 then closed after the answer, and a body of reasonable size is drained first so the client can
 read the answer instead of a connection reset.
+
+Limits, so that no client can hold the collector:
+
+- at most ``max_connections`` connections are served at once; one more is answered 503 and
+  closed at once (each connection has a thread);
+- a connection waits at most ``idle_timeout`` seconds for a request; once a request's first byte
+  has arrived, its request line and headers must be complete within ``header_timeout`` seconds
+  and its body within ``body_timeout`` seconds, however slowly the bytes trickle in; otherwise
+  the connection is closed;
+- a request whose ``Host`` is not a name of this collector (:class:`~.auth.HostPolicy`) is
+  answered 421 without being looked at further.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import re
@@ -25,17 +37,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from eventlog_handler.collector.auth import HostPolicy
 from eventlog_handler.collector.endpoints import Api
 from eventlog_handler.collector.messages import Request, Response, problem_response
 from eventlog_handler.collector.problems import HttpError, problem_body
 from eventlog_handler.collector.storage import StorageClosed
 
-__all__ = ["CollectorHTTPServer", "CollectorRequestHandler", "RequestInfo", "RequestRecord"]
+__all__ = [
+    "CollectorHTTPServer",
+    "CollectorRequestHandler",
+    "DeadlineReader",
+    "Limits",
+    "RequestInfo",
+    "RequestRecord",
+]
 
 logger = logging.getLogger("eventlog_handler.collector")
 
 _DRAIN_LIMIT = 32 * 1024 * 1024
 _DRAIN_TIMEOUT = 2.0
+_WRITE_TIMEOUT = 30.0
+_REFUSE_TIMEOUT = 0.2
 _HOST_RE = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 
 
@@ -71,6 +93,51 @@ class _ClientGone(Exception):
     """The client hung up or stalled while sending its body."""
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How many connections, and how long a client may take (seconds)."""
+
+    max_connections: int = 64
+    idle_timeout: float = 30.0
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+
+
+class DeadlineReader(io.RawIOBase):
+    """A socket's reading side that gives up at a deadline, however slowly bytes trickle in
+    (a socket timeout alone restarts with every byte)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        deadline = self.deadline
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the client took too long")
+            self._sock.settimeout(remaining)
+        return self._sock.recv_into(buffer)
+
+
+def _refusal() -> bytes:
+    body = json.dumps(
+        problem_body(503, "/", detail="Too many connections; try again shortly.")
+    ).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        "Content-Type: application/problem+json; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
 class CollectorHTTPServer(ThreadingHTTPServer):
     """A ``ThreadingHTTPServer`` with daemon threads that can close its open connections."""
 
@@ -86,12 +153,16 @@ class CollectorHTTPServer(ThreadingHTTPServer):
         record: Callable[[RequestInfo], None],
         verbose: bool = False,
         family: socket.AddressFamily = socket.AF_INET,
+        limits: Limits | None = None,
+        host_names: tuple[str, ...] = (),
     ) -> None:
         self.address_family = family
         self.api = api
         self.record = record
         self.verbose = verbose
+        self.limits = limits or Limits()
         self.url = ""
+        self.refused_connections = 0
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, CollectorRequestHandler)
@@ -99,6 +170,7 @@ class CollectorHTTPServer(ThreadingHTTPServer):
         host = host.decode() if isinstance(host, bytes) else str(host)
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{port}"
+        self.host_policy = HostPolicy(host_names)
 
     def server_bind(self) -> None:
         """Bind without ``HTTPServer``'s reverse DNS lookup of the host name."""
@@ -107,11 +179,37 @@ class CollectorHTTPServer(ThreadingHTTPServer):
         self.server_name = str(host)
         self.server_port = int(port)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """Track the connection, then serve it in a daemon thread."""
+    @property
+    def open_connections(self) -> int:
+        """How many connections are being served."""
         with self._connections_lock:
-            self._connections.add(request)
+            return len(self._connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Track the connection, then serve it in a daemon thread; over the limit, answer 503
+        and close it."""
+        with self._connections_lock:
+            full = len(self._connections) >= self.limits.max_connections
+            if not full:
+                self._connections.add(request)
+        if full:
+            self.refused_connections += 1
+            self._refuse(request)
+            return
         super().process_request(request, client_address)
+
+    @staticmethod
+    def _refuse(request: socket.socket) -> None:
+        try:
+            request.settimeout(_REFUSE_TIMEOUT)
+            request.sendall(_refusal())
+            request.shutdown(socket.SHUT_WR)
+            with contextlib.suppress(OSError):
+                request.recv(65536)  # what the client already sent, so close() does not reset
+        except OSError:
+            pass
+        finally:
+            request.close()
 
     def shutdown_request(self, request: Any) -> None:
         """Forget the connection and close it."""
@@ -145,10 +243,36 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
 
     _body_read = 0
     _expect_refused = False
+    _reader: DeadlineReader | None = None
 
     def version_string(self) -> str:
         """The ``Server`` header."""
         return self.server_version
+
+    def setup(self) -> None:
+        """Read through a :class:`DeadlineReader`."""
+        super().setup()
+        self._reader = DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader, 65536)
+
+    def _deadline(self, seconds: float | None) -> None:
+        if self._reader is not None:
+            self._reader.deadline = None if seconds is None else time.monotonic() + seconds
+
+    def handle_one_request(self) -> None:
+        """Wait for a request at most ``idle_timeout``; then give its request line and headers
+        ``header_timeout``."""
+        limits = self.server.limits
+        self._deadline(limits.idle_timeout)
+        try:
+            waiting = self.rfile.peek(1)  # type: ignore[attr-defined]
+        except OSError:
+            waiting = b""
+        if not waiting:
+            self.close_connection = True
+            return
+        self._deadline(limits.header_timeout)
+        super().handle_one_request()
 
     # -- entry points ------------------------------------------------------------------------
 
@@ -211,6 +335,8 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
         return int(raw) if raw.isascii() and raw.isdigit() else None
 
     def _read_body(self, size: int) -> bytes:
+        if self._body_read == 0:
+            self._deadline(self.server.limits.body_timeout)
         try:
             data = self.rfile.read(size)
         except OSError as exc:
@@ -223,6 +349,18 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
     def _base_url(self) -> str:
         host = (self.headers.get("Host") or "").strip()
         return f"http://{host}" if _HOST_RE.match(host) else self.server.url
+
+    def _check_host(self, path: str) -> Response | None:
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1:
+            return problem_response(HttpError(400, "Send one Host header."), path)
+        if not self.server.host_policy.allows(hosts[0] if hosts else None):
+            detail = (
+                f"This collector serves {self.server.url}; a request addressed to "
+                f"{(hosts[0] if hosts else '')[:100]!r} is refused (DNS rebinding protection)."
+            )
+            return problem_response(HttpError(421, detail), path)
+        return None
 
     def _serve(self) -> None:
         self._body_read = 0
@@ -238,7 +376,7 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             base_url=self._base_url(),
         )
         try:
-            response = self.server.api.handle(request)
+            response = self._check_host(path) or self.server.api.handle(request)
         except _ClientGone:
             self.close_connection = True
             return
@@ -263,8 +401,10 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
                 time=started,
             )
         )
+        self._deadline(None)
         try:
-            self._write(response, close=unread)
+            self.connection.settimeout(_WRITE_TIMEOUT)
+            self._write(response, close=unread or response.status == 421)
         except OSError:
             self.close_connection = True
             return
@@ -308,7 +448,7 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
         if remaining > _DRAIN_LIMIT:
             return
         try:
-            self.connection.settimeout(_DRAIN_TIMEOUT)
+            self._deadline(_DRAIN_TIMEOUT)
             while remaining > 0:
                 chunk = self.rfile.read1(min(remaining, 65536))
                 if not chunk:

@@ -87,6 +87,8 @@ def test_serve_prints_tokens_serves_and_stops_cleanly(
     assert f"export EVENTLOG_SERVER_URL={url}\n" in banner
     assert f"export EVENTLOG_API_KEY={project_token}\n" in banner
     assert f"export EVENTLOG_USER_TOKEN={user_token}\n" in banner
+    password = _value(banner, r"login:\s+admin@localhost / (\S+)")
+    assert f"# login: admin@localhost {password}\n" in banner
 
     session = requests.Session()
     session.trust_env = False
@@ -101,6 +103,12 @@ def test_serve_prints_tokens_serves_and_stops_cleanly(
         url + "/api/v2/projects", headers={"Authorization": f"Bearer {user_token}"}, timeout=10
     )
     assert [p["id"] for p in projects.json()] == [project_id]
+    login = session.post(
+        url + "/api/v2/auth/login",
+        json={"email": "admin@localhost", "password": password},
+        timeout=10,
+    )
+    assert login.status_code == 200
     session.close()
 
     process.send_signal(stop_signal)
@@ -130,5 +138,8 @@ def test_serve_arguments_and_defaults() -> None:
     )
     assert not args.print_env
     assert not args.allow_remote
+    assert (args.max_connections, args.header_timeout, args.host_name) == (64, 10.0, [])
     args = parser.parse_args(["--port", "0", "--throttle", "10", "--print-env", "--db", "x.db"])
     assert (args.port, args.throttle, args.print_env, args.db) == (0, 10, True, "x.db")
+    args = parser.parse_args(["--max-connections", "5", "--host-name", "box", "--host-name", "b2"])
+    assert (args.max_connections, args.host_name) == (5, ["box", "b2"])

@@ -116,8 +116,17 @@ def test_localhost_serves_on_its_resolved_address() -> None:
 
 
 def test_invalid_options_are_refused() -> None:
-    for kwargs in ({"port": -1}, {"port": 70000}, {"throttle": 0}, {"max_body_bytes": 0}):
-        with pytest.raises(ValueError):
+    for kwargs in (
+        {"port": -1},
+        {"port": 70000},
+        {"throttle": 0},
+        {"max_body_bytes": 0},
+        {"max_connections": 0},
+        {"header_timeout": 0},
+        {"body_timeout": -1},
+        {"idle_timeout": 0},
+    ):
+        with pytest.raises(ValueError, match=next(iter(kwargs)).replace("_", ".")):
             Collector(**kwargs)  # type: ignore[arg-type]
 
 

@@ -277,8 +277,8 @@ def test_token_of_another_organization_cannot_post_to_this_project(
     assert_problem(client.post_events({"message": "m"}, foreign_user, path=path), 404)
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
-def test_wrong_content_type_gets_415(
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "image/png", None])
+def test_other_content_types_get_415(
     client: Client, collector: Collector, content_type: str | None
 ) -> None:
     headers = {"Authorization": f"Bearer {collector.project_token}"}
@@ -330,59 +330,24 @@ def test_missing_content_length_gets_411(client: Client, collector: Collector) -
     assert collector.events() == []
 
 
-@pytest.mark.parametrize(
-    "body",
-    [b"{not json", b'{"message": "m"', b"\xff\xfe\xfa", b'{"value": NaN}', b"[" * 100_000],
-    ids=["garbage", "truncated", "not-utf8", "nan", "deep"],
-)
-def test_malformed_bodies_get_400(client: Client, collector: Collector, body: bytes) -> None:
-    assert_problem(client.post_events(body), 400)
-    assert collector.events() == []
-
-
-def test_corrupt_gzip_gets_400(client: Client) -> None:
+def test_corrupt_gzip_gets_400(client: Client, collector: Collector) -> None:
+    """A difference on purpose: the service answers 202 and loses such a body."""
     good = gzip.compress(b'{"message": "m"}')
     assert_problem(
         client.post_events(b"not gzip at all", headers={"Content-Encoding": "gzip"}), 400
     )
     assert_problem(client.post_events(good[:-12], headers={"Content-Encoding": "gzip"}), 400)
+    assert collector.events() == []
 
 
-@pytest.mark.parametrize(
-    ("event", "field"),
-    [
-        ({"type": "t" * 101}, "type"),
-        ({"type": 5}, "type"),
-        ({"date": "yesterday"}, "date"),
-        ({"date": "2030-02-30T00:00:00Z"}, "date"),
-        ({"date": 1700000000}, "date"),
-        ({"message": {"text": "m"}}, "message"),
-        ({"source": 1}, "source"),
-        ({"tags": "one"}, "tags"),
-        ({"value": "1"}, "value"),
-        ({"count": 1.5}, "count"),
-        ({"count": True}, "count"),
-        ({"geo": [1, 2]}, "geo"),
-        ({"data": [1]}, "data"),
-    ],
-)
-def test_invalid_fields_get_422(
-    client: Client, collector: Collector, event: dict[str, Any], field: str
+def test_a_type_longer_than_100_characters_drops_the_event_after_a_202(
+    client: Client, collector: Collector
 ) -> None:
-    body = assert_problem(client.post_events(event), 422)
-    assert field in body["errors"]
-    assert collector.events() == []
-
-
-def test_one_bad_event_refuses_the_whole_batch(client: Client, collector: Collector) -> None:
-    batch: list[Any] = [{"message": "ok"}, {"message": "bad", "date": "nope"}, "a string"]
-    body = assert_problem(client.post_events(batch), 422)
-    assert set(body["errors"]) == {"[1].date", "[2]"}
-    assert collector.events() == []
-
-
-def test_top_level_scalar_gets_422(client: Client) -> None:
-    assert_problem(client.post_events(b'"just a string"'), 422)
+    response = client.post_events([{"type": "t" * 101, "message": "dropped"}, {"message": "kept"}])
+    assert response.status_code == 202
+    assert response.headers["X-Events-Stored"] == "1"
+    assert response.headers["X-Events-Discarded"] == "1"
+    assert [e["message"] for e in collector.events()] == ["kept"]
 
 
 # -- size limits -----------------------------------------------------------------------------
@@ -405,7 +370,7 @@ def test_413_is_decided_from_content_length_without_reading_the_body(
 ) -> None:
     head = (
         "POST /api/v2/events HTTP/1.1\r\n"
-        "Host: 127.0.0.1\r\n"
+        f"Host: 127.0.0.1:{collector.port}\r\n"
         f"Authorization: Bearer {collector.project_token}\r\n"
         "Content-Type: application/json\r\n"
         "Content-Length: 50000000\r\n\r\n"

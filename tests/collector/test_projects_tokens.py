@@ -230,3 +230,34 @@ def test_expired_token_gets_401(client: Client, collector: Collector) -> None:
     assert UTC_Z.match(expired.json()["expires_utc"])
     assert_problem(client.post_events({"message": "m"}, token=expired.json()["id"]), 401)
     assert client.post_events({"message": "m"}, token=valid.json()["id"]).status_code == 202
+
+
+def test_no_next_link_once_the_next_page_would_skip_a_thousand_rows(
+    client: Client, collector: Collector
+) -> None:
+    for index in range(600):
+        collector.create_project(f"Many {index:03d}")
+    first = client.get("/api/v2/projects", collector.user_token, params={"limit": 500})
+    assert first.status_code == 200
+    assert len(first.json()) == 500
+    assert first.headers["X-Result-Count"] == "601"
+    assert "Link" not in first.headers  # (1 + 1) x 500 would skip 1,000 rows
+    second = client.get("/api/v2/projects", collector.user_token, params={"page": 2, "limit": 500})
+    assert len(second.json()) == 101
+    assert _links(second.headers["Link"]).keys() == {"previous"}
+    under = client.get("/api/v2/projects", collector.user_token, params={"limit": 450})
+    assert _links(under.headers["Link"]).keys() == {"next"}  # (1 + 1) x 450 skips 900
+    beyond = client.get("/api/v2/projects", collector.user_token, params={"page": 4, "limit": 400})
+    assert beyond.status_code == 200
+    assert beyond.json() == []
+    assert "X-Result-Count" not in beyond.headers
+
+
+def test_links_use_the_address_the_client_used(client: Client, collector: Collector) -> None:
+    for index in range(12):
+        collector.create_project(f"P{index}")
+    url = f"http://localhost:{collector.port}/api/v2/projects"
+    response = client.session.get(
+        url, headers={"Authorization": f"Bearer {collector.user_token}"}, timeout=10
+    )
+    assert _links(response.headers["Link"])["next"].startswith(url + "?")

@@ -113,12 +113,15 @@ def test_project_filter_and_project_token_scope(client: Client, collector: Colle
 
     assert sorted(messages(collector.user_token)) == ["mine", "theirs"]
     assert messages(collector.user_token, filter=f"project:{other['id']}") == ["theirs"]
-    assert messages(collector.project_token) == ["mine"]
-    assert messages(collector.project_token, filter=f"project:{other['id']}") == []
-    assert messages(other_token) == ["theirs"]
     path = f"/api/v2/projects/{other['id']}/events"
     assert [e["message"] for e in client.get(path, collector.user_token).json()] == ["theirs"]
-    assert_problem(client.get(path, collector.project_token), 404)
+    # A user-scoped token bound to a project reads only that project.
+    bound = collector.create_token(collector.project_id, ["user"])
+    assert messages(bound) == ["mine"]
+    assert messages(bound, filter=f"project:{other['id']}") == []
+    assert_problem(client.get(path, bound), 404)
+    # Project (client) tokens read no events at all.
+    assert_problem(client.get("/api/v2/events", other_token), 403)
 
 
 def test_list_limit_is_capped_at_100_and_bad_values_get_400(
@@ -138,15 +141,82 @@ def test_list_limit_is_capped_at_100_and_bad_values_get_400(
 def test_get_event_by_id(client: Client, collector: Collector) -> None:
     client.post_events({"message": "one", "reference_id": "get-by-id-1"})
     event = collector.events()[0]
-    response = client.get(f"/api/v2/events/{event['id']}", collector.project_token)
+    response = client.get(f"/api/v2/events/{event['id']}", collector.user_token)
     assert response.status_code == 200
     assert response.json() == event
-    assert client.get(f"/api/v2/events/{event['id']}", collector.user_token).status_code == 200
+    assert_problem(client.get(f"/api/v2/events/{event['id']}", collector.project_token), 403)
     assert_problem(client.get("/api/v2/events/" + "0" * 24, collector.user_token), 404)
     assert_problem(client.get("/api/v2/events/not-an-id", collector.user_token), 404)
+    assert_problem(
+        client.get("/api/v2/events/" + event["id"][:8] + "f" * 16, collector.user_token), 404
+    )
     other = collector.create_project("Other")
-    other_token = collector.create_token(other["id"])
-    assert_problem(client.get(f"/api/v2/events/{event['id']}", other_token), 404)
+    other_user = collector.create_token(other["id"], ["user"])
+    assert_problem(client.get(f"/api/v2/events/{event['id']}", other_user), 404)
+
+
+def test_cursor_paging_with_after_and_before(client: Client, collector: Collector) -> None:
+    _seed(client, 7)
+    seen: list[str] = []
+    url = collector.url + "/api/v2/events?limit=3&after=" + collector.events()[0]["id"]
+    seen.append(collector.events()[0]["message"])
+    while url:
+        response = client.session.get(
+            url, headers={"Authorization": f"Bearer {collector.user_token}"}, timeout=10
+        )
+        assert response.status_code == 200
+        seen += [e["message"] for e in response.json()]
+        url = _links(response.headers.get("Link", "")).get("next", "")
+    assert seen == [f"event {i:02d}" for i in range(6, -1, -1)]
+    oldest = collector.events(limit=1000)[-1]["id"]
+    newer = client.get(
+        "/api/v2/events", collector.user_token, params={"before": oldest, "limit": 2}
+    )
+    assert [e["message"] for e in newer.json()] == ["event 02", "event 01"]
+    assert "previous" in _links(newer.headers["Link"])
+    assert_problem(
+        client.get("/api/v2/events", collector.user_token, params={"after": "0" * 24}), 400
+    )
+
+
+def test_skipping_past_a_thousand_rows_answers_nothing(
+    client: Client, collector: Collector
+) -> None:
+    _seed(client, 3)
+    far = client.get("/api/v2/events", collector.user_token, params={"page": 12, "limit": 100})
+    assert far.status_code == 200
+    assert far.json() == []
+    assert "Link" not in far.headers
+
+
+def test_stack_endpoints(client: Client, collector: Collector) -> None:
+    error = {"type": "KeyError", "message": "'x'", "stack_trace": "tb"}
+    client.post_events([{"@simple_error": error}, {"@simple_error": error}, {"message": "log"}])
+    (event, *_) = collector.events(type="error")
+    stack_path = f"/api/v2/stacks/{event['stack_id']}"
+    stack = client.get(stack_path, collector.user_token).json()
+    assert stack["total_occurrences"] == 2
+    assert stack["status"] == "open"
+    assert stack["signature_info"]["ExceptionType"] == "KeyError"
+    events = client.get(stack_path + "/events", collector.user_token)
+    assert events.headers["X-Result-Count"] == "2"
+    assert {e["stack_id"] for e in events.json()} == {event["stack_id"]}
+    fixed = client.request("POST", stack_path + "/mark-fixed", collector.user_token)
+    assert fixed.status_code == 200
+    assert client.get(stack_path, collector.user_token).json()["status"] == "fixed"
+    reopened = client.request("DELETE", stack_path + "/mark-fixed", collector.user_token)
+    assert reopened.status_code == 200
+    ignored = client.request(
+        "POST", stack_path + "/change-status", collector.user_token, params={"status": "ignored"}
+    )
+    assert ignored.status_code == 200
+    assert collector.stacks(status="ignored")[0]["id"] == event["stack_id"]
+    bad = client.request(
+        "POST", stack_path + "/change-status", collector.user_token, params={"status": "gone"}
+    )
+    assert_problem(bad, 400)
+    assert_problem(client.get("/api/v2/stacks/" + "0" * 24, collector.user_token), 404)
+    assert_problem(client.get(stack_path, collector.project_token), 403)
 
 
 def test_config_version_and_304(client: Client, collector: Collector) -> None:
@@ -165,6 +235,10 @@ def test_config_version_and_304(client: Client, collector: Collector) -> None:
     by_path = client.get(f"/api/v2/projects/{collector.project_id}/config", collector.user_token)
     assert by_path.json()["version"] == 1
     assert_problem(client.get("/api/v2/projects/config", collector.user_token), 400)
+    assert (
+        client.get("/api/v2/projects/config", collector.project_token, params={"v": 1}).status_code
+        == 304
+    )
 
 
 def test_heartbeat(client: Client, collector: Collector) -> None:
@@ -230,7 +304,7 @@ def test_malformed_http_does_not_hurt_the_server(client: Client, collector: Coll
         assert b" 400 " in answer or b" 501 " in answer or b" 405 " in answer
     with socket.create_connection((host, int(port)), timeout=5) as connection:
         head = (
-            "POST /api/v2/events HTTP/1.1\r\nHost: x\r\n"
+            f"POST /api/v2/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
             f"Authorization: Bearer {collector.project_token}\r\n"
             'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"mess'
         )

@@ -1,4 +1,6 @@
-"""The local collector against hostile clients: scopes, oversized and malformed bodies, XSS.
+"""The local collector against hostile clients: scopes, oversized and malformed bodies, XSS,
+DNS rebinding (the Host check), clients that hold connections (the connection cap and the
+header and body deadlines), and the permissions of its files.
 
 Everything talks to a :class:`~eventlog_handler.collector.Collector` on 127.0.0.1, in this
 process (so the memory a request costs can be measured with ``tracemalloc``).
@@ -9,14 +11,21 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
 import socket
+import stat
+import sys
+import threading
 import time
 import tracemalloc
 import zlib
+from collections.abc import Iterator
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from eventlog_handler import EventLogHandler, set_user
 from eventlog_handler.collector import Collector
@@ -84,14 +93,19 @@ def test_a_project_token_cannot_post_to_or_read_another_project(
     )
     assert_problem(response, 404)
     assert collector.events(project_id=other["id"]) == []
-    assert_problem(http.get(f"/api/v2/projects/{other['id']}/events", mine), 404)
+    assert_problem(http.get(f"/api/v2/projects/{other['id']}/events", mine), 403)
     # And the other way round.
     assert http.post_events({"message": "its own"}, other_token).status_code == 202
     assert http.post_events({"message": "mine"}, mine).status_code == 202
-    listed = http.get("/api/v2/events", mine).json()
-    assert [event["message"] for event in listed] == ["mine"]
+    # A project token reads no events (403), not even its own project's.
+    assert_problem(http.get("/api/v2/events", mine), 403)
     (theirs,) = collector.events(project_id=other["id"])
-    assert_problem(http.get(f"/api/v2/events/{theirs['id']}", mine), 404)
+    assert_problem(http.get(f"/api/v2/events/{theirs['id']}", mine), 403)
+    # A user-scoped token bound to this project does not see the other one's.
+    reader = collector.create_token(collector.project_id, ["user"])
+    listed = http.get("/api/v2/events", reader).json()
+    assert [event["message"] for event in listed] == ["mine"]
+    assert_problem(http.get(f"/api/v2/events/{theirs['id']}", reader), 404)
 
 
 # -- oversized bodies ---------------------------------------------------------------------------
@@ -103,7 +117,7 @@ def test_a_one_gigabyte_content_length_is_refused_without_reading(
 ) -> None:
     head = (
         "POST /api/v2/events HTTP/1.1\r\n"
-        "Host: 127.0.0.1\r\n"
+        f"Host: 127.0.0.1:{collector.port}\r\n"
         f"Authorization: Bearer {collector.project_token}\r\n"
         "Content-Type: application/json\r\n"
         + ("Expect: 100-continue\r\n" if expect_continue else "")
@@ -185,46 +199,67 @@ def test_a_decompression_bomb_is_refused_with_bounded_memory(
 @pytest.mark.parametrize(
     ("body", "headers", "status"),
     [
-        (b'{"message": "unterminated', {}, 400),
-        (b"[{]", {}, 400),
-        (b'{"message": NaN}', {}, 400),
-        (b'{"message": "\xff\xfe not utf-8"}', {}, 400),
-        (b'{"message": "\xc3\x28 broken sequence"}', {}, 400),
-        (b"[" * 200_000 + b"]" * 200_000, {"Content-Encoding": "gzip"}, 400),
         (gzip.compress(b'{"message": "x"}')[:-12], {"Content-Encoding": "gzip"}, 400),
         (b"\x1f\x8b not gzip at all", {"Content-Encoding": "gzip"}, 400),
         (b"   ", {}, 411),
         (b"[]", {}, 411),
         (b'{"message": "x"}', {"Content-Encoding": "br"}, 415),
-        (b'{"message": "x"}', {"Content-Type": "text/plain"}, 415),
-        (b'"just a string"', {}, 422),
-        (b'[{"message": 5}]', {}, 422),
+        (b'{"message": "x"}', {"Content-Type": "application/xml"}, 415),
     ],
     ids=[
-        "truncated-json",
-        "broken-json",
-        "nan",
-        "invalid-utf8",
-        "broken-utf8-sequence",
-        "nesting-bomb",
         "truncated-gzip",
         "corrupt-gzip",
         "blank",
         "empty-array",
         "unknown-encoding",
         "wrong-content-type",
-        "scalar",
-        "wrong-field-type",
     ],
 )
-def test_malformed_bodies_get_the_right_status(
+def test_bodies_that_cannot_be_read_are_refused(
     http: Client, collector: Collector, body: bytes, headers: dict[str, str], status: int
 ) -> None:
-    if headers.get("Content-Encoding") == "gzip" and not body.startswith(b"\x1f\x8b"):
-        body = gzip.compress(body)
     response = http.post_events(body, headers=headers)
     assert_problem(response, status)
     assert collector.events() == []
+    assert http.post_events({"message": "still serving"}).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"message": "unterminated', None),
+        (b"[{]", None),
+        (b'{"message": NaN}', None),
+        (b"[" * 200_000 + b"]" * 200_000, None),
+        (b'"just a string"', None),
+        (b'[{"message": 5}]', None),
+        (b'{"message": "\xff\xfe not utf-8"}', "\ufffd\ufffd not utf-8"),
+        (b'{"message": "\xc3\x28 broken sequence"}', "\ufffd( broken sequence"),
+    ],
+    ids=[
+        "truncated-json",
+        "broken-json",
+        "nan",
+        "nesting-bomb",
+        "scalar",
+        "wrong-field-type",
+        "invalid-utf8",
+        "broken-utf8-sequence",
+    ],
+)
+def test_malformed_events_are_stored_like_the_service_stores_them(
+    http: Client, collector: Collector, body: bytes, message: str | None
+) -> None:
+    """As text (the whole body as a log message), or, for bytes that are not UTF-8, read with
+    replacement characters."""
+    response = http.post_events(gzip.compress(body), headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 202
+    (event,) = collector.events()
+    assert event["type"] == "log"
+    assert len(event["message"]) <= 2000
+    expected = body.decode()[:2000] if message is None else message
+    assert event["message"] == expected
+    assert http.get(f"/events/{event['id']}").status_code == 200
     assert http.post_events({"message": "still serving"}).status_code == 202
 
 
@@ -240,9 +275,10 @@ XSS = [
     "<!--",
 ]
 ALLOWED_TAGS = {
-    "html", "head", "meta", "title", "style", "body", "header", "main", "a", "h1", "h2", "p",
-    "form", "label", "select", "option", "input", "button", "table", "thead", "tbody", "tr",
-    "th", "td", "dl", "dt", "dd", "pre", "section", "span", "script",
+    "html", "head", "meta", "title", "style", "body", "header", "main", "nav", "a", "h1", "h2",
+    "h3", "p", "form", "label", "select", "option", "input", "button", "table", "thead", "tbody",
+    "tr", "th", "td", "dl", "dt", "dd", "pre", "section", "span", "script", "small", "b", "code",
+    "time", "svg", "rect", "div", "ul", "li", "details", "summary", "br", "em", "datalist",
 }  # fmt: skip
 
 
@@ -303,6 +339,8 @@ def test_dashboard_escapes_event_content_sent_by_the_handler(
     stored = collector.wait_for_events(2)
     pages = [http.get("/"), http.get("/", params={"q": XSS[0], "type": XSS[1]})]
     pages += [http.get(f"/events/{event['id']}") for event in stored]
+    pages += [http.get(f"/stacks/{event['stack_id']}") for event in stored]
+    pages += [http.get("/events", params={"q": XSS[2], "level": XSS[3]})]
     for response in pages:
         assert response.status_code == 200
         assert response.headers["Content-Type"].startswith("text/html")
@@ -315,4 +353,233 @@ def test_dashboard_escapes_event_content_sent_by_the_handler(
         assert collector.user_token not in page
     error_page = pages[2].text if stored[0]["type"] == "error" else pages[3].text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in error_page  # shown, as text
+
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in error_page  # shown, as text
     assert "&quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in error_page
+
+
+# -- DNS rebinding: the Host check ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["rebound.example", "rebound.example:{port}", "127.0.0.1.nip.io:{port}", "localhost.evil:80"],
+)
+def test_requests_addressed_to_another_name_are_refused(collector: Collector, host: str) -> None:
+    """A page on http://rebound.example:PORT whose name now resolves to 127.0.0.1 reaches the
+    collector with that Host: it gets neither the dashboard nor the API."""
+    name = host.format(port=collector.port)
+    session = requests.Session()
+    session.trust_env = False
+    try:
+        for method, path, headers in (
+            ("GET", "/", {}),
+            ("GET", "/about", {}),
+            ("GET", "/api/v2/projects", {"Authorization": f"Bearer {collector.user_token}"}),
+            ("POST", "/api/v2/events", {"Authorization": f"Bearer {collector.project_token}"}),
+        ):
+            response = session.request(
+                method,
+                collector.url + path,
+                headers={"Host": name, "Content-Type": "application/json", **headers},
+                data=b'{"message": "m"}' if method == "POST" else None,
+                timeout=10,
+            )
+            assert response.status_code == 421, (path, response.text)
+            assert response.headers["Content-Type"].startswith("application/problem+json")
+            assert "<html" not in response.text
+    finally:
+        session.close()
+    assert collector.events() == []
+
+
+def test_loopback_names_and_addresses_are_answered(collector: Collector) -> None:
+    session = requests.Session()
+    session.trust_env = False
+    try:
+        for host in (f"127.0.0.1:{collector.port}", f"localhost:{collector.port}", "localhost",
+                     f"[::1]:{collector.port}", "127.0.0.1:8080"):  # fmt: skip
+            response = session.get(collector.url + "/", headers={"Host": host}, timeout=10)
+            assert response.status_code == 200, host
+    finally:
+        session.close()
+
+
+def test_a_second_host_header_is_refused(collector: Collector) -> None:
+    head = (
+        f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{collector.port}\r\nHost: rebound.example\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    assert raw_exchange(collector, head).startswith(b"HTTP/1.1 400")
+
+
+def test_configured_host_names_are_answered() -> None:
+    with Collector(host_names=["dev-box"]) as collector:
+        response = requests.get(
+            collector.url + "/", headers={"Host": "dev-box:5000"}, timeout=10,
+            proxies={"http": "", "https": ""},
+        )  # fmt: skip
+        assert response.status_code == 200
+
+
+# -- clients that hold connections ------------------------------------------------------------
+
+
+def _connect(collector: Collector) -> socket.socket:
+    host, port = collector.url.removeprefix("http://").rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _wait_until(predicate: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())
+
+
+def _closed_by_server(connection: socket.socket, timeout: float) -> float:
+    """Seconds until the server closes ``connection`` (reading what it sends meanwhile)."""
+    started = time.monotonic()
+    connection.settimeout(timeout)
+    try:
+        while connection.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def limited() -> Iterator[Collector]:
+    with Collector(max_connections=4, header_timeout=1.0, body_timeout=1.0, idle_timeout=2.0) as c:
+        yield c
+
+
+def test_connections_over_the_cap_get_503_and_the_cap_frees_up(limited: Collector) -> None:
+    held = [_connect(limited) for _ in range(4)]
+    try:
+        assert _wait_until(lambda: limited.open_connections == 4)
+        with _connect(limited) as extra:
+            extra.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{limited.port}\r\n\r\n".encode())
+            extra.settimeout(10)
+            answer = extra.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:100]
+        assert b"Connection: close" in answer
+        assert limited.refused_connections >= 1
+    finally:
+        for connection in held:
+            connection.close()
+    assert _wait_until(lambda: limited.open_connections == 0)
+    http = Client(limited)
+    try:
+        assert http.post_events({"message": "after"}).status_code == 202
+    finally:
+        http.close()
+
+
+def test_idle_connections_are_closed(limited: Collector) -> None:
+    with _connect(limited) as idle:
+        elapsed = _closed_by_server(idle, timeout=15)
+    assert 1.5 <= elapsed < 10
+    assert _wait_until(lambda: limited.open_connections == 0)
+
+
+def test_headers_that_trickle_in_are_cut_off_at_the_deadline(limited: Collector) -> None:
+    """A client that sends one header byte at a time, each well within a socket timeout, is
+    still closed once the whole header block has taken ``header_timeout``."""
+    stop = threading.Event()
+    closed_after: list[float] = []
+
+    def trickle(connection: socket.socket) -> None:
+        started = time.monotonic()
+        head = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{limited.port}\r\nX-Slow: " + "a" * 200
+        try:
+            for char in head:
+                if stop.is_set():
+                    return
+                connection.sendall(char.encode())
+                time.sleep(0.05)
+        except OSError:
+            closed_after.append(time.monotonic() - started)
+
+    with _connect(limited) as connection:
+        sender = threading.Thread(target=trickle, args=(connection,), daemon=True)
+        sender.start()
+        elapsed = _closed_by_server(connection, timeout=15)
+        stop.set()
+        sender.join(10)
+    assert elapsed < 8  # 1 s deadline; the trickle alone would take over 12 s
+    assert _wait_until(lambda: limited.open_connections == 0)
+
+
+def test_a_body_that_trickles_in_is_cut_off_at_the_deadline(limited: Collector) -> None:
+    head = (
+        "POST /api/v2/events HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{limited.port}\r\n"
+        f"Authorization: Bearer {limited.project_token}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+    ).encode()
+    with _connect(limited) as connection:
+        connection.sendall(head + b'{"message": "')
+        started = time.monotonic()
+        try:
+            for _ in range(100):
+                connection.sendall(b"a")
+                time.sleep(0.05)
+        except OSError:
+            pass
+        elapsed = _closed_by_server(connection, timeout=15) + (time.monotonic() - started)
+    assert elapsed < 8
+    assert limited.events() == []
+    assert _wait_until(lambda: limited.open_connections == 0)
+
+
+def test_slow_clients_do_not_stop_others(limited: Collector) -> None:
+    slow = [_connect(limited) for _ in range(3)]
+    try:
+        for connection in slow:
+            connection.sendall(b"GET / HTTP/1.1\r\nHost: 1")  # and never more
+        http = Client(limited)
+        try:
+            started = time.monotonic()
+            assert http.post_events({"message": "served"}).status_code == 202
+            assert time.monotonic() - started < 5
+        finally:
+            http.close()
+    finally:
+        for connection in slow:
+            connection.close()
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_database_files_are_created_readable_by_the_owner_only(tmp_path: Path) -> None:
+    database = tmp_path / "new" / "collector.sqlite3"
+    previous = os.umask(0o022)
+    try:
+        with Collector(database) as collector:
+            http = Client(collector)
+            assert http.post_events({"message": "m"}).status_code == 202
+            http.close()
+            files = [database, Path(f"{database}-wal"), Path(f"{database}-shm")]
+            for path in files:
+                assert path.exists(), path
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, (path, oct(path.stat().st_mode))
+        assert stat.S_IMODE(database.parent.stat().st_mode) == 0o700
+    finally:
+        os.umask(previous)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_an_existing_database_is_tightened(tmp_path: Path) -> None:
+    database = tmp_path / "old.sqlite3"
+    with Collector(database):
+        pass
+    os.chmod(database, 0o644)
+    with Collector(database) as collector:
+        assert collector.project_token
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600

@@ -1,0 +1,360 @@
+"""The event endpoints of the API: submitting (POST and GET), reading, stacks, heartbeats and
+user descriptions.
+
+Submitting answers as the service does: 202 for a POST (200 for ``GET .../submit``) once the
+events are stored. Besides the service's headers, a 202 carries two of the collector's own,
+``X-Events-Stored`` and ``X-Events-Discarded`` (too old, invalid or a repeated reference id),
+which make tests and debugging easier; clients must not rely on them.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from eventlog_handler.collector.accounts import TokenRecord
+from eventlog_handler.collector.auth import QUERY_TOKEN_NAMES
+from eventlog_handler.collector.filters import EventQuery, parse_filter, parse_sort
+from eventlog_handler.collector.formats import DateFormatError, parse_date, utc_now
+from eventlog_handler.collector.http_helpers import (
+    MAXIMUM_SKIP,
+    cursor_headers,
+    int_arg,
+    json_document,
+    media_type,
+    paging_headers,
+    project_in_scope,
+    read_body,
+    token_project,
+)
+from eventlog_handler.collector.ingest import read_events
+from eventlog_handler.collector.messages import Request, Response, empty_response, json_response
+from eventlog_handler.collector.normalize import NormalizedEvent, Normalizer, is_valid_reference_id
+from eventlog_handler.collector.problems import HttpError
+from eventlog_handler.collector.storage import Storage
+
+__all__ = ["EVENT_MEDIA_TYPES", "EventsApi", "IngestNote"]
+
+EVENT_MEDIA_TYPES = ("application/json", "text/plain")
+_GEO_RE = re.compile(r"^\s*-?\d{1,3}(?:\.\d+)?\s*,\s*-?\d{1,3}(?:\.\d+)?\s*$")
+_NOTES = 100
+
+
+@dataclass(frozen=True)
+class IngestNote:
+    """Something the collector did to a request's events that a client may not expect."""
+
+    time: float
+    project_id: str
+    text: str
+
+
+def _matches_exclusion(key: str, patterns: list[str]) -> bool:
+    lowered = key.lower()
+    for pattern in patterns:
+        pattern = pattern.strip().lower()
+        if not pattern:
+            continue
+        if pattern.startswith("*") and pattern.endswith("*") and len(pattern) > 1:
+            if pattern[1:-1] in lowered:
+                return True
+        elif pattern.endswith("*"):
+            if lowered.startswith(pattern[:-1]):
+                return True
+        elif pattern.startswith("*"):
+            if lowered.endswith(pattern[1:]):
+                return True
+        elif lowered == pattern:
+            return True
+    return False
+
+
+class EventsApi:
+    """The event endpoints over a :class:`Storage`."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        max_body_bytes: int,
+        on_events: Callable[[], None] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.max_body_bytes = max_body_bytes
+        self._on_events = on_events
+        self._notes: deque[IngestNote] = deque(maxlen=_NOTES)
+        self._notes_lock = threading.Lock()
+
+    @property
+    def notes(self) -> list[IngestNote]:
+        """What the collector recently noted about received events, newest first."""
+        with self._notes_lock:
+            return list(reversed(self._notes))
+
+    def _note(self, project_id: str, text: str) -> None:
+        with self._notes_lock:
+            self._notes.append(IngestNote(time.time(), project_id, text))
+
+    def _store(
+        self,
+        token: TokenRecord,
+        project_id: str,
+        events: list[NormalizedEvent],
+        normalizer: Normalizer,
+        status: int,
+    ) -> Response:
+        outcome = self.storage.insert_events(
+            token.organization_id, project_id, events, normalizer.now
+        )
+        if outcome.ids and self._on_events is not None:
+            self._on_events()
+        for problem in normalizer.problems:
+            self._note(project_id, f"Dropped an event: {problem}.")
+        if normalizer.dropped > len(normalizer.problems):
+            self._note(project_id, f"Dropped {normalizer.dropped} events in one request.")
+        if events and events[0].note:
+            self._note(project_id, f"{len(events)} event(s) stored as text. {events[0].note}")
+        response = empty_response(status)
+        response.headers["X-Events-Stored"] = str(len(outcome.ids))
+        response.headers["X-Events-Discarded"] = str(normalizer.dropped + outcome.duplicates)
+        version, _ = self.storage.project_config(project_id)
+        response.headers["X-Exceptionless-ConfigVersion"] = str(version)
+        return response
+
+    # -- submitting --------------------------------------------------------------------------
+
+    def post_events(self, request: Request, token: TokenRecord | None) -> Response:
+        """``POST /api/v2/events`` and ``/api/v2/projects/{id}/events``: 202 when stored.
+
+        JSON and plain text are accepted; a body that is not events becomes log events, one
+        per line, as on the service.
+        """
+        assert token is not None
+        project_id = token_project(self.storage, request, token)
+        if media_type(request) not in EVENT_MEDIA_TYPES:
+            raise HttpError(415, "Send events as 'Content-Type: application/json' (or text/plain).")
+        body = read_body(request, self.max_body_bytes, required=True, media_types=EVENT_MEDIA_TYPES)
+        assert body is not None
+        normalizer = Normalizer(utc_now())
+        events = read_events(body, normalizer)
+        return self._store(token, project_id, events, normalizer, 202)
+
+    def submit_by_get(self, request: Request, token: TokenRecord | None) -> Response:
+        """``GET /api/v2/events/submit[/{type}]`` (and by project): one event from the query
+        parameters, answered 200 as on the service. ``type``, ``source``, ``message``,
+        ``reference``, ``date``, ``count``, ``value``, ``geo``, ``tags`` (comma-separated),
+        ``identity`` and ``identity.name`` fill the event; any other parameter goes into
+        ``data`` (unless ``@@DataExclusions`` names it); a value that does not parse is
+        ignored."""
+        assert token is not None
+        parameters = [
+            (key, [value for value in values if value])
+            for key, values in request.query.items()
+            if key and key.lower() not in QUERY_TOKEN_NAMES and any(values)
+        ]
+        if not parameters:
+            return empty_response(200)
+        project_id = token_project(self.storage, request, token)
+        _, settings = self.storage.project_config(project_id)
+        exclusions = (settings.get("@@DataExclusions") or "").split(",")
+        event: dict[str, Any] = {"type": request.params.get("type") or "log"}
+        data: dict[str, Any] = {}
+        identity = name = None
+        for key, values in parameters:
+            first = values[0]
+            lowered = key.lower()
+            if lowered in ("type", "source", "message"):
+                event[lowered] = first
+            elif lowered == "reference":
+                event["reference_id"] = first
+            elif lowered == "date":
+                try:
+                    parse_date(first)
+                    event["date"] = first
+                except DateFormatError:
+                    pass
+            elif lowered == "count":
+                if re.fullmatch(r"[+-]?\d{1,9}", first.strip()):
+                    event["count"] = int(first)
+            elif lowered == "value":
+                try:
+                    number = Decimal(first.strip())
+                    if number.is_finite():
+                        event["value"] = int(number) if number == int(number) else float(number)
+                except (InvalidOperation, ValueError):
+                    pass
+            elif lowered == "geo":
+                if _GEO_RE.match(first):
+                    event["geo"] = ",".join(part.strip() for part in first.split(","))
+            elif lowered == "tags":
+                tags = [tag for value in values for tag in value.split(",") if tag]
+                event["tags"] = list(dict.fromkeys(tags))
+            elif lowered == "identity":
+                identity = first
+            elif lowered in ("identity.name", "identityname"):
+                name = first
+            elif not _matches_exclusion(key, exclusions):
+                data[key] = values if len(values) > 1 else first
+        if identity or name:
+            user: dict[str, Any] = {"identity": identity} if identity else {}
+            if name:
+                user["name"] = name
+            data["@user"] = user
+        if data:
+            event["data"] = data
+        if "reference_id" in event and not is_valid_reference_id(event["reference_id"]):
+            event["reference_id"] = "invalid-reference-id"
+        normalizer = Normalizer(utc_now())
+        normalized = normalizer.event(event)
+        return self._store(token, project_id, [normalized] if normalized else [], normalizer, 200)
+
+    def heartbeat(self, request: Request, token: TokenRecord | None) -> Response:
+        """``GET /api/v2/events/session/heartbeat?id=...&close=...``: 200."""
+        return empty_response(200)
+
+    def user_description(self, request: Request, token: TokenRecord | None) -> Response:
+        """``POST /api/v2/events/by-ref/{reference_id}/user-description``: 202.
+
+        The description is attached to the project's event with that reference id as
+        ``data["@user_description"]`` if the event is stored; otherwise it is dropped.
+        """
+        assert token is not None
+        project_id = token_project(self.storage, request, token)
+        reference_id = request.params["reference_id"]
+        if not is_valid_reference_id(reference_id):
+            raise HttpError(400, "Invalid reference id.")
+        body = read_body(request, self.max_body_bytes, required=True)
+        assert body is not None
+        value = json_document(body)
+        if not isinstance(value, dict):
+            raise HttpError(400, "The user description must be a JSON object.")
+        description = {
+            key: value[key] for key in ("email_address", "description", "data") if key in value
+        }
+        self.storage.add_user_description(project_id, reference_id, description)
+        return empty_response(202)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def list_events(self, request: Request, token: TokenRecord | None) -> Response:
+        """``GET /api/v2/events`` (also by project and by stack): ``filter``, ``sort``, ``page``
+        and ``limit`` (at most 100), or the cursors ``after``/``before`` (an event id)."""
+        assert token is not None
+        query = EventQuery(organization_id=token.organization_id)
+        if "project_id" in request.params:
+            query.scope_project_id = project_in_scope(
+                self.storage, token, request.params["project_id"]
+            )
+        else:
+            query.scope_project_id = token.project_id
+        if "stack_id" in request.params:
+            stack = self.storage.get_stack(request.params["stack_id"])
+            if stack is None or stack["organization_id"] != token.organization_id:
+                raise HttpError(404, "No such stack.")
+            query.stack_ids.append(stack["id"])
+        page = int_arg(request, "page", 1)
+        limit = int_arg(request, "limit", 10, 100)
+        query.ascending = parse_sort(request.arg("sort"))
+        parse_filter(request.arg("filter") or "", query)
+        query.limit = limit
+        after, before = request.arg("after"), request.arg("before")
+        if after or before:
+            return self._cursor_page(request, query, after, before)
+        skip = (page - 1) * limit
+        if skip > MAXIMUM_SKIP:
+            return json_response(200, [])
+        query.offset = skip
+        events, total = self.storage.query_events(query)
+        has_more = skip + len(events) < total
+        return json_response(200, events, paging_headers(request, page, limit, total, has_more))
+
+    def _cursor_page(
+        self, request: Request, query: EventQuery, after: str | None, before: str | None
+    ) -> Response:
+        if after:
+            found = self.storage.events_after(query, after)
+        else:
+            assert before is not None
+            query.ascending = not query.ascending
+            found = self.storage.events_after(query, before)
+            if found is not None:
+                found = (found[0][::-1], found[1])
+        if found is None:
+            raise HttpError(
+                400, "The cursor is not a known event id.", errors={"after": ["Unknown id."]}
+            )
+        events, more = found
+        following = preceding = None
+        if events:
+            if after:
+                following = events[-1]["id"] if more else None
+                preceding = events[0]["id"]
+            else:
+                following = events[-1]["id"]
+                preceding = events[0]["id"] if more else None
+        headers = cursor_headers(request, query.limit, preceding, following)
+        return json_response(200, events, headers)
+
+    def get_event(self, request: Request, token: TokenRecord | None) -> Response:
+        """``GET /api/v2/events/{id}``: the stored event, or 404."""
+        assert token is not None
+        event = self.storage.get_event(request.params["event_id"])
+        if (
+            event is None
+            or event.get("organization_id") != token.organization_id
+            or (token.project_id is not None and event.get("project_id") != token.project_id)
+        ):
+            raise HttpError(404, "No such event.")
+        return json_response(200, event)
+
+    # -- stacks ------------------------------------------------------------------------------
+
+    def _stack(self, request: Request, token: TokenRecord) -> dict[str, Any]:
+        stack = self.storage.get_stack(request.params["stack_id"])
+        if (
+            stack is None
+            or stack["organization_id"] != token.organization_id
+            or (token.project_id is not None and stack["project_id"] != token.project_id)
+        ):
+            raise HttpError(404, "No such stack.")
+        return stack
+
+    @staticmethod
+    def _public(stack: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in stack.items() if key not in ("first_ts", "last_ts")}
+
+    def get_stack(self, request: Request, token: TokenRecord | None) -> Response:
+        """``GET /api/v2/stacks/{id}``."""
+        assert token is not None
+        return json_response(200, self._public(self._stack(request, token)))
+
+    def change_status(self, request: Request, token: TokenRecord | None) -> Response:
+        """``POST /api/v2/stacks/{id}/change-status?status=open|fixed|regressed|ignored``."""
+        assert token is not None
+        stack = self._stack(request, token)
+        status = (request.arg("status") or "").strip().lower()
+        try:
+            self.storage.set_stack_status(stack["id"], status)
+        except ValueError as exc:
+            raise HttpError(400, str(exc), errors={"status": [str(exc)]}) from None
+        return empty_response(200)
+
+    def mark_fixed(self, request: Request, token: TokenRecord | None) -> Response:
+        """``POST /api/v2/stacks/{id}/mark-fixed`` (fixed) and ``DELETE`` (open again)."""
+        assert token is not None
+        stack = self._stack(request, token)
+        status = "open" if request.method == "DELETE" else "fixed"
+        self.storage.set_stack_status(stack["id"], status)
+        return empty_response(200)
+
+    def read_body_json(self, request: Request) -> Any:
+        """A JSON request body, 400 when it does not parse (for the other endpoints)."""
+        body = read_body(request, self.max_body_bytes, required=True)
+        assert body is not None
+        return json_document(body)
