@@ -41,6 +41,7 @@ from eventlog_handler.api import Client
 from eventlog_handler.buffer import Entry
 from eventlog_handler.delivery import Delivery, engine_say
 from eventlog_handler.intake import Intake
+from eventlog_handler.jsonsafe import safe_str
 from eventlog_handler.ledger import DROP_REASONS, Ledger
 from eventlog_handler.lifecycle import Lifecycle, terminate_gracefully
 from eventlog_handler.pipeline import Pipeline
@@ -129,6 +130,8 @@ class Engine:
         self.deadline: float | None = None
         self.config_wanted = settings.server_settings
         self._config_next_try = 0.0
+        #: Why the last fetch of the service's settings failed (``None``: it didn't).
+        self.settings_error: str | None = None
         self._client: Client | None = None
         if settings.spool_path and self._spool is None:
             self._spool = Spool(settings.spool_path, settings.spool_max_bytes)
@@ -274,11 +277,11 @@ class Engine:
             )
         except errors.EventLogError as exc:
             self._config_next_try = time.monotonic() + CONFIG_RETRY
-            self.ledger.last_error = self.delivery.redact(f"settings: {exc}")
+            self.settings_error = self.delivery.redact(safe_str(exc))
             return
         except Exception as exc:  # pragma: no cover - a bad answer must not stop the worker
             self._config_next_try = time.monotonic() + CONFIG_RETRY
-            self.ledger.last_error = f"settings: {type(exc).__name__}"
+            self.settings_error = f"{type(exc).__name__}: {safe_str(exc)}"
             return
         if answer is None:  # 304: what we have is current
             return
@@ -286,7 +289,9 @@ class Engine:
         settings = answer.get("settings")
         if not isinstance(version, int) or not isinstance(settings, dict):
             self._config_next_try = time.monotonic() + CONFIG_RETRY
+            self.settings_error = "the answer is not {version, settings}"
             return
+        self.settings_error = None
         self.server = ServerSettings(version, settings)
 
     # -- flush, close, exit -------------------------------------------------------------------
@@ -322,6 +327,7 @@ class Engine:
             stats["server_settings_version"] = (
                 self.server.version if self.server.version >= 0 else None
             )
+            stats["server_settings_error"] = self.settings_error
             return stats
 
     def is_worker_thread(self) -> bool:

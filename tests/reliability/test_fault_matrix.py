@@ -173,11 +173,20 @@ def test_413_for_large_requests(server: FaultServer, scale: int, limit: int) -> 
         if index % 8 == 0:
             blobs = {f"blob{i}": os.urandom(3000).hex() for i in range(12)}
             run.logger.warning("large %d", index, extra=blobs)
-            large.append(run.captured.ids[-1])
+            large.append(f"large {index}")
         else:
             run.logger.info("small %d %s", index, os.urandom(50).hex())
-            small.append(run.captured.ids[-1])
+            small.append(f"small {index}")
     stats = settle(run.engine, [server], run.captured.ids)
+    # Reference ids are given on the worker: match what was logged by its message.
+    by_message = {
+        event["message"].rsplit(" ", 1)[0]
+        if event["message"].startswith("small")
+        else event["message"]: event["reference_id"]
+        for event in run.captured.events
+    }
+    small = [by_message[text] for text in small]
+    large = [by_message[text] for text in large]
     accepted = {event["reference_id"]: event for event in server.accepted}
     assert set(small) <= set(accepted)  # small events always fit once split
     assert stats["dropped"]["too_large"] == len(set(large) - set(accepted))

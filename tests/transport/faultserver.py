@@ -59,6 +59,13 @@ class FaultServer:
         self.requests: list[Seen] = []
         self.accepted: list[dict[str, Any]] = []
         self.duplicates: list[str] = []
+        #: ``GET /api/v2/projects/config``: the answer (a dict, sent as JSON with 200, or 304
+        #: when the client's ``v`` is its version), or a status / "hang" to fail with.
+        self.config: Any = {"version": 0, "settings": {}}
+        #: The ``v`` parameter of every settings request and the thread that made it.
+        self.config_requests: list[str | None] = []
+        #: ``X-Exceptionless-ConfigVersion`` sent with accepted posts (None: not sent).
+        self.config_version: int | None = None
         self._ids: set[str] = set()
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
@@ -153,6 +160,43 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.owner._lock:
                 self.server.owner._connections.discard(self.connection)
 
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        path, _, query = self.path.partition("?")
+        if path != "/api/v2/projects/config":
+            self._answer(Reply(404))
+            return
+        version = None
+        for pair in query.split("&"):
+            name, _, value = pair.partition("=")
+            if name == "v":
+                version = value
+        with owner._lock:
+            owner.config_requests.append(version)
+            config = owner.config
+        if config == "hang":
+            owner._stopping.wait()
+            self.close_connection = True
+            return
+        if isinstance(config, int):
+            self._answer(Reply(config))
+            return
+        if version is not None and str(config.get("version")) == version:
+            self._answer(Reply(304))
+            return
+        body = json.dumps(config).encode()
+        self._answer(Reply(200, body, {"Content-Type": "application/json"}))
+
+    def _answer(self, reply: Reply) -> None:
+        if reply.status >= 400 and not reply.body:
+            reply = Reply(reply.status, b'{"title": "fault"}', {"Content-Type": "application/json"})
+        self.send_response(reply.status)
+        for key, value in reply.headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(reply.body)))
+        self.end_headers()
+        self.wfile.write(reply.body)
+
     def do_POST(self) -> None:
         owner = self.server.owner
         length = int(self.headers.get("Content-Length") or 0)
@@ -192,6 +236,11 @@ class _Handler(BaseHTTPRequestHandler):
                 {"Content-Type": "application/problem+json", **reply.headers},
             )
         owner.record(Seen(reply.status, events, headers, len(raw)))
+        if 200 <= reply.status < 300 and owner.config_version is not None:
+            reply.headers = {
+                **reply.headers,
+                "X-Exceptionless-ConfigVersion": str(owner.config_version),
+            }
         self.send_response(reply.status)
         for key, value in reply.headers.items():
             self.send_header(key, value)
