@@ -1,6 +1,7 @@
-"""Uncaught exceptions as error events: ``sys.excepthook`` and ``threading.excepthook``.
+"""Uncaught exceptions as error events: ``sys.excepthook``, ``threading.excepthook``,
+``sys.unraisablehook`` and asyncio's exception handler.
 
-:func:`install_hooks` wraps both hooks. When an exception goes uncaught, the wrapper queues
+:func:`install_hooks` wraps all four. When an exception goes uncaught, the wrapper queues
 an error event and waits briefly (``min(shutdown_timeout, 2)`` seconds at most) until the
 service has it, because the process, or the thread, is about to end. Then it calls the hook
 that was there before, so the traceback is still printed and the exit status is unchanged.
@@ -8,6 +9,14 @@ that was there before, so the traceback is still printed and the exit status is 
 - Main thread: ``@level`` ``Fatal``, ``data["@submission_method"]`` ``unhandled_exception``.
 - Other threads: ``@level`` ``Error``, ``data["@submission_method"]``
   ``unhandled_thread_exception``, ``@environment`` naming the thread.
+- Exceptions Python can't raise anywhere (in ``__del__``, a weakref callback, a generator
+  closed by the garbage collector: ``sys.unraisablehook``): ``@level`` ``Error``,
+  ``unraisable_exception``, with what Python says about them in ``data["@unraisable"]``. They
+  are queued, not waited for: the program goes on.
+- Exceptions of asyncio tasks and callbacks that nobody retrieved (the event loop's exception
+  handler, also one set with ``loop.set_exception_handler``): ``@level`` ``Error``,
+  ``unhandled_async_exception``, with the loop's message and the task in ``data["@asyncio"]``;
+  queued, not waited for.
 - ``KeyboardInterrupt`` (and ``SystemExit`` in a thread) is not reported, only passed on.
 - An exception that was already sent (for instance by ``logger.exception`` before it was
   re-raised) is not sent again.
@@ -27,7 +36,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from eventlog_handler.records import build_event, was_reported
+from eventlog_handler.jsonsafe import safe_repr
+from eventlog_handler.records import build_event, exception_filtered, was_reported
 from eventlog_handler.settings import Settings
 from eventlog_handler.transport import get_engine, is_sender_thread
 
@@ -54,6 +64,8 @@ class ExceptionHooks:
         self._previous_thread: _ThreadHook | None = None
         self._sys_hook: _SysHook | None = None
         self._thread_hook: _ThreadHook | None = None
+        self._previous_unraisable: _ThreadHook | None = None
+        self._unraisable_hook: _ThreadHook | None = None
 
     @property
     def flush_timeout(self) -> float:
@@ -76,12 +88,23 @@ class ExceptionHooks:
             self._on_thread(args)
             return previous_thread(args)
 
+        previous_unraisable: _ThreadHook = sys.unraisablehook
+
+        def unraisable_hook(args: Any) -> Any:
+            self._on_unraisable(args)
+            return previous_unraisable(args)
+
         sys_hook.__eventlog_hooks__ = self  # type: ignore[attr-defined]
         thread_hook.__eventlog_hooks__ = self  # type: ignore[attr-defined]
+        unraisable_hook.__eventlog_hooks__ = self  # type: ignore[attr-defined]
         self._previous_sys, self._previous_thread = previous_sys, previous_thread
         self._sys_hook, self._thread_hook = sys_hook, thread_hook
+        self._previous_unraisable, self._unraisable_hook = previous_unraisable, unraisable_hook
         sys.excepthook = sys_hook
         threading.excepthook = thread_hook
+        sys.unraisablehook = unraisable_hook
+        _asyncio_hooks.add(self)
+        _patch_asyncio()
         self.active = True
 
     def uninstall(self) -> None:
@@ -93,6 +116,10 @@ class ExceptionHooks:
         if self._thread_hook is not None and threading.excepthook is self._thread_hook:
             assert self._previous_thread is not None
             threading.excepthook = self._previous_thread
+        if self._unraisable_hook is not None and sys.unraisablehook is self._unraisable_hook:
+            assert self._previous_unraisable is not None
+            sys.unraisablehook = self._previous_unraisable
+        _asyncio_hooks.discard(self)
 
     # -- reporting --------------------------------------------------------------------------------
 
@@ -132,6 +159,46 @@ class ExceptionHooks:
         except Exception:  # pragma: no cover - a hook must not fail
             pass
 
+    def _on_unraisable(self, args: Any) -> None:
+        try:
+            exc = args.exc_value
+            if not self.active or exc is None or is_sender_thread():
+                return
+            if exc.__traceback__ is None and args.exc_traceback is not None:
+                exc = exc.with_traceback(args.exc_traceback)
+            about = {"message": args.err_msg or "Exception ignored in"}
+            if args.object is not None:
+                about["object"] = safe_repr(args.object)[:500]
+            self.report(
+                exc,
+                level="Error",
+                submission_method="unraisable_exception",
+                data={"@unraisable": about},
+                wait=False,
+            )
+        except Exception:  # pragma: no cover - a hook must not fail
+            pass
+
+    def on_asyncio(self, context: dict[str, Any]) -> None:
+        """An asyncio loop's exception handler was called with ``context``."""
+        try:
+            exc = context.get("exception")
+            if not self.active or not isinstance(exc, BaseException) or is_sender_thread():
+                return
+            about: dict[str, Any] = {"message": str(context.get("message") or "")}
+            for name in ("task", "future", "handle"):
+                if context.get(name) is not None:
+                    about[name] = safe_repr(context[name])[:500]
+            self.report(
+                exc,
+                level="Error",
+                submission_method="unhandled_async_exception",
+                data={"@asyncio": about},
+                wait=False,
+            )
+        except Exception:  # pragma: no cover - a hook must not fail
+            pass
+
     def report(
         self,
         exc: BaseException,
@@ -139,9 +206,15 @@ class ExceptionHooks:
         level: str,
         submission_method: str,
         data: dict[str, Any] | None = None,
+        wait: bool = True,
     ) -> bool:
-        """Send ``exc`` now (queue it, then flush for a moment); ``False`` if it was skipped."""
+        """Send ``exc`` (queue it, then, with ``wait``, flush for a moment, because the process
+        or thread is about to end); ``False`` if it was skipped."""
         if was_reported(exc):
+            return False
+        engine = get_engine(self.settings)
+        if exception_filtered(exc, self.settings, engine.server):
+            engine.count_filtered()
             return False
         event = build_event(
             self.settings,
@@ -154,9 +227,9 @@ class ExceptionHooks:
             exc=exc,
             submission_method=submission_method,
         )
-        engine = get_engine(self.settings)
         engine.enqueue(event)
-        engine.flush(self.flush_timeout)
+        if wait:
+            engine.flush(self.flush_timeout)
         return True
 
 
@@ -184,3 +257,35 @@ def install_with(settings: Settings, *, force: bool = False) -> ExceptionHooks |
     hooks = ExceptionHooks(settings)
     hooks.install()
     return hooks
+
+
+# -- asyncio ------------------------------------------------------------------------------------
+
+#: The installed hooks that want asyncio's unhandled exceptions.
+_asyncio_hooks: set[ExceptionHooks] = set()
+_asyncio_patched = False
+
+
+def _patch_asyncio() -> None:
+    """Report what every asyncio loop passes to its exception handler (default or custom).
+
+    ``BaseEventLoop.call_exception_handler`` is where every loop of the standard library sends
+    an exception nobody retrieved; it is wrapped once, on first install, and the wrapper then
+    calls the original, so the loop's own handler (and its console output) still runs.
+    """
+    global _asyncio_patched
+    if _asyncio_patched:
+        return
+    import asyncio.base_events
+
+    loop_class: Any = asyncio.base_events.BaseEventLoop
+    original = loop_class.call_exception_handler
+
+    def call_exception_handler(loop: Any, context: dict[str, Any]) -> Any:
+        for hooks in list(_asyncio_hooks):
+            hooks.on_asyncio(context)
+        return original(loop, context)
+
+    call_exception_handler.__wrapped__ = original  # type: ignore[attr-defined]
+    loop_class.call_exception_handler = call_exception_handler
+    _asyncio_patched = True

@@ -322,12 +322,10 @@ def build_event(
     if level is None:
         level = level_name(levelno)
     serious = exc is not None or levelno >= logging.ERROR
-    if submission_method is not None or stack is not None or serious:
+    if submission_method is not None or serious:
         data = dict(data) if data else {}
         if submission_method is not None:
             data["@submission_method"] = submission_method
-        if stack is not None:
-            data["@stack"] = stack
         if serious:
             request = get_request()
             if request is not None and "@request" not in data:
@@ -345,7 +343,7 @@ def build_event(
         "exclusions": settings.data_exclusions,
     }
     if exc is None:
-        return log_event(message, data=data, **common)
+        return _with_stack(log_event(message, data=data, **common), stack)
     assert data is not None
     if settings.include_environment and "@environment" not in data:
         environment = {**environment_info(), **thread_info()}
@@ -355,6 +353,17 @@ def build_event(
         data["@environment"] = environment
     event = error_event(exc, message=message, data=data, **common)
     mark_reported(exc)
+    return _with_stack(event, stack)
+
+
+def _with_stack(event: dict[str, Any], stack: dict[str, Any] | None) -> dict[str, Any]:
+    """``event`` with its manual stack (added after the data exclusions, which would take
+    ``signature_data`` for a secret)."""
+    if stack is not None:
+        data = event.get("data")
+        if not isinstance(data, dict):
+            data = event["data"] = {}
+        data["@stack"] = stack
     return event
 
 
@@ -496,12 +505,9 @@ def capture_record(
         args = None
         if failure:
             data = {**(data or {}), **failure}
-    if record.stack_info or stack is not None:
+    if record.stack_info:
         data = dict(data) if data else {}
-        if record.stack_info:
-            data["@stack_info"] = record.stack_info
-        if stack is not None:
-            data["@stack"] = stack
+        data["@stack_info"] = record.stack_info
     ready = False
     if data:
         for value in data.values():
@@ -509,6 +515,11 @@ def capture_record(
                 data = to_jsonable(data, settings.data_exclusions)
                 ready = True
                 break
+    if stack is not None:  # after the exclusions: "signature_data" is not a secret
+        data = to_jsonable(data, settings.data_exclusions) if data and not ready else data
+        data = dict(data) if data else {}
+        data["@stack"] = stack
+        ready = True
     context_tags = get_tags()
     if context_tags:
         tags = (*context_tags, *tags)

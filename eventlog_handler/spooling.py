@@ -120,8 +120,8 @@ class SpoolTraffic:
         while file.count > 0 and not self.engine.intake.finished:
             try:
                 rows = file.oldest(self.settings.batch_size, self.settings.max_raw_batch_bytes)
-            except SpoolCorrupt as exc:
-                self._lost(file, exc.rows)
+            except SpoolCorrupt:
+                self._lost(file)
                 return True
             except sqlite3.Error as exc:
                 self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
@@ -139,21 +139,24 @@ class SpoolTraffic:
                 sent = delivery.deliver(deque([Part.from_rows(file, fresh)]))
             finally:
                 file.reserved.difference_update(row.id for row in fresh)
+                self._lost(file)
             if not sent:
                 with self.ledger.lock:
                     self.due = time.monotonic()
                 return False
         return True
 
-    def _lost(self, file: SpoolFile, rows: int) -> None:
-        """A file turned out corrupt: its events are gone (counted), the spool moved it."""
-        with self.ledger.lock:
-            if self.is_own(file):
-                self.ledger.spooled = max(0, self.ledger.spooled - rows)
-                self.ledger.dropped["spool_full"] += rows
-            else:
-                self.ledger.replayed["dropped"] += rows
-        if file in self.orphans:
+    def _lost(self, file: SpoolFile) -> None:
+        """Count the rows a file lost when it was found corrupt (the spool moved it aside)."""
+        rows = file.take_lost()
+        if rows:
+            with self.ledger.lock:
+                if self.is_own(file):
+                    self.ledger.spooled = max(0, self.ledger.spooled - rows)
+                    self.ledger.dropped["spool_full"] += rows
+                else:
+                    self.ledger.replayed["dropped"] += rows
+        if file.quarantined is not None and file in self.orphans:
             self.orphans.remove(file)
         self._say_quarantined()
 
@@ -216,6 +219,7 @@ class SpoolTraffic:
             if stored:
                 self.due = min(self.due, now + delay)
             ledger.changed.notify_all()
+        self._lost(own)
         if own.full or written < len(rows):
             self._disk_full(own, unwritten)
         else:
