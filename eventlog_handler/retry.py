@@ -11,10 +11,19 @@ refused, reset, timeout, TLS, 5xx, 503    ``RETRY`` after exponential backoff wi
 409, 429                                  ``RETRY``, after ``Retry-After`` when one is sent
 402                                       ``RETRY`` when the next 5-minute usage bucket starts
 413                                       ``SPLIT`` a batch; ``SHRINK`` a single event, once
-400, 411, 415, 422                        ``SPLIT`` a batch to isolate the bad event; ``DROP``
+422                                       ``SPLIT`` a batch to isolate the bad event; ``DROP``
                                           a single one (counted as ``rejected``)
-401, 403, 404, 3xx, other 4xx             ``REFUSED``: said once on stderr, retried slowly
+400, 411, 415, 401, 403, 404, 3xx,        ``REFUSED``: said once on stderr, retried slowly
+other 4xx
 ========================================  ======================================================
+
+Why 400 is a refusal, not a bad event: the real service parses events only after it has
+answered 202, so it never rejects one bad event synchronously. On ``POST /api/v2/events`` it
+answers 400 when the key belongs to no project (an organization-level key), and every event
+would get it: bisecting a batch on it cost one request per event and dropped them all. 411 and
+415 are about the request, not an event, and the same for every batch. Only 422 (which the real
+service does not send for events, but other implementations of the API may) is evidence that
+one event is bad, and only while a smaller part gets a different answer.
 """
 
 from __future__ import annotations
@@ -85,7 +94,7 @@ class RetryPolicy:
             return Decision(action, 0.0, "too large (413)")
         if isinstance(error, errors.ServerError) or status in (408, 425):
             return Decision(Action.RETRY, self.backoff(attempt), f"server error ({status})")
-        if isinstance(error, errors.BadRequestError):
+        if isinstance(error, errors.ValidationError):
             action = Action.SPLIT if batch_size > 1 else Action.DROP
             return Decision(action, 0.0, f"rejected ({status})")
         delay = max(self.backoff(attempt), min(self.refused_delay, self.maximum))

@@ -48,6 +48,8 @@ class Seen:
     events: list[dict[str, Any]]
     headers: dict[str, str]
     raw_size: int
+    #: When the request's body had been read (POSIX time).
+    at: float = dataclasses.field(default_factory=time.time)
 
 
 class FaultServer:
@@ -116,6 +118,16 @@ class FaultServer:
                         self._ids.add(ref)
                     if self.keep_events:
                         self.accepted.append(event)
+
+    def arrivals(self) -> dict[str, float]:
+        """Each accepted event's message and when its request arrived (the first time)."""
+        found: dict[str, float] = {}
+        with self._lock:
+            for seen in self.requests:
+                if isinstance(seen.status, int) and 200 <= seen.status < 300:
+                    for event in seen.events:
+                        found.setdefault(str(event.get("message")), seen.at)
+        return found
 
     def accepted_ids(self) -> list[str]:
         with self._lock:
@@ -201,6 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
+        received = time.time()
         body = gzip.decompress(raw) if self.headers.get("Content-Encoding") == "gzip" else raw
         parsed = json.loads(body.decode("utf-8")) if body else []
         events = parsed if isinstance(parsed, list) else [parsed]
@@ -213,13 +226,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             action = action.then
         if action == "reset":
-            owner.record(Seen("reset", events, headers, len(raw)))
+            owner.record(Seen("reset", events, headers, len(raw), received))
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
             self.close_connection = True
             return
         if action == "hang":
-            owner.record(Seen("hang", events, headers, len(raw)))
+            owner.record(Seen("hang", events, headers, len(raw), received))
             owner._stopping.wait()
             self.close_connection = True
             return
@@ -235,7 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
                 json.dumps(problem).encode(),
                 {"Content-Type": "application/problem+json", **reply.headers},
             )
-        owner.record(Seen(reply.status, events, headers, len(raw)))
+        owner.record(Seen(reply.status, events, headers, len(raw), received))
         if 200 <= reply.status < 300 and owner.config_version is not None:
             reply.headers = {
                 **reply.headers,

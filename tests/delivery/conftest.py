@@ -1,0 +1,105 @@
+"""Fixtures of the delivery tests: a fault-injecting loopback server and programs in their own
+interpreter, observed the way a user observes them (what arrives, when, and what stderr says)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integrations.conftest import REPO, child_env
+from tests.transport.faultserver import FaultServer
+
+API_KEY = "Ik3vQ8mZ2pLr7VbN4cYw9ZdF1gHj6KeA0uMo5PiR"
+
+
+@pytest.fixture
+def server() -> Iterator[FaultServer]:
+    with FaultServer() as fault_server:
+        yield fault_server
+
+
+class Program:
+    """A Python program in a process of its own, logging through ``setup()``."""
+
+    def __init__(self, source: str, url: str, tmp_path: Path, **env: str) -> None:
+        self.path = tmp_path / "program.py"
+        self.path.write_text(textwrap.dedent(source))
+        self.url = url
+        self.env = env
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> Program:
+        self.process = subprocess.Popen(
+            [sys.executable, str(self.path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(self.url, **self.env),
+            cwd=str(REPO),
+        )
+        return self
+
+    def lines(self) -> Iterator[str]:
+        """The program's stdout, line by line, as it comes."""
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            yield line.rstrip("\n")
+
+    def finish(self, timeout: float = 60) -> tuple[int, str]:
+        """Wait for the end; return the exit status and stderr."""
+        assert self.process is not None
+        try:
+            _, stderr = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, stderr = self.process.communicate()
+            raise AssertionError(f"the program did not end in {timeout} s: {stderr}") from None
+        return self.process.returncode, stderr
+
+
+def run_program(
+    source: str, url: str, tmp_path: Path, *, timeout: float = 60, **env: str
+) -> tuple[int, str, list[str]]:
+    """Run a program to its end: exit status, stderr, stdout lines."""
+    program = Program(source, url, tmp_path, **env).start()
+    lines = list(program.lines())
+    code, stderr = program.finish(timeout)
+    return code, stderr, lines
+
+
+def marks(lines: list[str]) -> dict[str, Any]:
+    """``MARK name {json}`` lines a program printed, by name."""
+    found: dict[str, Any] = {}
+    for line in lines:
+        if line.startswith("MARK "):
+            _, name, text = line.split(" ", 2)
+            found[name] = json.loads(text)
+    return found
+
+
+def wait_until(condition: Any, timeout: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return bool(condition())
+
+
+def accounted(stats: dict[str, Any]) -> int:
+    """What the accounting identity adds up: must equal ``captured``."""
+    return (
+        stats["delivered"]
+        + sum(stats["dropped"].values())
+        + stats["queued"]
+        + stats["in_flight"]
+        + stats["spooled"]
+    )

@@ -1,0 +1,63 @@
+"""At exit every event has exactly one outcome or is honestly pending: a batch that the service
+stores just after the exit deadline is reported as of unknown outcome, never as lost, and the
+counts add up (checked after the exit flush, from an ``atexit`` function that runs after it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.delivery.conftest import marks, run_program, wait_until
+from tests.transport.faultserver import Delay, FaultServer
+
+PROGRAM = """
+import atexit, json, logging
+
+def report():  # registered first, so it runs after the package's exit flush
+    import eventlog_handler.transport as transport
+    [engine] = transport.engines()
+    print("MARK stats", json.dumps(engine.stats()), flush=True)
+
+atexit.register(report)
+
+import eventlog_handler
+
+eventlog_handler.setup(shutdown_timeout=1.0, flush_interval=5.0)
+log = logging.getLogger("app.exit")
+for index in range(50):
+    log.info("pending %d", index)
+"""
+
+
+def test_a_batch_stored_after_the_deadline_is_not_reported_as_lost(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    server.default = Delay(1.6, 202)  # the answer comes 0.6 s after the exit deadline
+    code, stderr, lines = run_program(PROGRAM, server.url, tmp_path)
+    assert code == 0, stderr
+    assert "could not be sent" not in stderr, stderr
+    assert "50 event(s) were on their way" in stderr and "outcome is unknown" in stderr, stderr
+    stats = marks(lines)["stats"]
+    assert stats["captured"] == 50
+    assert stats["in_flight"] == 50 and stats["delivered"] == 0
+    assert stats["dropped_total"] == 0 and stats["queued"] == 0
+    # ... and the service did store them.
+    assert wait_until(lambda: len(server.accepted) == 50, 5)
+
+
+def test_what_never_left_is_counted_as_dropped_at_exit(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    server.default = "hang"
+    program = PROGRAM.replace("flush_interval=5.0", "flush_interval=0.05").replace(
+        'log.info("pending %d", index)',
+        'log.info("pending %d", index)\nimport time; time.sleep(0.3)\n'
+        'for index in range(30):\n    log.info("behind %d", index)',
+    )
+    code, stderr, lines = run_program(program, server.url, tmp_path)
+    assert code == 0, stderr
+    stats = marks(lines)["stats"]
+    assert stats["captured"] == 80
+    assert stats["in_flight"] == 50  # on the wire: unknown
+    assert stats["dropped"]["shutdown"] == 30  # never sent
+    assert "30 event(s) could not be sent" in stderr, stderr
+    assert "50 event(s) were on their way" in stderr, stderr

@@ -1,0 +1,224 @@
+"""The project's settings from the service: fetched by the worker at start and when an answer
+names a newer version, and applied before events are queued (``@@log:*`` levels per source,
+``@@error:*`` exception types, ``@@DataExclusions``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from eventlog_handler import EventLogHandler, transport
+from eventlog_handler.api import Client
+from eventlog_handler.server_settings import OFF, ServerSettings
+from tests.delivery.conftest import API_KEY, accounted, wait_until
+from tests.transport.faultserver import FaultServer
+
+FAST = {"flush_interval": 0.05, "error_delay": 0.0, "retry_initial": 0.01, "max_backoff": 0.05}
+
+
+@pytest.fixture(autouse=True)
+def fresh_engines() -> Iterator[None]:
+    transport._forget_engines_for_tests()
+    yield
+    transport._forget_engines_for_tests()
+
+
+@pytest.fixture
+def fetches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of the thread of every settings request."""
+    threads: list[str] = []
+    original = Client.get_config
+
+    def recording(self: Client, version: int | None = None) -> Any:
+        threads.append(threading.current_thread().name)
+        return original(self, version)
+
+    monkeypatch.setattr(Client, "get_config", recording)
+    return threads
+
+
+def handler_on(server: FaultServer, name: str = "svc", **options: Any) -> EventLogHandler:
+    handler = EventLogHandler(API_KEY, server.url, **{**FAST, **options})
+    logger = logging.getLogger(name)
+    logger.handlers[:] = [handler]
+    logger.setLevel(1)
+    logger.propagate = False
+    return handler
+
+
+def messages(server: FaultServer) -> list[str]:
+    return [str(event.get("message")) for event in server.accepted]
+
+
+def test_fetched_once_at_start_and_again_on_a_newer_version(
+    server: FaultServer, fetches: list[str]
+) -> None:
+    server.config = {"version": 3, "settings": {}}
+    server.config_version = 3
+    handler = handler_on(server)
+    log = logging.getLogger("svc.orders")
+    noisy = logging.getLogger("svc.noisy")
+    for index in range(5):
+        log.info("order %d", index)
+        noisy.info("noise %d", index)
+    assert wait_until(lambda: len(server.accepted) == 10, 10), messages(server)
+    assert server.config_requests == [None]  # once, at start
+    # The project's settings change: the next answer names version 4.
+    server.config = {"version": 4, "settings": {"@@log:svc.noisy": "Off"}}
+    server.config_version = 4
+    log.info("names the new version")
+    assert wait_until(lambda: server.config_requests == [None, "3"], 10), server.config_requests
+    assert wait_until(lambda: handler.engine.server.version == 4, 5)
+    noisy.info("dropped by the service's setting")
+    log.info("still sent")
+    assert wait_until(lambda: "still sent" in messages(server), 10)
+    assert "dropped by the service's setting" not in messages(server)
+    assert set(fetches) == {"eventlog-handler-worker"}  # never on the logging thread
+    stats = handler.stats()
+    assert stats["server_settings_version"] == 4
+    assert stats["captured"] == accounted(stats) == 12
+
+
+def test_levels_per_source_exact_first_then_the_most_specific_pattern(
+    server: FaultServer,
+) -> None:
+    server.config = {
+        "version": 1,
+        "settings": {
+            "@@log:*": "Info",
+            "@@log:svc.*": "Warn",
+            "@@log:svc.db": "Debug",
+            "@@log:svc.db.*": "Error",
+            "@@log:svc.quiet": "false",
+            "@@log:*.audit": "Trace",
+        },
+    }
+    handler = handler_on(server)
+    logging.getLogger("svc").warning("start the worker")  # it fetches the settings first
+    assert wait_until(lambda: handler.engine.server.version == 1, 10)
+    cases = [
+        ("svc.db", logging.DEBUG, True),  # exact: Debug
+        ("svc.db.pool", logging.WARNING, False),  # svc.db.* (longer than svc.*): Error
+        ("svc.db.pool", logging.ERROR, True),
+        ("svc.web", logging.INFO, False),  # svc.*: Warn
+        ("svc.web", logging.WARNING, True),
+        ("svc.quiet", logging.CRITICAL, False),  # false: nothing
+        ("other", logging.DEBUG, False),  # *: Info
+        ("other", logging.INFO, True),
+        ("svc.audit", logging.DEBUG, True),  # *.audit is as long as svc.* and sorts first
+    ]
+    for name, level, _ in cases:
+        logging.getLogger(name).handlers[:] = [handler]
+        logging.getLogger(name).propagate = False
+        logging.getLogger(name).setLevel(1)
+        logging.getLogger(name).log(level, "%s at %d", name, level)
+    expected = {f"{name} at {level}" for name, level, sent in cases if sent}
+    assert wait_until(lambda: expected <= set(messages(server)), 10), messages(server)
+    time.sleep(0.3)
+    assert set(messages(server)) - {"start the worker"} == expected
+
+
+def test_where_the_service_says_nothing_the_local_level_stands(server: FaultServer) -> None:
+    server.config = {"version": 1, "settings": {"@@log:elsewhere": "Off"}}
+    handler = handler_on(server, level="INFO")
+    log = logging.getLogger("svc")
+    log.debug("below the handler's level")
+    log.info("at the handler's level")
+    assert wait_until(lambda: "at the handler's level" in messages(server), 10)
+    assert handler.engine.server.version == 1
+    assert "below the handler's level" not in messages(server)
+
+
+def test_error_types_turned_off_are_dropped_and_counted(server: FaultServer) -> None:
+    server.config = {"version": 2, "settings": {"@@error:*Timeout*": "false"}}
+    handler = handler_on(server)
+    log = logging.getLogger("svc")
+    log.info("start")
+    assert wait_until(lambda: handler.engine.server.version == 2, 10)
+    for exc in (TimeoutError("slow"), KeyError("gone")):
+        try:
+            raise exc
+        except Exception:
+            log.exception("failed")
+    assert wait_until(lambda: len(server.accepted) == 2, 10)
+    types = [event["@simple_error"]["type"] for event in server.accepted if "@simple_error" in event]
+    assert types == ["KeyError"]
+    stats = handler.stats()
+    assert stats["dropped"]["filtered"] == 1
+    assert stats["captured"] == accounted(stats) == 3
+
+
+def test_data_exclusions_of_the_service_are_added(server: FaultServer) -> None:
+    server.config = {"version": 5, "settings": {"@@DataExclusions": "*card*, ssn"}}
+    handler = handler_on(server)
+    log = logging.getLogger("svc")
+    log.info("start")
+    assert wait_until(lambda: handler.engine.server.version == 5, 10)
+    log.info("payment", extra={"card_number": "4111", "ssn": "123", "amount": 5, "user": "ann"})
+    assert wait_until(lambda: "payment" in messages(server), 10)
+    [event] = [event for event in server.accepted if event["message"] == "payment"]
+    assert event["data"]["card_number"] == "[excluded]"
+    assert event["data"]["ssn"] == "[excluded]"
+    assert event["data"]["amount"] == 5 and event["data"]["user"] == "ann"
+
+
+@pytest.mark.parametrize("failure", [500, 404, "hang"])
+def test_a_failing_settings_endpoint_changes_nothing_else(
+    server: FaultServer, failure: Any
+) -> None:
+    server.config = failure
+    handler = handler_on(server)
+    log = logging.getLogger("svc")
+    started = time.monotonic()
+    for index in range(100):
+        log.info("event %d", index)
+    took = time.monotonic() - started
+    assert took < 2.0  # the logging thread never waits for the settings
+    # A hanging endpoint holds the first batch for the settings' timeout (3 s) at most.
+    assert wait_until(lambda: len(server.accepted) == 100, 15), len(server.accepted)
+    stats = handler.stats()
+    assert stats["delivered"] == stats["captured"] == 100
+    assert stats["server_settings_version"] is None
+    assert stats["server_settings_error"]
+    assert stats["last_error"] is None  # delivery itself never failed
+
+
+def test_turned_off_with_server_settings_false(server: FaultServer) -> None:
+    handler = handler_on(server, server_settings=False)
+    logging.getLogger("svc").info("hello")
+    assert wait_until(lambda: len(server.accepted) == 1, 10)
+    assert server.config_requests == []
+    assert handler.stats()["server_settings_version"] is None
+
+
+def test_matching_rules() -> None:
+    settings = ServerSettings(
+        7,
+        {
+            "@@log:*": "Warn",
+            "@@log:App.Web*": "Debug",
+            "@@log:app.web.health": "Off",
+            "@@log:*Job": "Error",
+            "@@log:bad": "loud",  # not a level: ignored
+            "@@error:myapp.PaymentError": "false",
+            "@@error:*Timeout*": "off",
+            "@@error:KeyError": "true",
+            "@@DataExclusions": "a, b*, ,*c",
+        },
+    )
+    assert settings.log_level("app.web.health") == OFF
+    assert settings.log_level("app.web.api") == logging.DEBUG  # case-insensitive
+    assert settings.log_level("nightly.Job") == logging.ERROR
+    assert settings.log_level("bad") == logging.WARNING
+    assert settings.log_level(None) == logging.WARNING
+    assert settings.drops_error(("myapp.PaymentError",))
+    assert settings.drops_error(("ValueError", "requests.exceptions.ReadTimeout"))
+    assert settings.drops_error(("PaymentError",)) is False  # a pattern names the full type
+    assert not settings.drops_error(("KeyError",))
+    assert settings.data_exclusions == ("a", "b*", "*c")
+    assert ServerSettings(1, {}).log_level("x") is None
