@@ -16,8 +16,10 @@ of secrets with the rest of the event before it is sent.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
+import sys
 import threading
 import time
 import weakref
@@ -50,14 +52,10 @@ _THREAD = _ThreadRings()
 _TASK_RINGS: weakref.WeakKeyDictionary[Any, deque[_Note]] = weakref.WeakKeyDictionary()
 
 _get_running_loop: Any = None
-_current_task: Any = None
-try:  # the running loop and its task, without importing asyncio for programs that don't use it
+with contextlib.suppress(ImportError, AttributeError):  # without importing asyncio itself
     import _asyncio
 
     _get_running_loop = _asyncio._get_running_loop
-    _current_task = _asyncio.current_task  # type: ignore[attr-defined,unused-ignore]
-except (ImportError, AttributeError):  # pragma: no cover - CPython always has them
-    pass
 
 
 def want(size: int) -> None:
@@ -81,7 +79,7 @@ def _ring() -> deque[_Note]:
     if ring is not None:
         return ring
     if _get_running_loop is not None and _get_running_loop() is not None:
-        task = _current_task()
+        task = sys.modules["asyncio"].current_task()  # a loop runs: asyncio is imported
         if task is not None:
             found = _TASK_RINGS.get(task)
             if found is None:

@@ -1,0 +1,107 @@
+"""A delivery failure that lasts is said on stderr while it lasts (naming the server, the key
+masked), once, and so is the recovery; an outage is never silent until exit."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eventlog_handler import transport
+from eventlog_handler.settings import DEFAULT_SERVER_URL, Settings
+from tests.delivery.conftest import API_KEY
+from tests.integrations.conftest import REPO, child_env
+from tests.transport.faultserver import FaultServer
+
+PROGRAM = """
+import logging, time
+import eventlog_handler
+
+handle = eventlog_handler.setup(max_backoff=1.0, outage_notice=3.0)
+log = logging.getLogger("app.outage")
+for index in range(8):
+    try:
+        raise RuntimeError(f"failure {index}")
+    except RuntimeError:
+        log.exception("job %d failed", index)
+    time.sleep(1.0)
+print("MARK outage-over", flush=True)
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline and handle.stats()["delivered"] < 8:
+    time.sleep(0.1)
+print("MARK delivered", handle.stats()["delivered"], flush=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_outage_and_its_end_are_said_while_the_program_runs(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream: the order of the lines is the order of events
+        text=True,
+        env=child_env(url),
+        cwd=str(REPO),
+    )
+    lines: list[str] = []
+    server: FaultServer | None = None
+    assert process.stdout is not None
+    try:
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("MARK outage-over"):
+                server = FaultServer(port=port).start()  # the service comes back
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if server is not None:
+            server.stop()
+    text = "\n".join(lines)
+    over = lines.index("MARK outage-over")
+    said = [index for index, line in enumerate(lines) if "cannot deliver events" in line]
+    assert len(said) == 1, text
+    assert said[0] < over, text  # during the outage, not at exit
+    assert url in lines[said[0]] and "refused" in lines[said[0]]
+    assert API_KEY not in text
+    recovered = [index for index, line in enumerate(lines) if "recovered" in line]
+    assert len(recovered) == 1 and recovered[0] > over, text
+    assert lines[-1] == "MARK delivered 8", text
+
+
+def test_the_default_server_is_named_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A deploy that forgot EVENTLOG_SERVER_URL sends to the local collector's address: the
+    # line says so. (The client goes to a closed port; the settings keep the default URL.)
+    port = free_port()
+    settings = Settings.from_options(
+        {"api_key": API_KEY, "outage_notice": 0.2, "retry_initial": 0.05, "max_backoff": 0.1},
+        environ={},
+    )
+    assert settings.server_url == DEFAULT_SERVER_URL
+
+    def client(settings: Settings, timeout: float | None) -> transport.Client:
+        return transport.Client(f"http://127.0.0.1:{port}", API_KEY, timeout=2)
+
+    lines: list[str] = []
+    monkeypatch.setattr("eventlog_handler.delivery.engine_say", lines.append)
+    engine = transport.Engine(settings, client_factory=client)
+    engine.enqueue({"type": "log", "message": "x", "reference_id": "abcdef0123456789-1"})
+    deadline = time.monotonic() + 10
+    while not lines and time.monotonic() < deadline:
+        time.sleep(0.05)
+    engine.shutdown(0.1)
+    assert lines, "nothing was said about the outage"
+    assert "EVENTLOG_SERVER_URL" in lines[0] and DEFAULT_SERVER_URL in lines[0]

@@ -1,0 +1,106 @@
+"""The trace log (``@trace``: the lines that led up to an error, of the same thread or task)
+and the roll-up of duplicates (one event with a ``count`` instead of thousands), observed in
+what a loopback server receives from programs that log through ``setup()``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.delivery.conftest import marks, run_program, wait_until
+from tests.transport.faultserver import FaultServer
+
+TRACE = """
+import asyncio, logging, threading
+import eventlog_handler
+
+eventlog_handler.setup()  # events at INFO and above; the trace log keeps DEBUG lines too
+log = logging.getLogger("app.trace")
+log.setLevel(logging.DEBUG)
+
+def other_thread():
+    for index in range(10):
+        log.info("other thread %d", index)
+
+for index in range(30):
+    if index == 12:
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    if index % 3 == 0:
+        log.debug("step %d", index)
+    else:
+        log.info("step %d with password=hunter2", index)
+try:
+    {}["missing"]
+except KeyError:
+    log.exception("the job failed")
+
+async def task(name, count):
+    for index in range(count):
+        log.info("%s line %d", name, index)
+        await asyncio.sleep(0)
+    if name == "b":
+        try:
+            raise ValueError(name)
+        except ValueError:
+            log.exception("task %s failed", name)
+
+async def main():
+    await asyncio.gather(task("a", 8), task("b", 5))
+
+asyncio.run(main())
+"""
+
+
+def test_an_error_carries_the_last_25_lines_of_its_thread(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    code, stderr, _ = run_program(TRACE, server.url, tmp_path)
+    assert code == 0, stderr
+    errors = {e["message"]: e for e in server.accepted if e.get("type") == "error"}
+    trace = errors["the job failed"]["data"]["@trace"]
+    assert len(trace) == 25
+    texts = [line.split(" ", 2)[2] for line in trace]  # "HH:MM:SS.mmm Level source: message"
+    assert texts[0] == "app.trace: step 5 with password=[excluded]"
+    assert texts[-1] == "app.trace: step 29 with password=[excluded]"
+    assert "app.trace: step 6" in texts  # a DEBUG line, below the level events are sent at
+    assert not any("other thread" in text for text in texts)  # another thread's lines
+    assert not any("hunter2" in line for line in trace)
+    assert not any("the job failed" in text for text in texts)  # the error itself is not
+    # In asyncio, each task has its own trace log.
+    task_trace = errors["task b failed"]["data"]["@trace"]
+    assert [line.split(": ", 1)[1] for line in task_trace] == [f"b line {i}" for i in range(5)]
+
+
+ROLLUP = """
+import json, logging, time
+import eventlog_handler
+
+eventlog_handler.setup()
+log = logging.getLogger("app.storm")
+print("MARK first", json.dumps({"at": time.time()}), flush=True)
+for index in range(10_000):
+    try:
+        {}["missing"]
+    except KeyError:
+        log.exception("lookup failed")
+print("MARK done", json.dumps({"at": time.time()}), flush=True)
+"""
+
+
+def test_an_error_storm_arrives_as_a_few_events_whose_counts_add_up(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    code, stderr, lines = run_program(ROLLUP, server.url, tmp_path, timeout=120)
+    assert code == 0, stderr
+    assert "could not be sent" not in stderr, stderr
+    assert wait_until(lambda: sum(e.get("count", 1) for e in server.accepted) >= 10_000, 10)
+    events = server.accepted
+    assert 1 <= len(events) <= 5, len(events)
+    assert sum(event.get("count", 1) for event in events) == 10_000
+    assert len({event["@simple_error"]["stack_trace"] for event in events}) == 1  # one stack
+    # The first one was not held back: it arrived while the storm was still raging (or within
+    # a second of the first call, on a machine that went through the storm quickly).
+    first_arrival = min(seen.at for seen in server.requests)
+    started = marks(lines)["first"]["at"]
+    assert first_arrival - started < 1.25, first_arrival - started
