@@ -18,9 +18,10 @@ What it does, all on 127.0.0.1:
    ceiling of the client and of HTTP on this machine.
 3. **Collector**: the same batches, the same way, to ``python -m eventlog_handler.collector`` in
    its own process (a file database in a temporary directory by default, as ``eventlog serve``
-   uses). The collector answers 202 once the events are stored; the figure is the events stored
-   (checked with ``X-Result-Count`` of ``GET /api/v2/events``) over the seconds from the first
-   post to the last answer.
+   uses). Like the service, the collector answers 202 once a batch is read and queued and
+   stores it right after; a read waits until everything posted before it is stored. The figure
+   is the events stored (``X-Result-Count`` of ``GET /api/v2/events``, asked after the last
+   post) over the seconds from the first post until that answer.
 4. ``--engine`` also logs ``--events`` warnings through an ``EventLogHandler`` into a fresh
    collector and reports the rate at which they are stored (the engine's own speed is part of
    that figure).
@@ -155,6 +156,14 @@ class CollectorProcess:
             fields["user"],
         )
 
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU seconds the collector process has used (Linux), or None."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stored(self) -> int:
         request = urllib.request.Request(
             f"{self.url}/api/v2/events?limit=1",
@@ -198,8 +207,16 @@ def run_collector(
             client = Client(collector.url, collector.project_token)
             post_all(client, warmup)
             base = collector.stored()
+            cpu_before = collector.cpu_seconds()
+            started = time.perf_counter()
             result = post_all(client, batches)
+            # The collector answers once a batch is read and queued, and stores it right
+            # after (as the service does); a read waits until what was posted is stored.
             result["stored"] = collector.stored() - base
+            result["seconds"] = time.perf_counter() - started
+            cpu_after = collector.cpu_seconds()
+            if cpu_before is not None and cpu_after is not None and result["stored"]:
+                result["cpu_us_per_event"] = (cpu_after - cpu_before) / result["stored"] * 1e6
             client.close()
         finally:
             collector.close()
@@ -276,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.events} events, {len(batches)} gzip'd requests of {args.batch} "
         f"(mean {figures['mean_request_bytes']:.0f} bytes), Client.post_payload one at a time\n"
     )
-    print(f"{'into':<34}{'events/s':>12}{'stored':>10}{'p50 ms':>9}{'p99 ms':>9}")
+    print(f"{'into':<34}{'events/s':>12}{'stored':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU us/ev':>11}")
     rows = [("counting sink (baseline)", "sink"), (f"collector, {args.db} db", "collector")]
     rows.append(("collector via EventLogHandler", "engine"))
     for label, key in rows:
@@ -286,7 +303,17 @@ def main(argv: list[str] | None = None) -> int:
         result["events_per_s"] = result["stored"] / result["seconds"]
         p50 = f"{result['p50_ms']:9.1f}" if "p50_ms" in result else f"{'-':>9}"
         p99 = f"{result['p99_ms']:9.1f}" if "p99_ms" in result else f"{'-':>9}"
-        print(f"{label:<34}{result['events_per_s']:>12,.0f}{result['stored']:>10}{p50}{p99}")
+        cpu = result.get("cpu_us_per_event")
+        cpu_text = f"{cpu:11.1f}" if cpu is not None else f"{'-':>11}"
+        print(
+            f"{label:<34}{result['events_per_s']:>12,.0f}{result['stored']:>10}{p50}{p99}{cpu_text}"
+        )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if load is not None:
+        print(f"\nload average (1 min) at the end: {load:.2f} on {os.cpu_count()} CPUs")
+    cpu = figures["collector"].get("cpu_us_per_event")
+    if cpu:
+        print(f"collector CPU per event: {cpu:.1f} us, i.e. {1e6 / cpu:,.0f} events per CPU-second")
     rate = figures["collector"]["events_per_s"]
     complete = figures["collector"]["stored"] == args.events
     verdict = "PASS" if rate >= TARGET and complete else "FAIL"

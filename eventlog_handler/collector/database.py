@@ -88,15 +88,24 @@ CREATE TABLE IF NOT EXISTS stacks (
 CREATE INDEX IF NOT EXISTS stacks_by_last ON stacks (last_ts, seq);
 CREATE INDEX IF NOT EXISTS stacks_by_project ON stacks (project_id, last_ts);
 CREATE TABLE IF NOT EXISTS stack_users (
-    stack_id TEXT NOT NULL,
+    stack_seq INTEGER NOT NULL,
     identity TEXT NOT NULL,
-    PRIMARY KEY (stack_id, identity)
+    PRIMARY KEY (stack_seq, identity)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events (
+CREATE TABLE IF NOT EXISTS batches (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     project_id TEXT NOT NULL,
-    stack_id TEXT NOT NULL,
     received_ts REAL NOT NULL,
+    encoding TEXT NOT NULL,
+    body BLOB NOT NULL,
+    note TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    batch INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    project_seq INTEGER NOT NULL,
+    stack_seq INTEGER NOT NULL,
     date_ts REAL NOT NULL,
     type TEXT NOT NULL,
     level TEXT,
@@ -107,11 +116,10 @@ CREATE TABLE IF NOT EXISTS events (
     first INTEGER,
     tags TEXT,
     search_text TEXT NOT NULL,
-    body TEXT NOT NULL,
-    note TEXT
+    body TEXT
 );
 CREATE INDEX IF NOT EXISTS events_by_date ON events (date_ts, seq);
-CREATE INDEX IF NOT EXISTS events_by_stack ON events (stack_id, date_ts, seq);
+CREATE INDEX IF NOT EXISTS events_by_stack ON events (stack_seq, date_ts, seq);
 CREATE INDEX IF NOT EXISTS events_by_reference ON events (reference_id)
     WHERE reference_id IS NOT NULL;
 """

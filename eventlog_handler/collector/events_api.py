@@ -2,9 +2,12 @@
 user descriptions.
 
 Submitting answers as the service does: 202 for a POST (200 for ``GET .../submit``) once the
-events are stored. Besides the service's headers, a 202 carries two of the collector's own,
-``X-Events-Stored`` and ``X-Events-Discarded`` (too old, invalid or a repeated reference id),
-which make tests and debugging easier; clients must not rely on them.
+events are read and queued; the :class:`~eventlog_handler.collector.intake.Intake` stores them
+right after (every read waits for that). Besides the service's headers, the answer carries two
+of the collector's own, ``X-Events-Accepted`` (events read from the body and queued) and
+``X-Events-Discarded`` (dropped by the service's rules: too old, a type too long), which make
+tests and debugging easier; clients must not rely on them. Events whose reference id was
+received within 24 hours are discarded when stored (the dashboard notes it).
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from typing import Any
 from eventlog_handler.collector.accounts import TokenRecord
 from eventlog_handler.collector.auth import QUERY_TOKEN_NAMES
 from eventlog_handler.collector.filters import EventQuery, parse_filter, parse_sort
-from eventlog_handler.collector.formats import DateFormatError, parse_date, utc_now
+from eventlog_handler.collector.formats import DateFormatError, parse_date
 from eventlog_handler.collector.http_helpers import (
+    DECOMPRESSION_FACTOR,
     MAXIMUM_SKIP,
+    content_length,
     cursor_headers,
     int_arg,
     json_document,
@@ -33,11 +38,12 @@ from eventlog_handler.collector.http_helpers import (
     read_body,
     token_project,
 )
-from eventlog_handler.collector.ingest import read_events
+from eventlog_handler.collector.ingest import Received, decode_body, read_events
+from eventlog_handler.collector.intake import Intake, Job
 from eventlog_handler.collector.messages import Request, Response, empty_response, json_response
 from eventlog_handler.collector.normalize import NormalizedEvent, Normalizer, is_valid_reference_id
 from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.storage import Storage
+from eventlog_handler.collector.storage import Storage, StoreOutcome
 
 __all__ = ["EVENT_MEDIA_TYPES", "EventsApi", "IngestNote"]
 
@@ -90,6 +96,7 @@ class EventsApi:
         self._on_events = on_events
         self._notes: deque[IngestNote] = deque(maxlen=_NOTES)
         self._notes_lock = threading.Lock()
+        self.intake = Intake(storage, self._stored)
 
     @property
     def notes(self) -> list[IngestNote]:
@@ -108,24 +115,34 @@ class EventsApi:
         events: list[NormalizedEvent],
         normalizer: Normalizer,
         status: int,
+        body: Received | None = None,
     ) -> Response:
-        outcome = self.storage.insert_events(
-            token.organization_id, project_id, events, normalizer.now
-        )
-        if outcome.ids and self._on_events is not None:
-            self._on_events()
+        """Queue the events for the intake and answer (``status``)."""
         for problem in normalizer.problems:
             self._note(project_id, f"Dropped an event: {problem}.")
         if normalizer.dropped > len(normalizer.problems):
             self._note(project_id, f"Dropped {normalizer.dropped} events in one request.")
-        if events and events[0].note:
-            self._note(project_id, f"{len(events)} event(s) stored as text. {events[0].note}")
+        if body is not None and body.note:
+            self._note(project_id, f"{len(events)} event(s) stored as text. {body.note}")
+        if events:
+            self.intake.submit(Job(token.organization_id, project_id, events, normalizer.now, body))
         response = empty_response(status)
-        response.headers["X-Events-Stored"] = str(len(outcome.ids))
-        response.headers["X-Events-Discarded"] = str(normalizer.dropped + outcome.duplicates)
+        response.headers["X-Events-Accepted"] = str(len(events))
+        response.headers["X-Events-Discarded"] = str(normalizer.dropped)
         version, _ = self.storage.project_config(project_id)
         response.headers["X-Exceptionless-ConfigVersion"] = str(version)
         return response
+
+    def _stored(self, job: Job, outcome: StoreOutcome) -> None:
+        """After the intake stored a job: note duplicates, wake those waiting for events."""
+        if outcome.duplicates:
+            self._note(
+                job.project_id,
+                f"Discarded {outcome.duplicates} event(s) whose reference id was received in "
+                "the last 24 hours (a retried batch).",
+            )
+        if outcome.stored and self._on_events is not None:
+            self._on_events()
 
     # -- submitting --------------------------------------------------------------------------
 
@@ -139,11 +156,16 @@ class EventsApi:
         project_id = token_project(self.storage, request, token)
         if media_type(request) not in EVENT_MEDIA_TYPES:
             raise HttpError(415, "Send events as 'Content-Type: application/json' (or text/plain).")
-        body = read_body(request, self.max_body_bytes, required=True, media_types=EVENT_MEDIA_TYPES)
-        assert body is not None
-        normalizer = Normalizer(utc_now())
-        events = read_events(body, normalizer)
-        return self._store(token, project_id, events, normalizer, 202)
+        length = content_length(request, self.max_body_bytes)
+        if not length:
+            raise HttpError(411, "A request body with a Content-Length is required.")
+        raw = request.read_body(length)
+        encoding = (request.headers.get("Content-Encoding") or "identity").strip().lower()
+        decoded = decode_body(raw, encoding, self.max_body_bytes * DECOMPRESSION_FACTOR)
+        kept_as = encoding if encoding in ("gzip", "x-gzip", "deflate") else "identity"
+        normalizer = Normalizer()
+        events, kept = read_events(decoded, Received(raw, kept_as), normalizer)
+        return self._store(token, project_id, events, normalizer, 202, kept)
 
     def submit_by_get(self, request: Request, token: TokenRecord | None) -> Response:
         """``GET /api/v2/events/submit[/{type}]`` (and by project): one event from the query
@@ -210,8 +232,8 @@ class EventsApi:
             event["data"] = data
         if "reference_id" in event and not is_valid_reference_id(event["reference_id"]):
             event["reference_id"] = "invalid-reference-id"
-        normalizer = Normalizer(utc_now())
-        normalized = normalizer.event(event)
+        normalizer = Normalizer()
+        normalized = normalizer.event(dict(event))
         return self._store(token, project_id, [normalized] if normalized else [], normalizer, 200)
 
     def heartbeat(self, request: Request, token: TokenRecord | None) -> Response:
@@ -352,9 +374,3 @@ class EventsApi:
         status = "open" if request.method == "DELETE" else "fixed"
         self.storage.set_stack_status(stack["id"], status)
         return empty_response(200)
-
-    def read_body_json(self, request: Request) -> Any:
-        """A JSON request body, 400 when it does not parse (for the other endpoints)."""
-        body = read_body(request, self.max_body_bytes, required=True)
-        assert body is not None
-        return json_document(body)

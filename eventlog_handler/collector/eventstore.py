@@ -1,14 +1,17 @@
 """Events and stacks in the collector's database.
 
-Storing a request's events is one transaction: reference ids seen in the project within 24
-hours are discarded, each event is assigned to its stack (created on first sight), the events are
-written with ``executemany``, and each stack's counters (events, occurrences, users, first and
+Storing a request's events is one transaction: the request body is kept once, as it was sent
+(a ``batches`` row); events whose reference id was received in the project within 24 hours are
+discarded; each event is assigned to its stack (created on first sight) and gets a small row of
+the columns queries filter and sort on, pointing at its place in the body (written with a few
+multi-row ``INSERT`` statements); each stack's counters (events, occurrences, users, first and
 last seen) are updated once per request. A ``fixed`` stack that receives an event dated after it
 was fixed becomes ``regressed``.
 
-Events are stored as their JSON document (``body``) plus the columns queries filter and sort on.
-Listings are newest first by event date; :meth:`EventStore.page_events` pages with a cursor (an
-event id), so any number of events can be walked without an offset.
+Reading an event applies the service's rules again to its part of the body, with its time of
+receipt (:class:`~eventlog_handler.collector.normalize.Normalizer`), which gives the event as
+it was stored. Listings are newest first by event date; :meth:`EventStore.page_events` pages
+with a cursor (an event id), so any number of events can be walked without an offset.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,9 +29,11 @@ from eventlog_handler.collector.accounts import clean_text, dumps
 from eventlog_handler.collector.database import Database
 from eventlog_handler.collector.filters import EventQuery
 from eventlog_handler.collector.formats import format_utc, format_utc_ts, utc_now
+from eventlog_handler.collector.ingest import Received, body_items
 from eventlog_handler.collector.normalize import (
     INVALID_REFERENCE_ID,
     KNOWN_FIELDS,
+    FieldTypeError,
     NormalizedEvent,
     Normalizer,
 )
@@ -53,21 +59,21 @@ DEDUPLICATION_WINDOW_SECONDS = 24 * 3600.0
 STACK_STATUSES = ("open", "fixed", "regressed", "ignored")
 _CHUNK = 400
 _CACHE_SIZE = 4096
+_BATCH_CACHE = 8
 _ENCODE = json.JSONEncoder(
     ensure_ascii=True, separators=(",", ":"), default=str, check_circular=False
 ).encode
-_INSERT_EVENT = (
-    "INSERT INTO events (project_id, stack_id, received_ts, date_ts, type, level, source,"
-    " reference_id, user_identity, count, first, tags, search_text, body, note)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_EVENT_COLUMNS = (
+    "batch, idx, project_seq, stack_seq, date_ts, type, level, source, reference_id,"
+    " user_identity, count, first, tags, search_text"
 )
-_COLUMNS = 15
-_ROWS_PER_INSERT = 60  # 900 parameters: under the 999 of old SQLite builds
-_INSERT_MANY = _INSERT_EVENT.replace(
-    " VALUES (" + ", ".join("?" * _COLUMNS) + ")",
-    " VALUES " + ", ".join(["(" + ", ".join("?" * _COLUMNS) + ")"] * _ROWS_PER_INSERT),
-)
-_ROW = "seq, project_id, stack_id, received_ts, first, body"
+_COLUMNS = _EVENT_COLUMNS.count(",") + 1
+_ONE_ROW = "(" + ", ".join("?" * _COLUMNS) + ")"
+#: Rows per INSERT statement: 32,766 parameters since SQLite 3.32, 999 before.
+_ROWS_PER_INSERT = (32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999) // _COLUMNS
+#: The columns of an event row as read (the batch gives the time of receipt).
+_ROW = "e.seq, e.project_seq, e.stack_seq, b.received_ts, e.first, e.batch, e.idx, e.body"
+_FROM = " FROM events e JOIN batches b ON b.seq = e.batch"
 _ID_RE = re.compile(r"[0-9a-f]{24}")
 
 
@@ -89,11 +95,19 @@ def parse_event_id(text: str) -> tuple[int, int] | None:
 
 @dataclass
 class StoreOutcome:
-    """What happened to a request's events."""
+    """What happened to a request's events: how many were stored (with consecutive sequence
+    numbers from ``first_seq``, received at ``received_ts``) and how many were duplicates."""
 
-    ids: list[str] = field(default_factory=list)
+    stored: int = 0
     duplicates: int = 0
     new_stacks: int = 0
+    first_seq: int = 0
+    received_ts: float = 0.0
+
+    @property
+    def ids(self) -> list[str]:
+        """The stored events' ids, in the order they were given."""
+        return [event_id(self.received_ts, self.first_seq + i) for i in range(self.stored)]
 
 
 @dataclass
@@ -131,6 +145,7 @@ class _StackDelta:
     first_ts: float = 0.0
     last_ts: float = 0.0
     users: set[str] = field(default_factory=set)
+    seq: int = 0
 
 
 _STACK_SORTS = {
@@ -142,17 +157,21 @@ _STACK_SORTS = {
 
 
 def _insert_rows(db: sqlite3.Connection, values: list[Any], rows: int) -> None:
-    """Insert ``rows`` events whose column values are laid end to end in ``values``, 60 rows
-    per statement (far fewer statement steps than one per row)."""
-    step = _COLUMNS * _ROWS_PER_INSERT
+    """Insert ``rows`` event rows whose column values are laid end to end in ``values``, with
+    as few statements as SQLite allows (far fewer steps than one statement per row)."""
+    step = _ROWS_PER_INSERT * _COLUMNS
     full = rows // _ROWS_PER_INSERT * step
-    for start in range(0, full, step):
-        db.execute(_INSERT_MANY, values[start : start + step])
+    if full:
+        many = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES " + ", ".join(
+            [_ONE_ROW] * _ROWS_PER_INSERT
+        )
+        for start in range(0, full, step):
+            db.execute(many, values[start : start + step])
     if full < len(values):
-        rest = values[full:]
-        db.executemany(
-            _INSERT_EVENT,
-            [rest[index : index + _COLUMNS] for index in range(0, len(rest), _COLUMNS)],
+        rest = (len(values) - full) // _COLUMNS
+        db.execute(
+            f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES " + ", ".join([_ONE_ROW] * rest),
+            values[full:],
         )
 
 
@@ -162,39 +181,69 @@ def _clean(text: str | None) -> str | None:
     return clean_text(text)
 
 
-def _wire_body(event: NormalizedEvent) -> str:
-    """The event's own fields as compact JSON (fields without a value left out)."""
+def _wire(event: NormalizedEvent) -> dict[str, Any]:
+    """The event's own fields (those without a value left out)."""
     wire: dict[str, Any] = {"type": event.type, "date": event.date}
-    if event.source is not None:
-        wire["source"] = event.source
-    if event.message is not None:
-        wire["message"] = event.message
+    for name in ("source", "message", "geo", "value", "count", "reference_id"):
+        value = getattr(event, name)
+        if value is not None:
+            wire[name] = value
     if event.tags:
         wire["tags"] = event.tags
-    if event.geo is not None:
-        wire["geo"] = event.geo
-    if event.value is not None:
-        wire["value"] = event.value
-    if event.count is not None:
-        wire["count"] = event.count
     if event.data:
         wire["data"] = event.data
-    if event.reference_id is not None:
-        wire["reference_id"] = event.reference_id
-    return _ENCODE(wire)
+    return wire
 
 
 class EventStore(Database):
     """Events and stacks; mixed into :class:`~eventlog_handler.collector.storage.Storage`."""
 
-    _known_stacks: set[str]
     _stack_cache: dict[tuple[str, StackBasis], tuple[str, str, dict[str, str]]]
-    _organizations: dict[str, str]
+    _stack_seqs: dict[str, int]
+    _stack_ids: dict[int, str]
+    _projects: dict[int, tuple[str, str]]
+    _project_seqs: dict[str, int]
+    _batches: OrderedDict[int, list[Any]]
 
     def _init_event_store(self) -> None:
-        self._known_stacks = set()
         self._stack_cache = {}
-        self._organizations = {}
+        self._stack_seqs = {}
+        self._stack_ids = {}
+        self._projects = {}
+        self._project_seqs = {}
+        self._batches = OrderedDict()
+
+    # -- ids of projects and stacks ----------------------------------------------------------
+
+    def _project_seq(self, db: sqlite3.Connection, project_id: str) -> int:
+        seq = self._project_seqs.get(project_id)
+        if seq is None:
+            row = db.execute("SELECT seq FROM projects WHERE id = ?", (project_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no project {project_id!r}")
+            seq = self._project_seqs[project_id] = int(row[0])
+        return seq
+
+    def _project_of(self, db: sqlite3.Connection, seq: int) -> tuple[str, str]:
+        """``(project id, organization id)`` of a project's sequence number."""
+        found = self._projects.get(seq)
+        if found is None:
+            row = db.execute(
+                "SELECT id, organization_id FROM projects WHERE seq = ?", (seq,)
+            ).fetchone()
+            found = ("", "") if row is None else (str(row[0]), str(row[1]))
+            if row is not None:
+                self._projects[seq] = found
+        return found
+
+    def _stack_id_of(self, db: sqlite3.Connection, seq: int) -> str:
+        found = self._stack_ids.get(seq)
+        if found is None:
+            row = db.execute("SELECT id FROM stacks WHERE seq = ?", (seq,)).fetchone()
+            if row is None:
+                return ""
+            found = self._stack_ids[seq] = str(row[0])
+        return found
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -209,22 +258,6 @@ class EventStore(Database):
             self._stack_cache[key] = found
         return found
 
-    @staticmethod
-    def _seen_references(
-        db: sqlite3.Connection, project_id: str, references: list[str], since: float
-    ) -> set[str]:
-        seen: set[str] = set()
-        for start in range(0, len(references), _CHUNK):
-            chunk = references[start : start + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = db.execute(
-                f"SELECT reference_id FROM events WHERE reference_id IN ({marks})"
-                " AND project_id = ? AND received_ts > ?",
-                (*chunk, project_id, since),
-            )
-            seen.update(row[0] for row in rows)
-        return seen
-
     def insert_events(
         self,
         organization_id: str,
@@ -232,36 +265,53 @@ class EventStore(Database):
         events: Sequence[NormalizedEvent],
         received: datetime | None = None,
         *,
+        body: Received | None = None,
         deduplicate: bool = True,
     ) -> StoreOutcome:
-        """Store events received at ``received``; returns their ids and how many were
-        discarded as duplicates: an event whose ``reference_id`` was already received in the
-        project within 24 hours (``invalid-reference-id`` never is a duplicate)."""
+        """Store events received at ``received``; returns how many were stored and how many
+        were discarded as duplicates: an event whose ``reference_id`` was already received in
+        the project within 24 hours (``invalid-reference-id`` never is a duplicate).
+
+        ``body`` is the request body the events were read from (each event's ``index`` is its
+        position in it); without one, the events' own fields are kept as the body.
+        """
         received_ts = (received or utc_now()).timestamp()
-        outcome = StoreOutcome()
+        outcome = StoreOutcome(received_ts=received_ts)
         if not events:
             return outcome
+        if body is None:
+            wires = []
+            for index, event in enumerate(events):
+                event.index = index
+                wires.append(_wire(event))
+            body = Received(_ENCODE(wires).encode("ascii"))
+        created = format_utc_ts(received_ts)
         with self._transaction() as db:
+            project_seq = self._project_seq(db, project_id)
             kept: Sequence[NormalizedEvent] = events
             if deduplicate:
                 kept, outcome.duplicates = self._without_duplicates(
-                    db, project_id, events, received_ts
+                    db, project_seq, events, received_ts
                 )
             deltas = self._stack_deltas(project_id, kept)
-            new_stacks = self._create_stacks(
-                db, organization_id, project_id, deltas, format_utc_ts(received_ts)
+            outcome.new_stacks = self._ensure_stacks(
+                db, organization_id, project_id, deltas, created
             )
-            outcome.new_stacks = len(new_stacks)
-            outcome.ids = self._write_events(db, project_id, kept, new_stacks, deltas, received_ts)
-            self._update_stacks(db, deltas, format_utc_ts(received_ts))
-        self._known_stacks.update(deltas)
-        self._organizations.setdefault(project_id, organization_id)
+            batch = db.execute(
+                "INSERT INTO batches (project_id, received_ts, encoding, body, note)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (project_id, received_ts, body.encoding, body.body, body.note),
+            ).lastrowid
+            assert batch is not None
+            outcome.first_seq = self._write_events(db, project_seq, kept, deltas, batch)
+            outcome.stored = len(kept)
+            self._update_stacks(db, deltas, created)
         return outcome
 
+    @staticmethod
     def _without_duplicates(
-        self,
         db: sqlite3.Connection,
-        project_id: str,
+        project_seq: int,
         events: Sequence[NormalizedEvent],
         received_ts: float,
     ) -> tuple[list[NormalizedEvent], int]:
@@ -274,9 +324,16 @@ class EventStore(Database):
         )
         if not references:
             return list(events), 0
-        seen = self._seen_references(
-            db, project_id, references, received_ts - DEDUPLICATION_WINDOW_SECONDS
-        )
+        since = received_ts - DEDUPLICATION_WINDOW_SECONDS
+        seen: set[str] = set()
+        for start in range(0, len(references), _CHUNK):
+            chunk = references[start : start + _CHUNK]
+            rows = db.execute(
+                "SELECT e.reference_id" + _FROM + " WHERE e.reference_id IN"
+                f" ({','.join('?' * len(chunk))}) AND e.project_seq = ? AND b.received_ts > ?",
+                (*chunk, project_seq, since),
+            )
+            seen.update(row[0] for row in rows)
         kept: list[NormalizedEvent] = []
         duplicates = 0
         for event in events:
@@ -315,101 +372,111 @@ class EventStore(Database):
                     delta.users.add(identity)
         return deltas
 
-    def _create_stacks(
+    def _ensure_stacks(
         self,
         db: sqlite3.Connection,
         organization_id: str,
         project_id: str,
         deltas: dict[str, _StackDelta],
         created: str,
-    ) -> set[str]:
-        new: set[str] = set()
+    ) -> int:
+        """Create the stacks not seen yet; set each delta's stack sequence number and mark the
+        first event of a new stack. Returns how many stacks are new."""
+        new = 0
         for stack_id, delta in deltas.items():
-            if stack_id in self._known_stacks:
-                continue
-            first = delta.first
-            title = stack_title(first.type, first.source, first.message, first.data)
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO stacks (id, organization_id, project_id, signature_hash,"
-                " signature_info, type, title, status, first_ts, last_ts, created_utc,"
-                " updated_utc) VALUES (?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?)",
-                (
-                    stack_id,
-                    organization_id,
-                    project_id,
-                    delta.signature_hash,
-                    dumps(delta.info),
-                    clean_text(first.type),
-                    clean_text(title),
-                    delta.first_ts,
-                    delta.last_ts,
-                    created,
-                    created,
-                ),
-            )
-            if cursor.rowcount:
-                new.add(stack_id)
+            seq = self._stack_seqs.get(stack_id)
+            if seq is None:
+                first = delta.first
+                title = stack_title(first.type, first.source, first.message, first.data)
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO stacks (id, organization_id, project_id,"
+                    " signature_hash, signature_info, type, title, status, first_ts, last_ts,"
+                    " created_utc, updated_utc) VALUES (?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?)",
+                    (
+                        stack_id,
+                        organization_id,
+                        project_id,
+                        delta.signature_hash,
+                        dumps(delta.info),
+                        clean_text(first.type),
+                        clean_text(title),
+                        delta.first_ts,
+                        delta.last_ts,
+                        created,
+                        created,
+                    ),
+                )
+                if cursor.rowcount:
+                    new += 1
+                    first.first = True
+                row = db.execute("SELECT seq FROM stacks WHERE id = ?", (stack_id,)).fetchone()
+                seq = int(row[0])
+                self._stack_seqs[stack_id] = seq
+                self._stack_ids[seq] = stack_id
+            delta.seq = seq
         return new
 
     @staticmethod
     def _write_events(
         db: sqlite3.Connection,
-        project_id: str,
+        project_seq: int,
         events: Sequence[NormalizedEvent],
-        new_stacks: set[str],
         deltas: dict[str, _StackDelta],
-        received_ts: float,
-    ) -> list[str]:
+        batch: int,
+    ) -> int:
+        """Insert the events' rows; returns the sequence number of the first."""
         row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
         first_seq = (int(row[0]) if row else 0) + 1
-        firsts = {id(deltas[stack_id].first) for stack_id in new_stacks}
         values: list[Any] = []
         extend = values.extend
         for event in events:
             data = event.data
             level = data.get("@level") if data else None
-            identity = event.user_identity if data and "@user" in data else None
             tags = event.tags
-            raw = event.raw
             extend(
                 (
-                    project_id,
-                    event.stack_id,
-                    received_ts,
+                    batch,
+                    event.index,
+                    project_seq,
+                    deltas[event.stack_id].seq,
                     event.timestamp,
-                    _clean(event.type),
-                    _clean(level.lower()) if isinstance(level, str) else None,
-                    _clean(event.source),
+                    event.type,
+                    level.lower() if type(level) is str else None,
+                    event.source,
                     event.reference_id,
-                    _clean(identity),
+                    event.user_identity if data and "@user" in data else None,
                     event.count,
-                    1 if firsts and id(event) in firsts else None,
+                    1 if event.first else None,
                     _ENCODE(tags) if tags else None,
-                    _clean(event.search_text),
-                    raw if raw is not None else _wire_body(event),
-                    event.note,
+                    event.search_text,
                 )
             )
-        _insert_rows(db, values, len(events))
-        return [event_id(received_ts, first_seq + index) for index in range(len(events))]
+        db.execute("SAVEPOINT event_rows")
+        try:
+            _insert_rows(db, values, len(events))
+        except UnicodeEncodeError:  # lone surrogates (valid in JSON strings) in a text column
+            db.execute("ROLLBACK TO event_rows")
+            _insert_rows(db, [_clean(v) if type(v) is str else v for v in values], len(events))
+        db.execute("RELEASE event_rows")
+        return first_seq
 
     @staticmethod
     def _update_stacks(
         db: sqlite3.Connection, deltas: dict[str, _StackDelta], updated: str
     ) -> None:
-        for stack_id, delta in deltas.items():
+        for delta in deltas.values():
             added_users = 0
             for identity in delta.users:
                 cursor = db.execute(
-                    "INSERT OR IGNORE INTO stack_users (stack_id, identity) VALUES (?, ?)",
-                    (stack_id, clean_text(identity)),
+                    "INSERT OR IGNORE INTO stack_users (stack_seq, identity) VALUES (?, ?)",
+                    (delta.seq, clean_text(identity)),
                 )
                 added_users += cursor.rowcount
             db.execute(
                 "UPDATE stacks SET events = events + ?, total = total + ?, users = users + ?,"
                 " first_ts = MIN(first_ts, ?), last_ts = MAX(last_ts, ?),"
                 " status = CASE WHEN status = 'fixed' AND ? > COALESCE(date_fixed_ts, 0)"
-                " THEN 'regressed' ELSE status END, updated_utc = ? WHERE id = ?",
+                " THEN 'regressed' ELSE status END, updated_utc = ? WHERE seq = ?",
                 (
                     delta.events,
                     delta.total,
@@ -418,7 +485,7 @@ class EventStore(Database):
                     delta.last_ts,
                     delta.last_ts,
                     updated,
-                    stack_id,
+                    delta.seq,
                 ),
             )
 
@@ -428,9 +495,9 @@ class EventStore(Database):
         """Attach ``@user_description`` to the project's event with that reference id."""
         with self._transaction() as db:
             row = db.execute(
-                f"SELECT {_ROW} FROM events WHERE reference_id = ? AND project_id = ?"
-                " ORDER BY seq DESC LIMIT 1",
-                (reference_id, project_id),
+                f"SELECT {_ROW}{_FROM} WHERE e.reference_id = ? AND e.project_seq = ?"
+                " ORDER BY e.seq DESC LIMIT 1",
+                (reference_id, self._project_seq(db, project_id)),
             ).fetchone()
             if row is None:
                 return False
@@ -443,67 +510,82 @@ class EventStore(Database):
     def clear_events(self) -> None:
         """Delete every event and stack, and forget every reference id."""
         with self._transaction() as db:
-            for table in ("events", "stacks", "stack_users"):
+            for table in ("events", "batches", "stacks", "stack_users"):
                 db.execute(f"DELETE FROM {table}")
-        self._known_stacks.clear()
         self._stack_cache.clear()
+        self._stack_seqs.clear()
+        self._stack_ids.clear()
+        self._batches.clear()
 
     # -- reading events ----------------------------------------------------------------------
 
-    def _organization_of(self, db: sqlite3.Connection, project_id: str) -> str | None:
-        organization = self._organizations.get(project_id)
-        if organization is None:
-            row = db.execute(
-                "SELECT organization_id FROM projects WHERE id = ?", (project_id,)
-            ).fetchone()
-            if row is None:
-                return None
-            organization = self._organizations[project_id] = str(row[0])
-        return organization
+    def _batch_items(self, db: sqlite3.Connection, batch: int) -> list[Any]:
+        """The JSON values of a kept request body (the last few are cached)."""
+        items = self._batches.get(batch)
+        if items is not None:
+            self._batches.move_to_end(batch)
+            return items
+        row = db.execute(
+            "SELECT body, encoding, note FROM batches WHERE seq = ?", (batch,)
+        ).fetchone()
+        items = [] if row is None else body_items(Received(bytes(row[0]), row[1], row[2]))
+        self._batches[batch] = items
+        while len(self._batches) > _BATCH_CACHE:
+            self._batches.popitem(last=False)
+        return items
 
     def _document(self, db: sqlite3.Connection, row: Sequence[Any]) -> dict[str, Any]:
-        """The API document of a stored event: its JSON as received, with the service's rules
-        applied again at its time of receipt, and the collector's ids."""
-        seq, project_id, stack_id, received_ts, first, body = row[:6]
+        """The API document of a stored event: its fields as received, with the service's
+        rules applied again at its time of receipt, and the collector's ids."""
+        seq, project_seq, stack_seq, received_ts, first, batch, index, body = row[:8]
+        item: Any = None
+        if body is not None:
+            item = json.loads(body)
+        else:
+            items = self._batch_items(db, batch)
+            if 0 <= index < len(items):
+                item = items[index]
         normalizer = Normalizer(datetime.fromtimestamp(received_ts, timezone.utc))
         try:
-            event = normalizer.event(json.loads(body))
-        except (ValueError, RecursionError):
+            event = normalizer.event(item)
+        except (FieldTypeError, ValueError, RecursionError):
             event = None
-        if event is None:  # not stored by this version: show what there is
-            event = normalizer.text_events(str(body), "")[0]
+        if event is None:  # a body not kept by this version: show what there is
+            event = normalizer.text_events(json.dumps(item, default=str)[:2000] or "?")[0]
+        project_id, organization_id = self._project_of(db, project_seq)
         return {
             "id": event_id(received_ts, seq),
-            "organization_id": self._organization_of(db, project_id),
+            "organization_id": organization_id,
             "project_id": project_id,
-            "stack_id": stack_id,
+            "stack_id": self._stack_id_of(db, stack_seq),
             "is_first_occurrence": bool(first),
             "created_utc": format_utc_ts(received_ts),
             **event.wire_fields(),
         }
 
-    def _where(self, query: EventQuery, prefix: str = "") -> tuple[list[str], list[Any]]:
+    @staticmethod
+    def _where(query: EventQuery) -> tuple[list[str], list[Any]]:
+        """The conditions of ``query`` on events aliased ``e``."""
         clauses: list[str] = []
         params: list[Any] = []
 
-        def any_of(column: str, values: Sequence[Any]) -> None:
-            if len(values) == 1:
-                clauses.append(f"{prefix}{column} = ?")
+        def any_of(column: str, values: Sequence[Any], lookup: str = "") -> None:
+            marks = "= ?" if len(values) == 1 else f"IN ({','.join('?' * len(values))})"
+            if lookup:
+                clauses.append(f"e.{column} IN (SELECT seq FROM {lookup} WHERE id {marks})")
             else:
-                clauses.append(f"{prefix}{column} IN ({','.join('?' * len(values))})")
+                clauses.append(f"e.{column} {marks}")
             params.extend(values)
 
         if query.organization_id is not None:
-            clauses.append(
-                f"{prefix}project_id IN (SELECT id FROM projects WHERE organization_id = ?)"
-            )
+            clauses.append("e.project_seq IN (SELECT seq FROM projects WHERE organization_id = ?)")
             params.append(query.organization_id)
         if query.scope_project_id is not None:
-            any_of("project_id", [query.scope_project_id])
+            any_of("project_seq", [query.scope_project_id], "projects")
         if query.project_ids:
-            any_of("project_id", query.project_ids)
+            any_of("project_seq", query.project_ids, "projects")
         if query.stack_ids:
-            any_of("stack_id", query.stack_ids)
+            any_of("stack_seq", query.stack_ids, "stacks")
         if query.types:
             any_of("type", query.types)
         if query.levels:
@@ -515,12 +597,10 @@ class EventStore(Database):
         if query.identities:
             any_of("user_identity", query.identities)
         if query.tags:
-            clauses.append(
-                "(" + " OR ".join(f"instr({prefix}tags, ?) > 0" for _ in query.tags) + ")"
-            )
+            clauses.append("(" + " OR ".join("instr(e.tags, ?) > 0" for _ in query.tags) + ")")
             params.extend(dumps(tag) for tag in query.tags)
         for term in query.text:
-            clauses.append(f"instr({prefix}search_text, ?) > 0")
+            clauses.append("instr(e.search_text, ?) > 0")
             params.append(clean_text(term.lower()))
         return clauses, params
 
@@ -528,19 +608,25 @@ class EventStore(Database):
     def _sql_where(clauses: list[str]) -> str:
         return (" WHERE " + " AND ".join(clauses)) if clauses else ""
 
+    def _count(self, db: sqlite3.Connection, clauses: list[str], params: Sequence[Any]) -> int:
+        return int(
+            db.execute(
+                "SELECT COUNT(*) FROM events e" + self._sql_where(clauses), params
+            ).fetchone()[0]
+        )
+
     def query_events(self, query: EventQuery) -> tuple[list[dict[str, Any]], int]:
         """A page of events matching ``query`` (offset and limit), and how many match in all."""
         clauses, params = self._where(query)
-        where = self._sql_where(clauses)
         order = "ASC" if query.ascending else "DESC"
         with self._locked() as db:
-            total = db.execute("SELECT COUNT(*) FROM events" + where, params).fetchone()[0]
+            total = self._count(db, clauses, params)
             rows = db.execute(
-                f"SELECT {_ROW} FROM events{where} ORDER BY date_ts {order}, seq {order}"
-                " LIMIT ? OFFSET ?",
+                f"SELECT {_ROW}{_FROM}{self._sql_where(clauses)}"
+                f" ORDER BY e.date_ts {order}, e.seq {order} LIMIT ? OFFSET ?",
                 (*params, query.limit, query.offset),
             ).fetchall()
-            return [self._document(db, row) for row in rows], int(total)
+            return [self._document(db, row) for row in rows], total
 
     @staticmethod
     def _position(db: sqlite3.Connection, text: str | None) -> tuple[float, int] | None:
@@ -548,7 +634,7 @@ class EventStore(Database):
         if parsed is None:
             return None
         row = db.execute(
-            "SELECT date_ts, seq, received_ts FROM events WHERE seq = ?", (parsed[1],)
+            "SELECT e.date_ts, e.seq, b.received_ts" + _FROM + " WHERE e.seq = ?", (parsed[1],)
         ).fetchone()
         if row is None or int(row[2]) & 0xFFFFFFFF != parsed[0]:
             return None
@@ -566,10 +652,10 @@ class EventStore(Database):
             clauses, params = self._where(query)
             direction = ">" if query.ascending else "<"
             order = "ASC" if query.ascending else "DESC"
-            clauses.append(f"(date_ts, seq) {direction} (?, ?)")
+            clauses.append(f"(e.date_ts, e.seq) {direction} (?, ?)")
             rows = db.execute(
-                f"SELECT {_ROW} FROM events{self._sql_where(clauses)}"
-                f" ORDER BY date_ts {order}, seq {order} LIMIT ?",
+                f"SELECT {_ROW}{_FROM}{self._sql_where(clauses)}"
+                f" ORDER BY e.date_ts {order}, e.seq {order} LIMIT ?",
                 (*params, *position, query.limit + 1),
             ).fetchall()
             events = [self._document(db, row) for row in rows[: query.limit]]
@@ -584,11 +670,7 @@ class EventStore(Database):
         limit = query.limit
         with self._locked() as db:
             clauses, params = self._where(query)
-            total = int(
-                db.execute(
-                    "SELECT COUNT(*) FROM events" + self._sql_where(clauses), params
-                ).fetchone()[0]
-            )
+            total = self._count(db, clauses, params)
             cursor_id = older_than or newer_than
             position = self._position(db, cursor_id) if cursor_id else None
             going_newer = position is not None and newer_than is not None and not older_than
@@ -597,12 +679,8 @@ class EventStore(Database):
                 rows = self._page_rows(db, clauses, params, None, False, limit)
             first_rank = 1
             if rows:
-                newer_clauses = [*clauses, "(date_ts, seq) > (?, ?)"]
-                first_rank += int(
-                    db.execute(
-                        "SELECT COUNT(*) FROM events" + self._sql_where(newer_clauses),
-                        (*params, rows[0][6], rows[0][0]),
-                    ).fetchone()[0]
+                first_rank += self._count(
+                    db, [*clauses, "(e.date_ts, e.seq) > (?, ?)"], (*params, rows[0][8], rows[0][0])
                 )
             events = [self._document(db, row) for row in rows]
         newer = older = None
@@ -620,16 +698,15 @@ class EventStore(Database):
         going_newer: bool,
         limit: int,
     ) -> list[Any]:
-        """Rows ``(seq, project_id, stack_id, received_ts, first, body, date_ts)`` of one page,
-        newest first."""
+        """Rows (:data:`_ROW` and ``date_ts``) of one page, newest first."""
         page_clauses, page_params = list(clauses), list(params)
         if position is not None:
-            page_clauses.append(f"(date_ts, seq) {'>' if going_newer else '<'} (?, ?)")
+            page_clauses.append(f"(e.date_ts, e.seq) {'>' if going_newer else '<'} (?, ?)")
             page_params.extend(position)
         order = "ASC" if going_newer else "DESC"
         rows = db.execute(
-            f"SELECT {_ROW}, date_ts FROM events{self._sql_where(page_clauses)}"
-            f" ORDER BY date_ts {order}, seq {order} LIMIT ?",
+            f"SELECT {_ROW}, e.date_ts{_FROM}{self._sql_where(page_clauses)}"
+            f" ORDER BY e.date_ts {order}, e.seq {order} LIMIT ?",
             (*page_params, limit),
         ).fetchall()
         if going_newer:
@@ -640,18 +717,14 @@ class EventStore(Database):
         """How many events match ``query``."""
         clauses, params = self._where(query)
         with self._locked() as db:
-            return int(
-                db.execute(
-                    "SELECT COUNT(*) FROM events" + self._sql_where(clauses), params
-                ).fetchone()[0]
-            )
+            return self._count(db, clauses, params)
 
     def _row_by_id(self, db: sqlite3.Connection, text: str, columns: str) -> Any:
         parsed = parse_event_id(text)
         if parsed is None:
             return None
         row = db.execute(
-            f"SELECT received_ts, {columns} FROM events WHERE seq = ?", (parsed[1],)
+            f"SELECT b.received_ts, {columns}{_FROM} WHERE e.seq = ?", (parsed[1],)
         ).fetchone()
         if row is None or int(row[0]) & 0xFFFFFFFF != parsed[0]:
             return None
@@ -666,23 +739,23 @@ class EventStore(Database):
     def event_note(self, event_id: str) -> str | None:
         """The collector's own note on an event (why it was stored as text), or None."""
         with self._locked() as db:
-            row = self._row_by_id(db, event_id, "note")
+            row = self._row_by_id(db, event_id, "b.note")
         return None if row is None or row[0] is None else str(row[0])
 
     def neighbours(self, event_id_text: str) -> tuple[str | None, str | None]:
         """The ids of the next newer and next older event of the same stack."""
         with self._locked() as db:
-            row = self._row_by_id(db, event_id_text, "stack_id, date_ts, seq")
+            row = self._row_by_id(db, event_id_text, "e.stack_seq, e.date_ts, e.seq")
             if row is None:
                 return None, None
             newer = db.execute(
-                "SELECT received_ts, seq FROM events WHERE stack_id = ?"
-                " AND (date_ts, seq) > (?, ?) ORDER BY date_ts, seq LIMIT 1",
+                "SELECT b.received_ts, e.seq" + _FROM + " WHERE e.stack_seq = ?"
+                " AND (e.date_ts, e.seq) > (?, ?) ORDER BY e.date_ts, e.seq LIMIT 1",
                 tuple(row),
             ).fetchone()
             older = db.execute(
-                "SELECT received_ts, seq FROM events WHERE stack_id = ?"
-                " AND (date_ts, seq) < (?, ?) ORDER BY date_ts DESC, seq DESC LIMIT 1",
+                "SELECT b.received_ts, e.seq" + _FROM + " WHERE e.stack_seq = ?"
+                " AND (e.date_ts, e.seq) < (?, ?) ORDER BY e.date_ts DESC, e.seq DESC LIMIT 1",
                 tuple(row),
             ).fetchone()
         return (
@@ -772,10 +845,10 @@ class EventStore(Database):
                 clauses.append(f"s.{column} IN ({','.join('?' * len(values))})")
                 params.extend(values)
         if query.event_query is not None:
-            inner, inner_params = self._where(query.event_query, "e.")
+            inner, inner_params = self._where(query.event_query)
             if inner:
                 clauses.append(
-                    "EXISTS (SELECT 1 FROM events e WHERE e.stack_id = s.id AND "
+                    "EXISTS (SELECT 1 FROM events e WHERE e.stack_seq = s.seq AND "
                     + " AND ".join(inner)
                     + ")"
                 )
@@ -856,15 +929,25 @@ class EventStore(Database):
             return result
         end = start + bucket * buckets
         with self._locked() as db:
+            seqs: dict[int, str] = {}
             for offset in range(0, len(stack_ids), _CHUNK):
                 chunk = list(stack_ids[offset : offset + _CHUNK])
-                rows = db.execute(
-                    "SELECT stack_id, CAST((date_ts - ?) / ? AS INTEGER), SUM(COALESCE(count, 1))"
-                    f" FROM events WHERE stack_id IN ({','.join('?' * len(chunk))})"
-                    " AND date_ts >= ? AND date_ts < ? GROUP BY 1, 2",
-                    (start, bucket, *chunk, start, end),
+                found = db.execute(
+                    f"SELECT seq, id FROM stacks WHERE id IN ({','.join('?' * len(chunk))})",
+                    chunk,
                 ).fetchall()
-                for stack_id, index, count in rows:
+                seqs.update((int(seq), str(stack_id)) for seq, stack_id in found)
+            ordered = list(seqs)
+            for offset in range(0, len(ordered), _CHUNK):
+                chunk_seqs = ordered[offset : offset + _CHUNK]
+                rows = db.execute(
+                    "SELECT stack_seq, CAST((date_ts - ?) / ? AS INTEGER),"
+                    " SUM(COALESCE(count, 1)) FROM events"
+                    f" WHERE stack_seq IN ({','.join('?' * len(chunk_seqs))})"
+                    " AND date_ts >= ? AND date_ts < ? GROUP BY 1, 2",
+                    (start, bucket, *chunk_seqs, start, end),
+                ).fetchall()
+                for stack_seq, index, count in rows:
                     if 0 <= index < buckets:
-                        result[stack_id][index] = int(count)
+                        result[seqs[stack_seq]][index] = int(count)
         return result

@@ -9,20 +9,23 @@
    else (plain text, JSON that does not parse, JSON of another shape, fields of the wrong types)
    becomes one log event per non-blank line. Bytes that are not UTF-8 are read with
    replacement characters. Only an empty body or an empty array is refused (411).
+
+The body is kept as it was sent (:class:`Received`), and each event stored points into it: the
+rules are applied again, with the same time of receipt, when an event is read, which gives the
+same event. Storing thus never encodes an event again.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import zlib
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from eventlog_handler.collector.normalize import FieldTypeError, NormalizedEvent, Normalizer
 from eventlog_handler.collector.problems import HttpError
 
-__all__ = ["decode_body", "json_items", "read_events"]
+__all__ = ["Received", "body_items", "decode_body", "read_events"]
 
 
 # -- step 1: content encoding ----------------------------------------------------------------
@@ -75,82 +78,70 @@ def decode_body(raw: bytes, content_encoding: str | None, limit: int) -> bytes:
 # -- step 2: events, or text ---------------------------------------------------------------
 
 
-class _Unreadable(Exception):
-    """The body is not JSON events the service can read."""
+@dataclass(frozen=True)
+class Received:
+    """A request body as it is kept: the bytes as sent, their ``Content-Encoding``, and why it
+    was read as text (None when it was JSON events). Each stored event points at its position
+    in :func:`body_items` of it, so nothing is encoded again when storing."""
+
+    body: bytes
+    encoding: str = "identity"
+    note: str | None = None
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-#: The C scanner of a decoder: ``(text, index) -> (value, end)``.
-_SCAN: Callable[[str, int], tuple[Any, int]] = vars(
-    json.JSONDecoder(parse_constant=_reject_constant)
-)["scan_once"]
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
+class _Unreadable(Exception):
+    """The body is not JSON events the service can read."""
 
 
-def _skip(text: str, index: int = 0) -> int:
-    """The index of the first character at or after ``index`` that is not JSON whitespace."""
-    match = _WHITESPACE.match(text, index)
-    return index if match is None else match.end()
-
-
-def _value(text: str, index: int) -> tuple[Any, int]:
+def _json_items(text: str) -> list[Any]:
+    if text[:1] not in ("{", "["):
+        raise _Unreadable("the body is not a JSON object or array")
     try:
-        return _SCAN(text, index)
-    except StopIteration:
-        raise _Unreadable(f"the body is not valid JSON (at character {index})") from None
+        document = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         raise _Unreadable(f"the body is not valid JSON ({str(exc)[:120]})") from None
+    if isinstance(document, list):
+        if not document:
+            raise HttpError(411, "The request body is an empty array.")
+        return document
+    if isinstance(document, dict):
+        return [document]
+    raise _Unreadable("the body is not a JSON object or array")
 
 
-def json_items(text: str) -> list[tuple[Any, str | None]]:
-    """The values of a JSON object or array body, each with its own JSON text."""
-    skip = _skip
-    index = skip(text)
-    opening = text[index : index + 1]
-    if opening == "{":
-        value, end = _value(text, index)
-        if skip(text, end) != len(text):
-            raise _Unreadable("the body has more after its JSON value")
-        return [(value, text[index:end])]
-    if opening != "[":
-        raise _Unreadable("the body is not a JSON object or array")
-    items: list[tuple[Any, str | None]] = []
-    index = skip(text, index + 1)
-    if text[index : index + 1] == "]":
-        if skip(text, index + 1) != len(text):
-            raise _Unreadable("the body has more after its JSON value")
-        raise HttpError(411, "The request body is an empty array.")
-    while True:
-        value, end = _value(text, index)
-        items.append((value, text[index:end]))
-        index = skip(text, end)
-        separator = text[index : index + 1]
-        if separator == ",":
-            index = skip(text, index + 1)
-        elif separator == "]":
-            if skip(text, index + 1) != len(text):
-                raise _Unreadable("the body has more after its JSON value")
-            return items
-        else:
-            raise _Unreadable(f"the body is not valid JSON (at character {index})")
+def _text_of(decoded: bytes) -> str:
+    return decoded.decode("utf-8-sig", errors="replace")
 
 
-def read_events(body: bytes, normalizer: Normalizer) -> list[NormalizedEvent]:
-    """The events of a decoded body, as the service reads them (see the module's docstring).
-
-    Events stored from text carry a ``note`` saying why, for the dashboard.
-    """
-    text = body.decode("utf-8-sig", errors="replace")
+def read_events(
+    decoded: bytes, received: Received, normalizer: Normalizer
+) -> tuple[list[NormalizedEvent], Received]:
+    """The events of a decoded body, as the service reads them (see the module's docstring),
+    and what to keep of the body (``received``, or for a body read as text, the lines as JSON
+    with a note saying why)."""
+    text = _text_of(decoded)
+    stripped = text.strip(" \t\r\n")
     if not text.strip():
         raise HttpError(411, "The request body is empty.")
     try:
-        return normalizer.events(json_items(text))
+        return normalizer.events(_json_items(stripped)), received
     except (_Unreadable, FieldTypeError) as exc:
         reason = str(exc)
     normalizer.dropped = 0
     normalizer.problems.clear()
     note = f"Stored as text: {reason}. The service stores such a body the same way."
-    return normalizer.text_events(text, note)
+    events = normalizer.text_events(text)
+    lines = [{"message": event.message} for event in events]
+    kept = Received(json.dumps(lines, ensure_ascii=True).encode("ascii"), "identity", note)
+    return events, kept
+
+
+def body_items(received: Received, limit: int = 1 << 30) -> list[Any]:
+    """The JSON values a kept body holds (one per event it carried), for reading events back."""
+    decoded = decode_body(received.body, received.encoding, limit)
+    document = json.loads(_text_of(decoded).strip(" \t\r\n"))
+    return document if isinstance(document, list) else [document]

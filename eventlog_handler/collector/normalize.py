@@ -92,9 +92,10 @@ class FieldTypeError(ValueError):
 
 @dataclass(slots=True)
 class NormalizedEvent:
-    """One event after the service's rules, with what the store indexes. ``raw`` is the
-    event's JSON text as received (what the store keeps: the rules are applied again, with the
-    same time of receipt, when it is read); ``stack_id`` is set by the store."""
+    """One event after the service's rules, with what the store indexes. ``index`` is the
+    event's position in its request body (the store keeps the body and applies the rules
+    again, with the same time of receipt, when the event is read); ``stack_id`` is set by the
+    store."""
 
     type: str
     date: str
@@ -108,9 +109,9 @@ class NormalizedEvent:
     data: dict[str, Any] = field(default_factory=dict)
     reference_id: str | None = None
     basis: StackBasis = ("default", "log", "")
-    note: str | None = None
     stack_id: str = ""
-    raw: str | None = None
+    index: int = -1
+    first: bool = False
 
     @property
     def level(self) -> str | None:
@@ -256,60 +257,94 @@ class Normalizer:
         """One event, None when the rules drop it; :class:`FieldTypeError` when unreadable.
 
         ``item`` may be changed (keys moved into its ``data``): it belongs to the caller's
-        freshly parsed body.
+        freshly parsed body. (The fields are picked in one pass with the service's own
+        spellings first; this is the collector's hottest loop.)
         """
-        if not isinstance(item, dict):
+        if type(item) is not dict:
             raise FieldTypeError("an event must be a JSON object")
-        fields: dict[str, Any] = {}
+        data = event_type = date = source = message = tags = geo = value = count = None
+        reference_id = None
         moved: list[tuple[str, Any]] | None = None
-        for key, value in item.items():
-            name = _FIELD_CACHE.get(key, _MISSING)
-            if name is _MISSING:
-                name = _field_name(key)
-            if name is None:
-                if moved is None:
-                    moved = []
-                moved.append((key, value))
+        aliased: list[tuple[str, Any]] | None = None
+        for key, field_value in item.items():
+            if key == "message":
+                message = field_value
+            elif key == "date":
+                date = field_value
+            elif key == "type":
+                event_type = field_value
+            elif key == "source":
+                source = field_value
+            elif key == "data":
+                data = field_value
+            elif key == "reference_id":
+                reference_id = field_value
+            elif key == "tags":
+                tags = field_value
+            elif key == "value":
+                value = field_value
+            elif key == "count":
+                count = field_value
+            elif key == "geo":
+                geo = field_value
             else:
-                fields[name] = value
-        get = fields.get
+                name = _FIELD_CACHE.get(key, _MISSING)
+                if name is _MISSING:
+                    name = _field_name(key)
+                if name is None:
+                    if moved is None:
+                        moved = []
+                    moved.append((key, field_value))
+                else:
+                    if aliased is None:
+                        aliased = []
+                    aliased.append((name, field_value))
+        if aliased is not None:
+            fields = {
+                "message": message, "date": date, "type": event_type, "source": source,
+                "data": data, "reference_id": reference_id, "tags": tags, "value": value,
+                "count": count, "geo": geo, **dict(aliased),
+            }  # fmt: skip
+            message, date, event_type, source = (
+                fields["message"], fields["date"], fields["type"], fields["source"]
+            )  # fmt: skip
+            data, reference_id, tags = fields["data"], fields["reference_id"], fields["tags"]
+            value, count, geo = fields["value"], fields["count"], fields["geo"]
 
-        data = get("data")
         if data is None:
             data = {}
         elif type(data) is not dict:
             raise FieldTypeError("'data' must be an object")
         if moved is not None:
-            for key, value in moved:
-                target = _data_key(key)
+            for key, field_value in moved:
+                target = key if key in KNOWN_DATA_KEYS or key[:1] != "@" else _data_key(key)
                 if data and (target in data or target.lower() in data):
                     target = "_" + target if target[0] == "@" else "_@" + target
-                data[target] = value
+                data[target] = field_value
 
-        event_type = get("type")
         if event_type is None or event_type == "":
             event_type = "error" if ("@simple_error" in data or "@error" in data) else "log"
         elif type(event_type) is not str:
             raise FieldTypeError("'type' must be a string")
 
-        raw_date = get("date")
-        if raw_date is None:
+        if date is None:
             date, timestamp = self.now_date, self.now_ts
         else:
-            date, timestamp = self._date(raw_date)
+            fast = event_date_timestamp(date) if type(date) is str else None
+            if fast is None:
+                date, timestamp = self._date(date)
+            else:
+                timestamp = fast
 
-        source = get("source")
         if source is not None:
             if type(source) is not str:
                 raise FieldTypeError("'source' must be a string")
             source = source[:MAX_TEXT] if source else None
-        message = get("message")
         if message is not None:
             if type(message) is not str:
                 raise FieldTypeError("'message' must be a string")
             message = message[:MAX_TEXT] if message else None
 
-        tags = get("tags")
         if tags is None:
             tags = []
         elif type(tags) is list:
@@ -318,17 +353,15 @@ class Normalizer:
         else:
             raise FieldTypeError("'tags' must be an array of strings")
 
-        geo = get("geo")
         if geo is not None and type(geo) is not str:
             raise FieldTypeError("'geo' must be a string")
-        value = get("value")
         if value is not None and type(value) is not int and type(value) is not float:
             raise FieldTypeError("'value' must be a number")
-        count = get("count")
         if count is not None and type(count) is not int:
             raise FieldTypeError("'count' must be an integer")
-        reference_id = get("reference_id")
-        if reference_id is not None and not is_valid_reference_id(reference_id):
+        if reference_id is not None and (
+            type(reference_id) is not str or _REFERENCE_RE.fullmatch(reference_id) is None
+        ):
             reference_id = INVALID_REFERENCE_ID
 
         if len(event_type) > MAX_TYPE:
@@ -339,8 +372,14 @@ class Normalizer:
             return None
         if timestamp > self.latest_ts:
             date, timestamp = self.now_date, self.now_ts
-        if event_type == "error" and (message is None or not message.strip()):
-            message = _error_message(data) or message
+        if event_type == "error":
+            if message is None or not message.strip():
+                message = _error_message(data) or message
+            basis = stack_basis(event_type, source, data)
+        elif "@stack" in data:
+            basis = stack_basis(event_type, source, data)
+        else:
+            basis = ("default", event_type, source or "")
         return NormalizedEvent(
             event_type,
             date,
@@ -353,7 +392,7 @@ class Normalizer:
             count,
             data,
             reference_id,
-            stack_basis(event_type, source, data),
+            basis,
         )
 
     def _drop(self, reason: str) -> None:
@@ -361,22 +400,23 @@ class Normalizer:
         if len(self.problems) < 20:
             self.problems.append(reason)
 
-    def events(self, items: list[tuple[Any, str | None]]) -> list[NormalizedEvent]:
-        """Every event of a parsed body, each given with its JSON text; :class:`FieldTypeError`
-        if any is unreadable."""
+    def events(self, items: list[Any]) -> list[NormalizedEvent]:
+        """Every event of a parsed body (with its position in it); :class:`FieldTypeError` if
+        any is unreadable."""
         event = self.event
         out: list[NormalizedEvent] = []
         append = out.append
-        for item, raw in items:
+        for index, item in enumerate(items):
             normalized = event(item)
             if normalized is not None:
-                normalized.raw = raw
+                normalized.index = index
                 append(normalized)
         return out
 
-    def text_events(self, text: str, note: str) -> list[NormalizedEvent]:
+    def text_events(self, text: str) -> list[NormalizedEvent]:
         """A body that is not events: one log event per non-blank line, trimmed."""
         basis = stack_basis("log", None, {})
+        lines = [line for line in (part.strip() for part in re.split(r"[\r\n]+", text)) if line]
         return [
             NormalizedEvent(
                 type="log",
@@ -384,8 +424,7 @@ class Normalizer:
                 timestamp=self.now_ts,
                 message=line[:MAX_TEXT],
                 basis=basis,
-                note=note,
+                index=index,
             )
-            for line in (part.strip() for part in re.split(r"[\r\n]+", text))
-            if line
+            for index, line in enumerate(lines)
         ]

@@ -24,7 +24,7 @@ from eventlog_handler.collector.formats import (
     new_token_key,
     parse_date,
 )
-from eventlog_handler.collector.ingest import decode_body, json_items, read_events
+from eventlog_handler.collector.ingest import Received, body_items, decode_body, read_events
 from eventlog_handler.collector.normalize import FieldTypeError, NormalizedEvent, Normalizer
 from eventlog_handler.collector.problems import HttpError
 from eventlog_handler.collector.stacking import signature_of, stack_basis, stack_title
@@ -151,30 +151,33 @@ def test_gzip_bomb_costs_at_most_the_bound() -> None:
     assert caught.value.status == 413
 
 
-def test_json_items_keep_each_event_text() -> None:
-    text = ' [ {"message": "a"} ,\n{"message": "b", "tags": ["x"]}] '
-    assert json_items(text) == [
-        ({"message": "a"}, '{"message": "a"}'),
-        ({"message": "b", "tags": ["x"]}, '{"message": "b", "tags": ["x"]}'),
-    ]
-    assert json_items('{"message": "m"}') == [({"message": "m"}, '{"message": "m"}')]
+def test_bodies_are_kept_as_sent_and_read_back() -> None:
+    text = b' [ {"message": "a"} ,\n{"message": "b", "tags": ["x"]}] '
+    for body, encoding in ((text, "identity"), (gzip.compress(text), "gzip")):
+        events, kept = read_events(
+            decode_body(body, encoding, 10_000), Received(body, encoding), Normalizer(NOW)
+        )
+        assert kept == Received(body, encoding)
+        assert [event.index for event in events] == [0, 1]
+        assert body_items(kept) == [{"message": "a"}, {"message": "b", "tags": ["x"]}]
     with pytest.raises(HttpError) as caught:
-        json_items(" [ ] ")
+        read_events(b" [ ] ", Received(b" [ ] "), Normalizer(NOW))
     assert caught.value.status == 411
 
 
 def _read(body: bytes) -> list[NormalizedEvent]:
-    return read_events(body, Normalizer(NOW))
+    return read_events(body, Received(body), Normalizer(NOW))[0]
 
 
 def test_read_events_falls_back_to_lines() -> None:
     events = _read(b"first line\r\n\n   \n  second line  ")
     assert [event.message for event in events] == ["first line", "second line"]
-    assert all(event.type == "log" and event.note for event in events)
+    assert all(event.type == "log" for event in events)
     for body in (b"{not json", b'{"message": 5}', b'[{"message": "ok"}, 3]', b'"text"'):
         (event,) = _read(body)
         assert event.message == body.decode()
-        assert event.note is not None and "Stored as text" in event.note
+        _, kept = read_events(body, Received(body), Normalizer(NOW))
+        assert kept.note is not None and "Stored as text" in kept.note
     assert _read(b"\xff\xfe bytes")[0].message == "\ufffd\ufffd bytes"
     with pytest.raises(HttpError):
         _read(b"  \n ")
