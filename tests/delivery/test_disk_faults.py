@@ -1,0 +1,170 @@
+"""The durable spool on a failing disk, as a program sees it: with the server down and the
+spool on a full 1 MB file system, memory stays bounded by the queue, what fit on disk is kept
+(and sent by the next start), what did not is counted as ``spool_full`` and said once; a spool
+file that can't be read is moved aside and said once."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.delivery.conftest import accounted, marks, wait_until
+from tests.transport.faultserver import FaultServer
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A real 1 MB file system (tmpfs) when this machine lets us mount one; else a 1 MB
+    file-size limit for the program (``EVENTLOG_TEST_FSIZE``), which fails writes the same
+    way (``EFBIG``, which SQLite reports as an I/O error)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = False
+    if sys.platform.startswith("linux") and shutil.which("mount"):
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)],
+            capture_output=True,
+            check=False,
+        )
+        mounted = done.returncode == 0
+    try:
+        yield mount, ({} if mounted else {"EVENTLOG_TEST_FSIZE": "1000000"})
+    finally:
+        if mounted and subprocess.run(["umount", str(mount)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+PREAMBLE = """
+import atexit, json, logging, os, resource, signal, sys, time
+
+if os.environ.get("EVENTLOG_TEST_FSIZE"):
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limit = int(os.environ["EVENTLOG_TEST_FSIZE"])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+def report():  # registered before the package: runs after its exit flush
+    import eventlog_handler.transport as transport
+    [engine] = transport.engines()
+    print("MARK stats", json.dumps(engine.stats()), flush=True)
+
+atexit.register(report)
+
+def rss_mb():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+import eventlog_handler
+"""
+
+OUTAGE = PREAMBLE + """
+handle = eventlog_handler.setup(spool_path=sys.argv[1], retry_initial=0.2, max_backoff=1.0)
+log = logging.getLogger("app.disk")
+for index in range(10_000):  # warm up: the queue fills, the spool fills
+    log.warning("event %d of an outage", index, extra={"payload": "x" * 300})
+baseline = peak = rss_mb()
+for index in range(10_000, 300_000):
+    log.warning("event %d of an outage", index, extra={"payload": "x" * 300})
+    if index % 10_000 == 0:
+        peak = max(peak, rss_mb())
+        stats = handle.stats()
+        assert stats["captured"] == (stats["delivered"] + stats["dropped_total"]
+            + stats["queued"] + stats["in_flight"] + stats["spooled"]), stats
+print("MARK memory", json.dumps({"baseline": baseline, "peak": max(peak, rss_mb())}), flush=True)
+"""
+
+REPLAY = """
+import json, logging, sys, time
+import eventlog_handler
+
+handle = eventlog_handler.setup(spool_path=sys.argv[1], spool_scan_interval=0.1)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and handle.stats()["replayed"]["delivered"] < int(sys.argv[2]):
+    time.sleep(0.1)
+print("MARK replayed", json.dumps(handle.stats()["replayed"]), flush=True)
+"""
+
+
+def run_with_args(source: str, url: str, tmp_path: Path, args: list[str], **env: str) -> Any:
+    program = tmp_path / f"program-{len(list(tmp_path.glob('program-*')))}.py"
+    program.write_text(source)
+    from tests.integrations.conftest import REPO, child_env
+
+    done = subprocess.run(
+        [sys.executable, str(program), *args],
+        capture_output=True,
+        text=True,
+        env=child_env(url, **env),
+        cwd=str(REPO),
+        timeout=180,
+    )
+    lines = done.stdout.splitlines()
+    return done.returncode, done.stderr, marks(lines)
+
+
+def test_full_disk_during_an_outage_keeps_memory_bounded_and_what_was_stored(
+    small_disk: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    disk, env = small_disk
+    spool = disk / "spool"
+    down = f"http://127.0.0.1:{closed_port()}"
+    code, stderr, found = run_with_args(OUTAGE, down, tmp_path, [str(spool)], **env)
+    assert code == 0, stderr
+    memory, stats = found["memory"], found["stats"]
+    # 290,000 warnings of ~0.5 KB after the warm-up; the queue holds 10,000 at most.
+    assert memory["peak"] - memory["baseline"] < 60, memory
+    assert stats["captured"] == 300_000 == accounted(stats)
+    assert stats["dropped"]["spool_full"] > 0
+    assert stats["spooled"] > 0  # what fit on the disk is kept
+    assert stderr.count("out of disk space") == 1, stderr
+    assert f"{stats['spooled']} event(s) kept in the spool" in stderr, stderr
+    # The next start, with the service up, sends what was kept.
+    with FaultServer(keep_events=False) as server:
+        code, stderr, found = run_with_args(
+            REPLAY, server.url, tmp_path, [str(spool), str(stats["spooled"])], **env
+        )
+        assert code == 0, stderr
+        assert found["replayed"]["delivered"] == stats["spooled"], (found, stderr)
+        assert len(server.accepted_ids()) == stats["spooled"]
+        assert server.duplicates == []
+
+
+CORRUPT = """
+import logging, sys
+import eventlog_handler
+
+eventlog_handler.setup(spool_path=sys.argv[1])
+logging.getLogger("app").warning("hello")
+"""
+
+
+def test_a_corrupt_spool_file_is_moved_aside_and_said_once(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    junk = spool / "host-99999-deadbeef.spool.sqlite3"
+    junk.write_bytes(b"this is not a database" * 500)
+    code, stderr, _ = run_with_args(CORRUPT, server.url, tmp_path, [str(spool)])
+    assert code == 0, stderr
+    assert stderr.count("could not be read and was moved") == 1, stderr
+    assert not junk.exists()
+    assert list((spool / "quarantine").iterdir())
+    assert wait_until(lambda: "hello" in server.arrivals(), 5)
+    code, stderr, _ = run_with_args(CORRUPT, server.url, tmp_path, [str(spool)])
+    assert code == 0 and "could not be read" not in stderr, stderr  # said once, not forever
