@@ -129,6 +129,11 @@ class FaultServer:
                         found.setdefault(str(event.get("message")), seen.at)
         return found
 
+    def accepted_count(self) -> int:
+        """How many distinct reference ids were accepted (also with ``keep_events=False``)."""
+        with self._lock:
+            return len(self._ids)
+
     def accepted_ids(self) -> list[str]:
         with self._lock:
             return [event.get("reference_id", "") for event in self.accepted]
