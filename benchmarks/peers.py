@@ -2,6 +2,8 @@
 
 - ``noop``: a :class:`logging.Handler` whose ``emit`` does nothing: the floor, what the logging
   call itself costs.
+- ``floor``: :class:`logging.handlers.QueueHandler` → :class:`logging.handlers.QueueListener`
+  whose handler does nothing: the cost of handing a record to another thread at all.
 - ``stdlib``: :class:`logging.handlers.QueueHandler` → :class:`logging.handlers.QueueListener`,
   whose handler (:class:`JsonBatchHandler`) turns each record into a JSON object and POSTs them to
   ``/api/v2/events`` in gzip'd batches of up to 500 with ``requests`` (one session, keep-alive),
@@ -94,6 +96,26 @@ class Noop(Peer):
 
     def attach(self, logger: logging.Logger, target: Target, options: dict[str, Any]) -> None:
         logger.addHandler(NoopHandler())
+
+
+class Floor(Peer):
+    """``QueueHandler`` → ``QueueListener`` → a handler that does nothing."""
+
+    name, title = "floor", "queue floor"
+
+    def attach(self, logger: logging.Logger, target: Target, options: dict[str, Any]) -> None:
+        import atexit
+
+        self.queue: queue.Queue[Any] = queue.Queue()
+        self.listener = logging.handlers.QueueListener(self.queue, NoopHandler())
+        self.listener.start()
+        atexit.register(self.listener.stop)
+        logger.addHandler(logging.handlers.QueueHandler(self.queue))
+
+    def settle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.005)
 
 
 class JsonBatchHandler(logging.Handler):
@@ -293,6 +315,7 @@ PEERS: dict[str, Peer] = {
     peer.name: peer
     for peer in (
         Noop(),
+        Floor(),
         Stdlib(),
         EventLog(),
         EventLogSpool(),
