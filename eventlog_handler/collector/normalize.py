@@ -256,9 +256,9 @@ class Normalizer:
     def event(self, item: Any) -> NormalizedEvent | None:
         """One event, None when the rules drop it; :class:`FieldTypeError` when unreadable.
 
-        ``item`` may be changed (keys moved into its ``data``): it belongs to the caller's
-        freshly parsed body. (The fields are picked in one pass with the service's own
-        spellings first; this is the collector's hottest loop.)
+        ``item`` is left as it is (the same item can be read again and gives the same event).
+        The fields are picked in one pass, the service's own spellings first: this is the
+        collector's hottest loop.
         """
         if type(item) is not dict:
             raise FieldTypeError("an event must be a JSON object")
@@ -316,6 +316,7 @@ class Normalizer:
         elif type(data) is not dict:
             raise FieldTypeError("'data' must be an object")
         if moved is not None:
+            data = dict(data)
             for key, field_value in moved:
                 target = key if key in KNOWN_DATA_KEYS or key[:1] != "@" else _data_key(key)
                 if data and (target in data or target.lower() in data):

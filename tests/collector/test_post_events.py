@@ -138,6 +138,17 @@ def test_unknown_top_level_keys_move_into_data(client: Client, collector: Collec
     assert event["id"] != "client-chosen"
 
 
+def test_an_event_reads_back_the_same_every_time(client: Client, collector: Collector) -> None:
+    body = {"message": "m", "@level": "Info", "@user": {"identity": "u"}, "data": {"k": 1}}
+    assert client.post_events([body, body]).status_code == 202
+    first = collector.events()
+    assert first == collector.events() == collector.events()
+    assert first[0]["data"] == {"k": 1, "@level": "Info", "@user": {"identity": "u"}}
+    page = client.get(f"/events/{first[0]['id']}").text
+    assert "_@level" not in page and "_@user" not in page
+    assert client.get(f"/api/v2/events/{first[0]['id']}", collector.user_token).json() == first[0]
+
+
 def test_message_and_source_are_truncated(client: Client, collector: Collector) -> None:
     assert client.post_events({"message": "m" * 5000, "source": "s" * 3000}).status_code == 202
     event = _only_event(collector)

@@ -114,6 +114,8 @@ table.kv th { width: 32%; color: var(--muted); font-weight: normal; }
 .stats div { background: var(--card); border: 1px solid var(--line); border-radius: 6px;
              padding: .5em .7em; }
 .stats b { display: block; font-size: 1.25em; }
+.charts { display: flex; flex-wrap: wrap; gap: .8em 2em; }
+.charts small { display: block; margin-bottom: .2em; }
 form.inline { display: inline; }
 .actions { display: flex; flex-wrap: wrap; gap: .4em; margin: 0 0 1em; }
 details.help { background: var(--card); border: 1px solid var(--line); border-radius: 6px;

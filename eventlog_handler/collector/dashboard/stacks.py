@@ -236,7 +236,7 @@ def stack_body(
         f"</small> <small>Project: {e(clip(project_name, 80))}</small></p>\n"
         + status_form(stack, form_token)
         + stats
-        + f'<div class="card"><div class="stats">{charts}</div>'
+        + f'<div class="card"><div class="charts">{charts}</div>'
         + (
             f'<h2>Signature</h2><table class="kv">{signature_rows}</table>'
             if signature_rows
