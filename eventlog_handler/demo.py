@@ -1,15 +1,20 @@
 """``eventlog demo``: the package at work in one command, with no account.
 
-It starts the local collector on a free loopback port, connects logging to it with
-:func:`eventlog_handler.setup` exactly as a program would, sends a message, logs at several
-levels with extras and a user, logs a caught exception with a chained cause, lets an
-exception escape a thread, flushes, and prints a table of what the collector received and the
-dashboard's address.
+It starts the local collector on a loopback port (a free one unless told), connects logging to
+it with :func:`eventlog_handler.setup` exactly as a program would, sends a message, logs at
+several levels with extras and a user, fails the same way three times (one stack, counted
+three times), logs a caught exception with a chained cause, lets an exception escape a thread,
+flushes, and prints the stacks the dashboard shows, the events, and the dashboard's address.
+
+The collector's database is kept in a directory of its own; the demo prints the exact
+``eventlog serve`` command that opens the same dashboard again after it ends. With
+``--keep-serving`` it keeps serving until Ctrl-C instead.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 import tempfile
 import threading
@@ -24,8 +29,11 @@ from eventlog_handler.configure import setup
 from eventlog_handler.context import user_context
 from eventlog_handler.events import message_event
 
-#: Events the demo produces: 1 message, 4 logs (DEBUG..ERROR), 1 caught error, 1 thread error.
-EXPECTED_EVENTS = 7
+#: Events the demo produces: 1 message, 4 logs (DEBUG..ERROR), 3 failed charges (one stack),
+#: 1 caught error with a cause, 1 thread error.
+EXPECTED_EVENTS = 10
+#: The port ``eventlog serve`` suggests for reopening the dashboard.
+REOPEN_PORT = 5000
 
 
 class PaymentError(Exception):
@@ -37,6 +45,11 @@ def _charge(order_id: int) -> None:
         {"card": "4242"}["cvv"]
     except KeyError as exc:
         raise PaymentError(f"payment for order {order_id} failed") from exc
+
+
+def _reserve(sku: str) -> None:
+    stock: dict[str, int] = {}
+    stock[sku] -= 1  # KeyError: the same line every time, so the same stack
 
 
 def _worker() -> None:
@@ -64,6 +77,12 @@ def produce_events(collector: Collector) -> dict[str, Any]:
                 _charge(1001)
             except PaymentError:
                 log.exception("checkout failed for order %s", 1001)
+        for user in ("u-7", "u-8", "u-9"):
+            with user_context(user):
+                try:
+                    _reserve("SKU-9")
+                except KeyError:
+                    logging.getLogger("shop.stock").exception("could not reserve SKU-9")
         thread = threading.Thread(target=_worker, name="background-job")
         original_hook = threading.excepthook
         threading.excepthook = _quiet_chain(original_hook)
@@ -127,38 +146,71 @@ def describe(events: list[dict[str, Any]]) -> str:
     return format_table(rows)
 
 
+def describe_stacks(stacks: list[dict[str, Any]]) -> str:
+    """The stacks as the dashboard lists them: the same problem once, with its count."""
+    rows = [("COUNT", "USERS", "TYPE", "STATUS", "STACK")]
+    for stack in sorted(stacks, key=lambda item: (-item["total_occurrences"], item["title"])):
+        rows.append(
+            (
+                str(stack["total_occurrences"]),
+                str(stack["users"]),
+                str(stack["type"]),
+                str(stack["status"]),
+                str(stack["title"])[:60],
+            )
+        )
+    return format_table(rows)
+
+
+def reopen_command(database: Path, port: int = REOPEN_PORT) -> str:
+    """The command that serves the demo's dashboard again."""
+    return f"eventlog serve --db {shlex.quote(str(database))} --port {port}"
+
+
 def run_demo(keep_serving: bool = False, port: int = 0) -> int:
     """Run the demo; 0 when every event arrived."""
-    with tempfile.TemporaryDirectory(prefix="eventlog-demo-") as folder:
-        collector = Collector(db_path=Path(folder) / "demo.sqlite3", port=port).start()
+    folder = Path(tempfile.mkdtemp(prefix="eventlog-demo-"))
+    database = folder / "demo.sqlite3"
+    collector = Collector(db_path=database, port=port).start()
+    try:
+        print(f"Local collector listening on {collector.url}")
+        print("Logging through eventlog_handler.setup() ...")
+        stats = produce_events(collector)
         try:
-            print(f"Local collector listening on {collector.url}")
-            print("Logging through eventlog_handler.setup() ...")
-            stats = produce_events(collector)
+            events = collector.wait_for_events(EXPECTED_EVENTS, timeout=10.0)
+        except TimeoutError:
+            events = collector.events()
+        stacks = collector.stacks()
+        print()
+        print(f"The collector grouped them into {len(stacks)} stacks (the dashboard's view):")
+        print(describe_stacks(stacks))
+        print()
+        print(f"The {len(events)} event(s) it received:")
+        print(describe(events))
+        print()
+        dropped = stats.get("dropped_total", 0)
+        print(
+            f"Handler statistics: captured {stats.get('captured')}, delivered "
+            f"{stats.get('delivered')}, dropped {dropped}."
+        )
+        ok = len(events) >= EXPECTED_EVENTS and not dropped
+        if not ok:
+            print(f"eventlog demo: expected {EXPECTED_EVENTS} events", file=sys.stderr)
+        if keep_serving:
+            print(f"Dashboard: {collector.url}/  (stacks; events at {collector.url}/events)")
+            print("Serving the dashboard; press Ctrl-C to stop.")
             try:
-                events = collector.wait_for_events(EXPECTED_EVENTS, timeout=10.0)
-            except TimeoutError:
-                events = collector.events()
-            print()
-            print(f"The collector received {len(events)} event(s):")
-            print(describe(events))
-            print()
-            dropped = stats.get("dropped_total", 0)
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                print()
+        else:
+            print(f"The demo's collector stops now; its database is kept at {database}")
+            print("To open its dashboard again, run:")
+            print(f"    {reopen_command(database)}")
             print(
-                f"Handler statistics: captured {stats.get('captured')}, delivered "
-                f"{stats.get('delivered')}, dropped {dropped}."
+                f"and open http://127.0.0.1:{REOPEN_PORT}/  (or run: eventlog demo --keep-serving)"
             )
-            print(f"Dashboard: {collector.url}/")
-            ok = len(events) >= EXPECTED_EVENTS and not dropped
-            if not ok:
-                print(f"eventlog demo: expected {EXPECTED_EVENTS} events", file=sys.stderr)
-            if keep_serving:
-                print("Serving the dashboard; press Ctrl-C to stop.")
-                try:
-                    while True:
-                        time.sleep(3600)
-                except KeyboardInterrupt:
-                    print()
-            return 0 if ok else 1
-        finally:
-            collector.close()
+        return 0 if ok else 1
+    finally:
+        collector.close()

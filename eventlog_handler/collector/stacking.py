@@ -128,7 +128,7 @@ def stack_title(
     event_type: str, source: str | None, message: str | None, data: Mapping[str, Any]
 ) -> str:
     """A stack's title, from its first event: the manual title, the error's type and message,
-    or the log's message (its source when it has none)."""
+    else the source the events are grouped by (the message when there is no source)."""
     manual = data.get("@stack")
     if isinstance(manual, dict) and isinstance(manual.get("title"), str) and manual["title"]:
         return str(manual["title"])[:1000]
@@ -140,6 +140,6 @@ def stack_title(
             kind = str(error.get("type") or "Error").rsplit(".", 1)[-1]
             text = error.get("message") or message or ""
             return f"{kind}: {text}"[:1000] if text else kind[:1000]
-    if message:
-        return message[:1000]
-    return (source or event_type or "(no message)")[:1000]
+    if source:  # grouped by source: the logger names the stack, its events say the rest
+        return source[:1000]
+    return (message or event_type or "(no message)")[:1000]

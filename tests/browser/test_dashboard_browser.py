@@ -180,9 +180,7 @@ def test_an_error_event_with_chained_causes_and_its_trace(
     assert "Ann" in page.inner_text("section.user-block")
     assert '"@simple_error"' not in page.content()  # raw JSON only on request
     assert "_@" not in page.inner_text("main")  # each known key shown once, in its block
-    assert [h.strip() for h in page.locator("section.data-block h2").all_inner_texts()] == [
-        "order"
-    ]
+    assert [h.strip() for h in page.locator("section.data-block h2").all_inner_texts()] == ["order"]
     _shoot(page, screenshots, "error-event")
     _at_phone_width(page, screenshots, "error-event")
 

@@ -143,3 +143,43 @@ def test_serve_arguments_and_defaults() -> None:
     assert (args.port, args.throttle, args.print_env, args.db) == (0, 10, True, "x.db")
     args = parser.parse_args(["--max-connections", "5", "--host-name", "box", "--host-name", "b2"])
     assert (args.max_connections, args.host_name) == (5, ["box", "b2"])
+
+
+def test_demo_shows_the_stacks_and_how_to_reopen_its_dashboard(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["TMPDIR"] = str(tmp_path)
+    env.pop("EVENTLOG_API_KEY", None)
+    env.pop("EVENTLOG_SERVER_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", "from eventlog_handler.cli import main; raise SystemExit(main())",
+         "demo"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "grouped them into 5 stacks" in out
+    assert re.search(r"^3\s+3\s+error\s+open\s+KeyError: 'SKU-9'$", out, re.MULTILINE), out
+    assert "The 10 event(s) it received" in out
+    command = _value(out, r"^\s+(eventlog serve --db \S+ --port 5000)$")
+    database = Path(command.split("--db ")[1].split(" --port")[0])
+    assert database.exists() and database.parent.parent == tmp_path
+    reopened = _spawn("--db", str(database), "--port", "0")
+    try:
+        banner = _read_banner(reopened)
+        url = _value(banner, r"serving at (http://127\.0\.0\.1:\d+)$")
+        token = _value(banner, r"user token:\s+([A-Za-z0-9]{40})\b")
+        session = requests.Session()
+        session.trust_env = False
+        listed = session.get(
+            url + "/api/v2/events", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        assert listed.headers["X-Result-Count"] == "10"
+        assert "KeyError: &#x27;SKU-9&#x27;" in session.get(url + "/", timeout=10).text
+        session.close()
+    finally:
+        reopened.kill()
+        reopened.wait(timeout=10)
+        for stream in (reopened.stdout, reopened.stderr):
+            if stream is not None:
+                stream.close()

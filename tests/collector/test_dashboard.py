@@ -60,7 +60,7 @@ def test_the_landing_page_is_the_stack_list(client: Client, collector: Collector
     assert client.post_events(batch, compress=True).status_code == 202
     page = _page(client, "/", refresh=0)
     rows = re.findall(r'<a class="title" href="/stacks/([0-9a-f]{24})">([^<]*)</a>', page)
-    assert [unescape(title) for _, title in rows] == ["cache warmed", "KeyError: x"]
+    assert [unescape(title) for _, title in rows] == ["app.cache", "KeyError: x"]
     error_stack = next(s for s in collector.stacks() if s["type"] == "error")
     row = page[page.index(f'href="/stacks/{error_stack["id"]}"') :].split("</tr>")[0]
     assert 'data-label="Count">150<' in row
@@ -83,27 +83,27 @@ def test_stack_list_filters_status_tabs_and_paging(client: Client, collector: Co
     client.post_events([{"message": f"log {i:02d}", "source": f"src.{i:02d}"} for i in range(55)])
     client.post_events({"@simple_error": _error(), "tags": ["payments"]}, token=token)
     stacks = {stack["title"]: stack for stack in collector.stacks()}
-    collector.set_stack_status(stacks["log 00"]["id"], "fixed")
-    collector.set_stack_status(stacks["log 01"]["id"], "ignored")
+    collector.set_stack_status(stacks["src.00"]["id"], "fixed")
+    collector.set_stack_status(stacks["src.01"]["id"], "ignored")
 
     def titles(**params: str) -> list[str]:
         page = _page(client, "/", refresh="0", **params)
         return [unescape(t) for t in re.findall(r'<a class="title" href="[^"]+">([^<]*)</a>', page)]
 
     first_page = titles()
-    assert len(first_page) == 50 and "log 00" not in first_page and "log 01" not in first_page
+    assert len(first_page) == 50 and "src.00" not in first_page and "src.01" not in first_page
     page = _page(client, "/", refresh="0")
     (more,) = re.findall(r'<a rel="next" href="([^"]+)">More stacks', page)
     rest = titles(**dict(pair.split("=") for pair in unescape(more).split("?")[1].split("&")))
     assert len(set(first_page) | set(rest)) == 54
-    assert titles(status="fixed") == ["log 00"]
-    assert titles(status="ignored") == ["log 01"]
+    assert titles(status="fixed") == ["src.00"]
+    assert titles(status="ignored") == ["src.01"]
     assert len(titles(status="all")) == 50
     assert "56 stacks, most recently seen first." in _page(client, "/", status="all")
     assert titles(project=other["id"]) == ["KeyError: x"]
     assert titles(type="error") == ["KeyError: x"]
     assert titles(q="tag:payments") == ["KeyError: x"]
-    assert titles(q="source:src.07") == ["log 07"]
+    assert titles(q="source:src.07") == ["src.07"]
     assert titles(sort="frequent", q="type:error") == ["KeyError: x"]
 
 

@@ -298,8 +298,9 @@ def test_stack_titles() -> None:
     assert stack_title("error", None, None, {"@simple_error": {"type": "a.B", "message": "m"}}) == (
         "B: m"
     )
-    assert stack_title("log", "src", "hello", {}) == "hello"
-    assert stack_title("log", "src", None, {}) == "src"
+    assert stack_title("log", "src", "hello", {}) == "src"  # grouped by source
+    assert stack_title("log", None, "hello", {}) == "hello"
+    assert stack_title("usage", None, None, {}) == "usage"
     assert stack_title("log", None, "x", {"@stack": {"title": "Manual"}}) == "Manual"
     assert stack_basis("log", None, {})[0] == "default"
 
