@@ -220,24 +220,13 @@ class Collector:
             thread.join(timeout=5)
 
     def close(self) -> None:
-        """Stop serving, store what was accepted (within 30 s), close the store. Idempotent."""
+        """Stop serving and close the store. Idempotent."""
         self.stop()
-        api = self._api
-        if api is not None:
-            api.events.intake.close(timeout=30.0)
         with self._lock:
             self._closed = True
             storage, self._storage = self._storage, None
         if storage is not None:
             storage.close()
-
-    def _settled(self) -> Storage:
-        """The store, once every event accepted so far is stored in it."""
-        storage = self._store()
-        api = self._api
-        if api is not None:
-            api.events.intake.wait()
-        return storage
 
     def __enter__(self) -> Collector:
         return self.start()
@@ -375,16 +364,16 @@ class Collector:
             statuses=[status] if status else [],
             limit=max(1, limit),
         )
-        stacks, _, _ = self._settled().page_stacks(query)
+        stacks, _, _ = self._store().page_stacks(query)
         return stacks
 
     def set_stack_status(self, stack_id: str, status: str) -> dict[str, Any]:
         """Set a stack's status (``open``, ``fixed``, ``regressed``, ``ignored``)."""
-        return self._settled().set_stack_status(stack_id, status)
+        return self._store().set_stack_status(stack_id, status)
 
     def projects(self) -> list[dict[str, Any]]:
         """Every project, as ``GET /api/v2/projects`` returns them."""
-        projects, _ = self._settled().list_projects(None, 0, 1_000_000)
+        projects, _ = self._store().list_projects(None, 0, 1_000_000)
         return projects
 
     # -- what was received -------------------------------------------------------------------
@@ -406,7 +395,6 @@ class Collector:
         ``reference_id`` (None, ``[]`` or ``{}`` when absent). ``level`` compares with
         ``data["@level"]`` case-insensitively; ``filter`` takes the API's filter syntax.
         """
-        self._settled()
         return self._query(project_id, type, level, limit, filter)
 
     def _query(
@@ -431,7 +419,7 @@ class Collector:
 
     def event(self, event_id: str) -> dict[str, Any] | None:
         """One stored event by id, or None."""
-        return self._settled().get_event(event_id)
+        return self._store().get_event(event_id)
 
     def wait_for_events(
         self,
@@ -448,8 +436,6 @@ class Collector:
         """
         deadline = time.monotonic() + timeout
         while True:
-            # Settle outside the condition: the intake notifies it after storing.
-            self._settled()
             with self._events_changed:
                 events = self._query(project_id, type, level, max(count, 1000))
                 if len(events) >= count:
@@ -463,7 +449,7 @@ class Collector:
 
     def clear_events(self) -> None:
         """Delete all stored events and stacks (and the reference ids seen)."""
-        self._settled().clear_events()
+        self._store().clear_events()
 
     @property
     def requests(self) -> list[RequestRecord]:
@@ -472,7 +458,7 @@ class Collector:
 
     @property
     def request_log(self) -> list[RequestInfo]:
-        """The requests answered in detail (headers, body size, events accepted/discarded)."""
+        """The requests answered in detail (headers, body size, events stored/discarded)."""
         return list(self._log)
 
     def clear_requests(self) -> None:

@@ -1,13 +1,12 @@
 """The event endpoints of the API: submitting (POST and GET), reading, stacks, heartbeats and
 user descriptions.
 
-Submitting answers as the service does: 202 for a POST (200 for ``GET .../submit``) once the
-events are read and queued; the :class:`~eventlog_handler.collector.intake.Intake` stores them
-right after (every read waits for that). Besides the service's headers, the answer carries two
-of the collector's own, ``X-Events-Accepted`` (events read from the body and queued) and
-``X-Events-Discarded`` (dropped by the service's rules: too old, a type too long), which make
-tests and debugging easier; clients must not rely on them. Events whose reference id was
-received within 24 hours are discarded when stored (the dashboard notes it).
+Submitting answers as the service does: 202 for a POST (200 for ``GET .../submit``), once the
+events are stored (the service answers once a post is queued and stores it a moment later; the
+collector's events can be read as soon as the answer arrives). Besides the service's headers,
+the answer carries two of the collector's own, ``X-Events-Stored`` and ``X-Events-Discarded``
+(dropped by the service's rules: too old, a type too long, a reference id received in the last
+24 hours), which make tests and debugging easier; clients must not rely on them.
 """
 
 from __future__ import annotations
@@ -39,11 +38,10 @@ from eventlog_handler.collector.http_helpers import (
     token_project,
 )
 from eventlog_handler.collector.ingest import Received, decode_body, read_events
-from eventlog_handler.collector.intake import Intake, Job
 from eventlog_handler.collector.messages import Request, Response, empty_response, json_response
 from eventlog_handler.collector.normalize import NormalizedEvent, Normalizer, is_valid_reference_id
 from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.storage import Storage, StoreOutcome
+from eventlog_handler.collector.storage import Storage
 
 __all__ = ["EVENT_MEDIA_TYPES", "EventsApi", "IngestNote"]
 
@@ -96,7 +94,6 @@ class EventsApi:
         self._on_events = on_events
         self._notes: deque[IngestNote] = deque(maxlen=_NOTES)
         self._notes_lock = threading.Lock()
-        self.intake = Intake(storage, self._stored)
 
     @property
     def notes(self) -> list[IngestNote]:
@@ -117,32 +114,30 @@ class EventsApi:
         status: int,
         body: Received | None = None,
     ) -> Response:
-        """Queue the events for the intake and answer (``status``)."""
+        """Store the events and answer (``status``)."""
         for problem in normalizer.problems:
             self._note(project_id, f"Dropped an event: {problem}.")
         if normalizer.dropped > len(normalizer.problems):
             self._note(project_id, f"Dropped {normalizer.dropped} events in one request.")
         if body is not None and body.note:
             self._note(project_id, f"{len(events)} event(s) stored as text. {body.note}")
-        if events:
-            self.intake.submit(Job(token.organization_id, project_id, events, normalizer.now, body))
-        response = empty_response(status)
-        response.headers["X-Events-Accepted"] = str(len(events))
-        response.headers["X-Events-Discarded"] = str(normalizer.dropped)
-        version, _ = self.storage.project_config(project_id)
-        response.headers["X-Exceptionless-ConfigVersion"] = str(version)
-        return response
-
-    def _stored(self, job: Job, outcome: StoreOutcome) -> None:
-        """After the intake stored a job: note duplicates, wake those waiting for events."""
+        outcome = self.storage.insert_events(
+            token.organization_id, project_id, events, normalizer.now, body=body
+        )
         if outcome.duplicates:
             self._note(
-                job.project_id,
+                project_id,
                 f"Discarded {outcome.duplicates} event(s) whose reference id was received in "
                 "the last 24 hours (a retried batch).",
             )
         if outcome.stored and self._on_events is not None:
             self._on_events()
+        response = empty_response(status)
+        response.headers["X-Events-Stored"] = str(outcome.stored)
+        response.headers["X-Events-Discarded"] = str(normalizer.dropped + outcome.duplicates)
+        version, _ = self.storage.project_config(project_id)
+        response.headers["X-Exceptionless-ConfigVersion"] = str(version)
+        return response
 
     # -- submitting --------------------------------------------------------------------------
 

@@ -65,7 +65,7 @@ _ENCODE = json.JSONEncoder(
 ).encode
 _EVENT_COLUMNS = (
     "batch, idx, project_seq, stack_seq, date_ts, type, level, source, reference_id,"
-    " user_identity, count, first, tags, search_text"
+    " user_identity, occurrences, first, tags, search_text"
 )
 _COLUMNS = _EVENT_COLUMNS.count(",") + 1
 _ONE_ROW = "(" + ", ".join("?" * _COLUMNS) + ")"
@@ -330,7 +330,8 @@ class EventStore(Database):
             chunk = references[start : start + _CHUNK]
             rows = db.execute(
                 "SELECT e.reference_id" + _FROM + " WHERE e.reference_id IN"
-                f" ({','.join('?' * len(chunk))}) AND e.project_seq = ? AND b.received_ts > ?",
+                f" ({','.join('?' * len(chunk))}) AND e.reference_id <> ''"
+                " AND e.project_seq = ? AND b.received_ts > ?",
                 (*chunk, project_seq, since),
             )
             seen.update(row[0] for row in rows)
@@ -433,6 +434,8 @@ class EventStore(Database):
             data = event.data
             level = data.get("@level") if data else None
             tags = event.tags
+            count = event.count
+            identity = event.user_identity if data and "@user" in data else None
             extend(
                 (
                     batch,
@@ -441,13 +444,13 @@ class EventStore(Database):
                     deltas[event.stack_id].seq,
                     event.timestamp,
                     event.type,
-                    level.lower() if type(level) is str else None,
-                    event.source,
-                    event.reference_id,
-                    event.user_identity if data and "@user" in data else None,
-                    event.count,
-                    1 if event.first else None,
-                    _ENCODE(tags) if tags else None,
+                    level.lower() if type(level) is str else "",
+                    event.source or "",
+                    event.reference_id or "",
+                    identity or "",
+                    1 if count is None else count,
+                    1 if event.first else 0,
+                    _ENCODE(tags) if tags else "",
                     event.search_text,
                 )
             )
@@ -495,8 +498,8 @@ class EventStore(Database):
         """Attach ``@user_description`` to the project's event with that reference id."""
         with self._transaction() as db:
             row = db.execute(
-                f"SELECT {_ROW}{_FROM} WHERE e.reference_id = ? AND e.project_seq = ?"
-                " ORDER BY e.seq DESC LIMIT 1",
+                f"SELECT {_ROW}{_FROM} WHERE e.reference_id = ? AND e.reference_id <> ''"
+                " AND e.project_seq = ? ORDER BY e.seq DESC LIMIT 1",
                 (reference_id, self._project_seq(db, project_id)),
             ).fetchone()
             if row is None:
@@ -594,6 +597,7 @@ class EventStore(Database):
             any_of("source", query.sources)
         if query.reference_ids:
             any_of("reference_id", query.reference_ids)
+            clauses.append("e.reference_id <> ''")  # the index holds only these
         if query.identities:
             any_of("user_identity", query.identities)
         if query.tags:
@@ -942,7 +946,7 @@ class EventStore(Database):
                 chunk_seqs = ordered[offset : offset + _CHUNK]
                 rows = db.execute(
                     "SELECT stack_seq, CAST((date_ts - ?) / ? AS INTEGER),"
-                    " SUM(COALESCE(count, 1)) FROM events"
+                    " SUM(occurrences) FROM events"
                     f" WHERE stack_seq IN ({','.join('?' * len(chunk_seqs))})"
                     " AND date_ts >= ? AND date_ts < ? GROUP BY 1, 2",
                     (start, bucket, *chunk_seqs, start, end),

@@ -71,9 +71,8 @@ class RequestRecord(NamedTuple):
 
 @dataclass(frozen=True)
 class RequestInfo:
-    """One request in detail. Header names are lowercased; ``events_accepted`` are the events
-    read from a post's body (stored right after the answer), ``events_discarded`` those the
-    service's rules dropped."""
+    """One request in detail. Header names are lowercased; ``events_stored`` and
+    ``events_discarded`` count a post's events stored and dropped by the service's rules."""
 
     method: str
     path: str
@@ -81,7 +80,7 @@ class RequestInfo:
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body_bytes: int = 0
-    events_accepted: int = 0
+    events_stored: int = 0
     events_discarded: int = 0
     time: float = 0.0
 
@@ -398,7 +397,7 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
                 status=response.status,
                 headers={k.lower(): v for k, v in self.headers.items()},
                 body_bytes=self._body_read,
-                events_accepted=int(response.headers.get("X-Events-Accepted", 0)),
+                events_stored=int(response.headers.get("X-Events-Stored", 0)),
                 events_discarded=int(response.headers.get("X-Events-Discarded", 0)),
                 time=started,
             )

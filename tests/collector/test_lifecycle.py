@@ -182,7 +182,7 @@ def test_python_api_filters_and_requests_log(client: Client, collector: Collecto
     info = collector.request_log[0]
     assert info.headers["content-type"] == "application/json"
     assert info.headers["authorization"] == f"Bearer {collector.project_token}"
-    assert info.events_accepted == 3
+    assert info.events_stored == 3
     assert info.body_bytes > 0
     collector.clear_requests()
     assert collector.requests == []

@@ -18,9 +18,8 @@ DIFFERENCES = (
     ),
     (
         "When events appear",
-        "As on the service, a post is answered once it is read and queued, and stored a moment "
-        "later; but every read here (the API, these pages) waits for what was posted before "
-        "it, so events can be read at once. The service may take seconds.",
+        "A post is answered once its events are stored, so they can be read at once. The "
+        "service answers once the post is queued and stores it a moment later.",
     ),
     (
         "Bodies that do not decode",
@@ -29,8 +28,8 @@ DIFFERENCES = (
     ),
     (
         "Extra headers",
-        "A 202 carries X-Events-Accepted and X-Events-Discarded, the collector's own; clients "
-        "must not rely on them.",
+        "A 202 carries X-Events-Stored and X-Events-Discarded, the collector's own; clients must "
+        "not rely on them.",
     ),
     (
         "Throttling",
