@@ -220,13 +220,25 @@ class Collector:
             thread.join(timeout=5)
 
     def close(self) -> None:
-        """Stop serving and close the store. Idempotent."""
+        """Stop serving, finish storing what was answered (within 30 s), close the store.
+        Idempotent."""
         self.stop()
+        self._settle()
         with self._lock:
             self._closed = True
             storage, self._storage = self._storage, None
         if storage is not None:
             storage.close()
+
+    def _settle(self) -> None:
+        """Wait until the posts answered so far are stored (see :mod:`.pending`)."""
+        api = self._api
+        if api is not None:
+            api.events.pending.wait()
+
+    def _settled(self) -> Storage:
+        self._settle()
+        return self._store()
 
     def __enter__(self) -> Collector:
         return self.start()
@@ -364,16 +376,16 @@ class Collector:
             statuses=[status] if status else [],
             limit=max(1, limit),
         )
-        stacks, _, _ = self._store().page_stacks(query)
+        stacks, _, _ = self._settled().page_stacks(query)
         return stacks
 
     def set_stack_status(self, stack_id: str, status: str) -> dict[str, Any]:
         """Set a stack's status (``open``, ``fixed``, ``regressed``, ``ignored``)."""
-        return self._store().set_stack_status(stack_id, status)
+        return self._settled().set_stack_status(stack_id, status)
 
     def projects(self) -> list[dict[str, Any]]:
         """Every project, as ``GET /api/v2/projects`` returns them."""
-        projects, _ = self._store().list_projects(None, 0, 1_000_000)
+        projects, _ = self._settled().list_projects(None, 0, 1_000_000)
         return projects
 
     # -- what was received -------------------------------------------------------------------
@@ -395,6 +407,7 @@ class Collector:
         ``reference_id`` (None, ``[]`` or ``{}`` when absent). ``level`` compares with
         ``data["@level"]`` case-insensitively; ``filter`` takes the API's filter syntax.
         """
+        self._settle()
         return self._query(project_id, type, level, limit, filter)
 
     def _query(
@@ -419,7 +432,7 @@ class Collector:
 
     def event(self, event_id: str) -> dict[str, Any] | None:
         """One stored event by id, or None."""
-        return self._store().get_event(event_id)
+        return self._settled().get_event(event_id)
 
     def wait_for_events(
         self,
@@ -436,6 +449,7 @@ class Collector:
         """
         deadline = time.monotonic() + timeout
         while True:
+            self._settle()  # outside the condition: a store notifies it when done
             with self._events_changed:
                 events = self._query(project_id, type, level, max(count, 1000))
                 if len(events) >= count:
@@ -449,7 +463,7 @@ class Collector:
 
     def clear_events(self) -> None:
         """Delete all stored events and stacks (and the reference ids seen)."""
-        self._store().clear_events()
+        self._settled().clear_events()
 
     @property
     def requests(self) -> list[RequestRecord]:

@@ -38,13 +38,15 @@ Endpoint = Callable[[Request, "TokenRecord | None"], Response]
 @dataclass(frozen=True)
 class Route:
     """One method and path pattern, the endpoint answering it, the scope it needs (None: no
-    credentials) and whether the throttle counts it."""
+    credentials), whether the throttle counts it and whether it reads what was posted (it then
+    first waits for the posts answered before it to be stored)."""
 
     method: str
     pattern: re.Pattern[str]
     endpoint: Endpoint
     scope: str | None
     throttled: bool = True
+    reads: bool = True
 
 
 class Api:
@@ -82,17 +84,17 @@ class Api:
         add("GET", r"/settings", pages.settings_home)
         add("GET", r"/about", pages.about_page)
         # The API.
-        add("POST", r"/api/v2/auth/login", projects.login)
-        add("GET", r"/api/v2/events/session/heartbeat", events.heartbeat, "client", False)
+        add("POST", r"/api/v2/auth/login", projects.login, reads=False)
+        add("GET", r"/api/v2/events/session/heartbeat", events.heartbeat, "client", False, False)
         submit = r"/events/submit(?:/(?P<type>[^/]+))?"
-        add("GET", "/api/v2" + submit, events.submit_by_get, "client")
+        add("GET", "/api/v2" + submit, events.submit_by_get, "client", reads=False)
         add(
             "POST",
             rf"/api/v2/events/by-ref/(?P<reference_id>{oid})/user-description",
             events.user_description,
             "client",
         )
-        add("POST", r"/api/v2/events", events.post_events, "client")
+        add("POST", r"/api/v2/events", events.post_events, "client", reads=False)
         add("GET", r"/api/v2/events", events.list_events, "user")
         add("GET", rf"/api/v2/events/(?P<event_id>{oid})", events.get_event, "user")
         add("GET", rf"/api/v2/stacks/(?P<stack_id>{oid})/events", events.list_events, "user")
@@ -102,12 +104,12 @@ class Api:
         add("POST", stack + "/mark-fixed", events.mark_fixed, "user")
         add("DELETE", stack + "/mark-fixed", events.mark_fixed, "user")
         add("GET", r"/api/v2/projects", projects.list_projects, "user")
-        add("GET", r"/api/v2/projects/config", projects.get_config, "client", False)
+        add("GET", r"/api/v2/projects/config", projects.get_config, "client", False, False)
         project = rf"/api/v2/projects/(?P<project_id>{oid})"
-        add("GET", project + submit, events.submit_by_get, "client")
-        add("POST", project + "/events", events.post_events, "client")
+        add("GET", project + submit, events.submit_by_get, "client", reads=False)
+        add("POST", project + "/events", events.post_events, "client", reads=False)
         add("GET", project + "/events", events.list_events, "user")
-        add("GET", project + "/config", projects.get_config, "client", False)
+        add("GET", project + "/config", projects.get_config, "client", False, False)
         add("POST", project + r"/config(?:/(?P<key>[^/]+))?", projects.set_config, "user")
         add("DELETE", project + r"/config(?:/(?P<key>[^/]+))?", projects.delete_config, "user")
         add("POST", project + "/tokens", projects.create_token, "user")
@@ -121,8 +123,11 @@ class Api:
         endpoint: Endpoint,
         scope: str | None = None,
         throttled: bool = True,
+        reads: bool = True,
     ) -> None:
-        self.routes.append(Route(method, re.compile(f"^{path}$"), endpoint, scope, throttled))
+        self.routes.append(
+            Route(method, re.compile(f"^{path}$"), endpoint, scope, throttled, reads)
+        )
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -200,6 +205,8 @@ class Api:
         return token
 
     def _call(self, route: Route, request: Request) -> Response:
+        if route.reads:
+            self.events.pending.wait()
         if route.scope is None:
             return route.endpoint(request, None)
         token = self._authenticate(request)

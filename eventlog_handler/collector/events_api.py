@@ -2,15 +2,18 @@
 user descriptions.
 
 Submitting answers as the service does: 202 for a POST (200 for ``GET .../submit``), once the
-events are stored (the service answers once a post is queued and stores it a moment later; the
-collector's events can be read as soon as the answer arrives). Besides the service's headers,
-the answer carries two of the collector's own, ``X-Events-Stored`` and ``X-Events-Discarded``
-(dropped by the service's rules: too old, a type too long, a reference id received in the last
-24 hours), which make tests and debugging easier; clients must not rely on them.
+events are read; they are stored right after the answer is sent, on the same thread
+(:mod:`~eventlog_handler.collector.pending`: every read waits for that, so events can be read as
+soon as the answer arrives). Besides the service's headers, the answer carries two of the
+collector's own, ``X-Events-Accepted`` (events read from the body) and ``X-Events-Discarded``
+(dropped by the service's rules: too old, a type too long), which make tests and debugging
+easier; clients must not rely on them. Events whose reference id was received in the last 24
+hours are discarded when stored (the dashboard notes it).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -40,10 +43,13 @@ from eventlog_handler.collector.http_helpers import (
 from eventlog_handler.collector.ingest import Received, decode_body, read_events
 from eventlog_handler.collector.messages import Request, Response, empty_response, json_response
 from eventlog_handler.collector.normalize import NormalizedEvent, Normalizer, is_valid_reference_id
+from eventlog_handler.collector.pending import PendingStores
 from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.storage import Storage
+from eventlog_handler.collector.storage import Storage, StorageClosed
 
 __all__ = ["EVENT_MEDIA_TYPES", "EventsApi", "IngestNote"]
+
+logger = logging.getLogger("eventlog_handler.collector")
 
 EVENT_MEDIA_TYPES = ("application/json", "text/plain")
 _GEO_RE = re.compile(r"^\s*-?\d{1,3}(?:\.\d+)?\s*,\s*-?\d{1,3}(?:\.\d+)?\s*$")
@@ -94,6 +100,7 @@ class EventsApi:
         self._on_events = on_events
         self._notes: deque[IngestNote] = deque(maxlen=_NOTES)
         self._notes_lock = threading.Lock()
+        self.pending = PendingStores()
 
     @property
     def notes(self) -> list[IngestNote]:
@@ -114,16 +121,48 @@ class EventsApi:
         status: int,
         body: Received | None = None,
     ) -> Response:
-        """Store the events and answer (``status``)."""
+        """Answer (``status``), then store the events (see :mod:`.pending`)."""
         for problem in normalizer.problems:
             self._note(project_id, f"Dropped an event: {problem}.")
         if normalizer.dropped > len(normalizer.problems):
             self._note(project_id, f"Dropped {normalizer.dropped} events in one request.")
         if body is not None and body.note:
             self._note(project_id, f"{len(events)} event(s) stored as text. {body.note}")
-        outcome = self.storage.insert_events(
-            token.organization_id, project_id, events, normalizer.now, body=body
-        )
+        response = empty_response(status)
+        response.headers["X-Events-Accepted"] = str(len(events))
+        response.headers["X-Events-Discarded"] = str(normalizer.dropped)
+        version, _ = self.storage.project_config(project_id)
+        response.headers["X-Exceptionless-ConfigVersion"] = str(version)
+        if events:
+            ticket = self.pending.begin()
+
+            def store() -> None:
+                try:
+                    self._insert(token.organization_id, project_id, events, normalizer, body)
+                finally:
+                    self.pending.end(ticket)
+
+            response.after = store
+        return response
+
+    def _insert(
+        self,
+        organization_id: str,
+        project_id: str,
+        events: list[NormalizedEvent],
+        normalizer: Normalizer,
+        body: Received | None,
+    ) -> None:
+        try:
+            outcome = self.storage.insert_events(
+                organization_id, project_id, events, normalizer.now, body=body
+            )
+        except StorageClosed:
+            return
+        except Exception:
+            logger.exception("the collector could not store %d events", len(events))
+            self._note(project_id, f"{len(events)} event(s) could not be stored; see the log.")
+            return
         if outcome.duplicates:
             self._note(
                 project_id,
@@ -132,12 +171,6 @@ class EventsApi:
             )
         if outcome.stored and self._on_events is not None:
             self._on_events()
-        response = empty_response(status)
-        response.headers["X-Events-Stored"] = str(outcome.stored)
-        response.headers["X-Events-Discarded"] = str(normalizer.dropped + outcome.duplicates)
-        version, _ = self.storage.project_config(project_id)
-        response.headers["X-Exceptionless-ConfigVersion"] = str(version)
-        return response
 
     # -- submitting --------------------------------------------------------------------------
 

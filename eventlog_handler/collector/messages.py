@@ -44,12 +44,14 @@ class Request:
 
 @dataclass
 class Response:
-    """What to send back: status, headers and a body (empty for 202/204/304)."""
+    """What to send back: status, headers and a body (empty for 202/204/304), and what to do
+    once it is sent (``after``: storing a post's events)."""
 
     status: int
     body: bytes = b""
     content_type: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    after: Callable[[], None] | None = None
 
 
 def json_response(status: int, value: Any, headers: dict[str, str] | None = None) -> Response:

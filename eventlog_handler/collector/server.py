@@ -71,8 +71,9 @@ class RequestRecord(NamedTuple):
 
 @dataclass(frozen=True)
 class RequestInfo:
-    """One request in detail. Header names are lowercased; ``events_stored`` and
-    ``events_discarded`` count a post's events stored and dropped by the service's rules."""
+    """One request in detail. Header names are lowercased; ``events_accepted`` and
+    ``events_discarded`` count a post's events read (stored right after the answer) and dropped
+    by the service's rules."""
 
     method: str
     path: str
@@ -80,7 +81,7 @@ class RequestInfo:
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body_bytes: int = 0
-    events_stored: int = 0
+    events_accepted: int = 0
     events_discarded: int = 0
     time: float = 0.0
 
@@ -397,7 +398,7 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
                 status=response.status,
                 headers={k.lower(): v for k, v in self.headers.items()},
                 body_bytes=self._body_read,
-                events_stored=int(response.headers.get("X-Events-Stored", 0)),
+                events_accepted=int(response.headers.get("X-Events-Accepted", 0)),
                 events_discarded=int(response.headers.get("X-Events-Discarded", 0)),
                 time=started,
             )
@@ -408,9 +409,14 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             self._write(response, close=unread or response.status == 421)
         except OSError:
             self.close_connection = True
-            return
-        if unread:
-            self._drain()
+        else:
+            if unread:
+                self._drain()
+        if response.after is not None:  # queued on the service; stored here, after answering
+            try:
+                response.after()
+            except Exception:
+                logger.exception("the collector failed after answering %s", path[:200])
 
     def _unread_body(self) -> bool:
         if self.headers.get("Transfer-Encoding"):

@@ -182,7 +182,7 @@ def test_python_api_filters_and_requests_log(client: Client, collector: Collecto
     info = collector.request_log[0]
     assert info.headers["content-type"] == "application/json"
     assert info.headers["authorization"] == f"Bearer {collector.project_token}"
-    assert info.events_stored == 3
+    assert info.events_accepted == 3
     assert info.body_bytes > 0
     collector.clear_requests()
     assert collector.requests == []
@@ -215,3 +215,41 @@ def test_a_busy_port_raises_oserror(collector: Collector) -> None:
     with pytest.raises(OSError):
         second.start()
     second.close()
+
+
+def test_a_read_after_an_answer_finds_the_events(collector: Collector) -> None:
+    """Posts are answered before they are stored; any read made after the answer, on any
+    connection, waits for them."""
+    writer, reader = Client(collector), Client(collector)
+    try:
+        for round_ in range(1, 21):
+            batch = [{"message": f"r{round_} e{i}"} for i in range(50)]
+            assert writer.post_events(batch, compress=True).status_code == 202
+            listed = reader.get("/api/v2/events", collector.user_token, params={"limit": 1})
+            assert listed.headers["X-Result-Count"] == str(50 * round_)
+            assert f"r{round_} e" in reader.get("/events").text
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_store_that_fails_after_the_answer_is_logged_and_noted(
+    collector: Collector, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    http = Client(collector)
+    storage = collector._store()
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(storage, "insert_events", broken)
+    try:
+        assert http.post_events({"message": "lost"}).status_code == 202
+        assert collector.events() == []
+        assert any("could not store 1 events" in r.getMessage() for r in caplog.records)
+        assert "could not be stored" in http.get("/").text
+        monkeypatch.undo()
+        assert http.post_events({"message": "kept"}).status_code == 202
+        assert [e["message"] for e in collector.events()] == ["kept"]
+    finally:
+        http.close()

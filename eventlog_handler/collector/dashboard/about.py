@@ -18,8 +18,9 @@ DIFFERENCES = (
     ),
     (
         "When events appear",
-        "A post is answered once its events are stored, so they can be read at once. The "
-        "service answers once the post is queued and stores it a moment later.",
+        "As on the service, a post is answered once it is read, and stored right after; but "
+        "every read here (the API, these pages) waits for the posts answered before it, so "
+        "events can be read at once. The service may take seconds.",
     ),
     (
         "Bodies that do not decode",
@@ -28,8 +29,8 @@ DIFFERENCES = (
     ),
     (
         "Extra headers",
-        "A 202 carries X-Events-Stored and X-Events-Discarded, the collector's own; clients must "
-        "not rely on them.",
+        "A 202 carries X-Events-Accepted and X-Events-Discarded, the collector's own; clients "
+        "must not rely on them.",
     ),
     (
         "Throttling",
