@@ -22,13 +22,18 @@ if TYPE_CHECKING:
     from eventlog_handler.settings import Settings
 
 
+#: ``Entry.data_ready``: extras as copied from a record (to be sorted out), sorted-out scalars
+#: (data exclusions still to apply), or JSON-safe data.
+RAW, SORTED, JSON_READY = 0, 1, 2
+
+
 class Entry:
     """One captured event (see the module docstring).
 
     ``args`` is ``None`` when ``message`` is final, else the ``%`` arguments to format it with
-    on the worker (only immutable scalars are deferred). ``data`` is ``None``, a dict of
-    immutable scalars (``data_ready`` false: exclusions are applied on the worker) or an
-    already JSON-safe snapshot (``data_ready`` true). ``exc`` is kept only for a
+    on the worker (only immutable scalars are deferred). ``data`` is ``None``, or a dict whose
+    state ``data_ready`` tells: :data:`RAW` (the record's extras, immutable scalars, copied as
+    they were), :data:`SORTED` (tags, user and known keys taken out) or :data:`JSON_READY`. ``exc`` is kept only for a
     ``before_send`` hook's hint. ``created`` is the POSIX time of the call, ``enqueued`` its
     monotonic time.
     """
@@ -61,7 +66,7 @@ class Entry:
         created: float,
         enqueued: float,
         data: dict[str, Any] | None = None,
-        data_ready: bool = False,
+        data_ready: int = RAW,
         user: dict[str, Any] | None = None,
         tags: tuple[Any, ...] = (),
         is_error: bool = False,

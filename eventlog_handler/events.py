@@ -69,21 +69,25 @@ def format_date(when: float | _dt.datetime | None = None) -> str:
             int(offset.total_seconds()),
         )
     seconds = int(when // 1)
-    fraction = round((when - seconds) * 10_000_000)
+    fraction = int((when - seconds) * 10_000_000 + 0.5)
     if fraction >= 10_000_000:
         seconds, fraction = seconds + 1, fraction - 10_000_000
     cached = _last_second
-    zone = (time.timezone, time.altzone, time.tzname)
-    if cached[0] != seconds or cached[3] != zone:
+    # Once per second (or after time.tzset(), which makes a new tzname tuple): anew.
+    if cached[0] != seconds or cached[3] is not time.tzname:
+        zone = time.tzname
         local = time.localtime(seconds)
-        head = f"{local.tm_year:04d}-" + time.strftime("%m-%dT%H:%M:%S", local)
+        head = f"{local.tm_year:04d}-" + time.strftime("%m-%dT%H:%M:%S", local) + "."
         cached = (seconds, head, _offset(local.tm_gmtoff), zone)
         _remember(cached)
-    return f"{cached[1]}.{fraction:07d}{cached[2]}"
+    return cached[1] + _FRACTION % fraction + cached[2]
+
+
+_FRACTION = "%07d"
 
 
 # Most records of a process share their second: keep its formatted head and offset (and the
-# time zone they were made in, which time.tzset() may change).
+# time zone's names they were made with: time.tzset() replaces them).
 _last_second: tuple[int, str, str, Any] = (-1, "", "", None)
 
 
@@ -123,17 +127,18 @@ def parse_date(text: str) -> _dt.datetime:
 
 class _ReferenceIds:
     """``<16 random hex>-<counter>``: unique across processes (the prefix is re-drawn after a
-    fork) and cheap enough for the caller's thread."""
+    fork) and cheap enough to make one per event."""
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         self.prefix = secrets.token_hex(8)
+        self.head = self.prefix + "-"
         self.counter = itertools.count(1)
 
     def __call__(self) -> str:
-        return f"{self.prefix}-{next(self.counter):x}"
+        return self.head + hex(next(self.counter))[2:]
 
 
 new_reference_id = _ReferenceIds()

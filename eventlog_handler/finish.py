@@ -9,12 +9,12 @@ flat ``data`` of plain values).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from eventlog_handler.buffer import Entry
+from eventlog_handler.buffer import JSON_READY, RAW, Entry
 from eventlog_handler.events import (
+    _FRACTION,
     MAX_MESSAGE,
     MAX_SOURCE,
     format_date,
@@ -25,6 +25,7 @@ from eventlog_handler.events import (
 )
 from eventlog_handler.jsonsafe import MAX_ITEMS, MAX_STRING, is_excluded, safe_str, truncate
 from eventlog_handler.levels import level_name
+from eventlog_handler.records import _SPECIAL_EXTRAS, RESERVED_ATTRS, sort_extras
 from eventlog_handler.settings import MASK
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
@@ -43,6 +44,16 @@ def finish(entry: Entry) -> dict[str, Any]:
     exclusions = settings.data_exclusions
     message = entry.message
     data = entry.data
+    user = entry.user
+    tags: Iterable[Any] = entry.tags
+    ready = entry.data_ready
+    stack = None
+    if data and ready == RAW:
+        data, own_user, own_tags, stack = sort_extras(data)
+        if own_user is not None:
+            user = own_user
+        if own_tags:
+            tags = (*tags, *own_tags)
     if entry.args is not None:
         try:
             message = message % entry.args
@@ -51,32 +62,21 @@ def finish(entry: Entry) -> dict[str, Any]:
             data["@message_args"] = list(entry.args)
             data["@format_error"] = f"{type(exc).__name__}: {safe_str(exc)}"
             message = safe_str(message)
-    tags: Iterable[Any] = settings.tags
-    if entry.tags:
-        tags = (*settings.tags, *entry.tags)
-    if type(message) is str and (entry.data_ready or not data):
-        clean: dict[str, Any] | None = data
-    elif type(message) is str:
-        clean = flat_data(data, exclusions) if data else None
-    else:
-        clean = None
-    if clean is None and data:
-        return log_event(
-            message,
-            date=entry.created,
-            user=entry.user,
-            level=level_name(entry.levelno),
-            source=entry.source,
-            tags=tags,
-            data=data,
-            exclusions=exclusions,
-        )
+            ready = RAW
+    if settings.tags:
+        tags = (*settings.tags, *tags)
+    clean: dict[str, Any] | None = data or None
+    if data and ready != JSON_READY:
+        clean = flat_data(data, exclusions)
+        if clean is None:
+            return _general(entry, message, data, user, tags, stack)
+    if type(message) is not str:
+        message = safe_str(message)
     event = {
         "type": "log",
         "message": message if len(message) <= MAX_MESSAGE else truncate(message, MAX_MESSAGE),
         "date": format_date(entry.created),
     }
-    user = entry.user
     if user:
         event["@user"] = _user(user, exclusions)
     event["@level"] = level_name(entry.levelno)
@@ -89,9 +89,37 @@ def finish(entry: Entry) -> dict[str, Any]:
         clean_tags = normalize_tags(tags)
         if clean_tags:
             event["tags"] = clean_tags
+    if stack is not None:
+        clean = dict(clean) if clean else {}
+        clean["@stack"] = stack  # after the exclusions: its signature is not a secret
     if clean:
         event["data"] = clean
     event["reference_id"] = new_reference_id()
+    return event
+
+
+def _general(
+    entry: Entry,
+    message: Any,
+    data: dict[str, Any],
+    user: dict[str, Any] | None,
+    tags: Iterable[Any],
+    stack: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The event through the general builder (data that is not flat plain values)."""
+    event = log_event(
+        message,
+        date=entry.created,
+        user=user,
+        level=level_name(entry.levelno),
+        source=entry.source,
+        tags=tags,
+        data=data,
+        exclusions=entry.settings.data_exclusions,
+    )
+    if stack is not None:
+        event.setdefault("data", {})["@stack"] = stack
+        event["reference_id"] = event.pop("reference_id")
     return event
 
 
@@ -104,15 +132,16 @@ def _user(user: Mapping[str, Any], exclusions: tuple[str, ...]) -> Any:
     return converted
 
 
-def flat_data(data: Mapping[str, Any], exclusions: tuple[str, ...]) -> dict[str, Any] | None:
-    """A copy of ``data`` with excluded values masked, if every key is a short string and every
-    value a short string, a 64-bit int, a finite float, a bool or ``None``; else ``None``."""
+def flat_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str, Any] | None:
+    """``data`` with excluded values masked (a copy only then), if every key is a short string
+    and every value a short string, a 64-bit int, a finite float, a bool or ``None``; else
+    ``None``. ``data`` must be the caller's own dict (the worker's entries' are)."""
     if len(data) > MAX_ITEMS:
         return None  # the general builder keeps MAX_ITEMS and marks the rest
     cache = _EXCLUDED.get(exclusions)
     if cache is None:
         cache = _EXCLUDED.setdefault(exclusions, {})
-    result: dict[str, Any] = {}
+    masked: list[str] | None = None
     for key, value in data.items():
         kind = type(value)
         if kind is str:
@@ -122,7 +151,7 @@ def flat_data(data: Mapping[str, Any], exclusions: tuple[str, ...]) -> dict[str,
             if not _INT_MIN <= value <= _INT_MAX:
                 return None
         elif kind is float:
-            if not math.isfinite(value):
+            if value - value != 0.0:  # NaN or infinite
                 return None
         elif value is not None and kind is not bool:
             return None
@@ -133,5 +162,114 @@ def flat_data(data: Mapping[str, Any], exclusions: tuple[str, ...]) -> dict[str,
             excluded = is_excluded(key, exclusions)
             if len(cache) < 10_000:
                 cache[key] = excluded
-        result[key] = MASK if excluded else value
-    return result
+        if excluded:
+            if masked is None:
+                masked = []
+            masked.append(key)
+    if masked:
+        data = dict(data)
+        for key in masked:
+            data[key] = MASK
+    return data
+
+
+def finish_batch(entries: list[Entry]) -> list[dict[str, Any]]:
+    """:func:`finish` for a whole batch, with the common case inlined.
+
+    A log entry whose extras are plain values with ordinary names (no ``tags``, ``@user``,
+    ``stack`` or known keys among them) is built here in a few steps, with what a batch shares
+    worked out once: the formatted second of the date, the reference id's prefix, the level
+    names, and which data keys are excluded. Any other entry goes through :func:`finish`; the
+    events are the same either way.
+    """
+    events: list[dict[str, Any]] = []
+    append = events.append
+    id_head, counter = new_reference_id.head, new_reference_id.counter
+    second, date_head, date_tail = -1, "", ""
+    special = _SPECIAL
+    levels: dict[int, str] = {}
+    excluded_by: dict[tuple[str, ...], dict[str, bool]] = {}
+    for entry in entries:
+        if (
+            entry.event is not None
+            or entry.data_ready != RAW
+            or entry.user is not None
+            or entry.tags
+            or entry.settings.tags
+            or type(entry.source) is not str
+        ):
+            append(finish(entry))
+            continue
+        data = entry.data
+        if data:
+            if not special.isdisjoint(data) or len(data) > MAX_ITEMS:
+                append(finish(entry))
+                continue
+            exclusions = entry.settings.data_exclusions
+            cache = excluded_by.get(exclusions)
+            if cache is None:
+                cache = excluded_by[exclusions] = _EXCLUDED.setdefault(exclusions, {})
+            plain = True
+            for key, value in data.items():
+                kind = type(value)
+                if kind is str:
+                    if len(value) > MAX_STRING:
+                        plain = False
+                        break
+                elif kind is int:
+                    if not _INT_MIN <= value <= _INT_MAX:
+                        plain = False
+                        break
+                elif kind is float and value - value != 0.0:  # NaN or infinite
+                    plain = False
+                    break
+                excluded = cache.get(key)
+                if excluded is None:
+                    if type(key) is not str or len(key) > 200:
+                        plain = False
+                        break
+                    excluded = cache[key] = is_excluded(key, exclusions)
+                if excluded:
+                    data[key] = MASK  # the entry's own copy of the extras
+            if not plain:
+                append(finish(entry))
+                continue
+        message = entry.message
+        if entry.args is not None:
+            try:
+                message = message % entry.args
+            except Exception:
+                append(finish(entry))  # it says what went wrong in data
+                continue
+        if len(message) > MAX_MESSAGE:
+            message = truncate(message, MAX_MESSAGE)
+        created = entry.created
+        whole = int(created // 1)
+        fraction = int((created - whole) * 10_000_000 + 0.5)
+        if whole != second or fraction >= 10_000_000:
+            date = format_date(created)
+            second, date_head, date_tail = whole, date[:20], date[27:]
+        else:
+            date = date_head + _FRACTION % fraction + date_tail
+        levelno = entry.levelno
+        level = levels.get(levelno)
+        if level is None:
+            level = levels[levelno] = level_name(levelno)
+        event: dict[str, Any] = {
+            "type": "log",
+            "message": message,
+            "date": date,
+            "@level": level,
+        }
+        source: str = entry.source
+        if source:
+            event["source"] = source if len(source) <= MAX_SOURCE else truncate(source, MAX_SOURCE)
+        if data:
+            event["data"] = data
+        event["reference_id"] = id_head + hex(next(counter))[2:]
+        append(event)
+    return events
+
+
+#: Extras that the inlined case leaves to :func:`finish`.
+_SPECIAL = _SPECIAL_EXTRAS | RESERVED_ATTRS

@@ -41,12 +41,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
+from itertools import islice
 from typing import Any
 
 from pythonjsonlogger.core import RESERVED_ATTRS as _JSON_LOGGER_RESERVED
 
 from eventlog_handler import tracelog
-from eventlog_handler.buffer import Entry
+from eventlog_handler.buffer import JSON_READY, RAW, SORTED, Entry
 from eventlog_handler.context import get_request, get_tags, get_user
 from eventlog_handler.events import (
     environment_info,
@@ -146,6 +147,32 @@ KNOWN_DATA_KEYS = frozenset(
 
 #: Types whose values can't change after the call: formatting them can wait for the worker.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+
+#: ``extra=`` keys that are not plain data (sorted out by :func:`sort_extras`).
+_SPECIAL_EXTRAS = frozenset({"tags", "@user", STACK_KEY}) | KNOWN_DATA_KEYS
+
+
+def sort_extras(
+    data: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any] | None, tuple[Any, ...], dict[str, Any] | None]:
+    """Extras copied from a record on the worker: ``(data, user, tags, stack)`` as
+    :func:`_extras` gives them (attributes formatters add, and special keys, sorted out)."""
+    if not RESERVED_ATTRS.isdisjoint(data):
+        data = {key: value for key, value in data.items() if key not in RESERVED_ATTRS}
+    if _SPECIAL_EXTRAS.isdisjoint(data):
+        return data, None, (), None
+    user: dict[str, Any] | None = None
+    tags: tuple[Any, ...] = ()
+    stack: dict[str, Any] | None = None
+    if TAGS_KEY in data:
+        tags = tags_from(data.pop(TAGS_KEY))
+    if USER_KEY in data:
+        user = user_from(data.pop(USER_KEY))
+    if STACK_KEY in data:
+        stack = manual_stack(data.pop(STACK_KEY))
+    if not KNOWN_DATA_KEYS.isdisjoint(data):
+        reserve_known_keys(data)
+    return data, user, tags, stack
 
 #: Whether a logger's records are ignored, by name (names of a program repeat).
 _IGNORED_CACHE: dict[str, bool] = {}
@@ -414,15 +441,16 @@ def _extras(
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, tuple[Any, ...], dict[str, Any] | None]:
     """``(data, user, tags, stack)`` of the record's ``extra=`` fields."""
     attributes = record.__dict__
-    if len(attributes) == _RECORD_ATTRIBUTE_COUNT:
+    if len(attributes) <= _RECORD_ATTRIBUTE_COUNT:
         return None, None, (), None  # a record without extras (the common case)
     # A record's own attributes come first (its constructor sets them) and `extra=` fields
     # after, so only the keys past the constructor's are looked at.
-    keys = list(attributes)
-    start = _RECORD_ATTRIBUTE_COUNT
-    if len(keys) < start or keys[start - 1] != _LAST_RECORD_ATTRIBUTE:
-        start = 0  # an unusual record: look at every key
-    data = {key: attributes[key] for key in keys[start:] if key not in RESERVED_ATTRS}
+    keys = list(islice(attributes, _RECORD_ATTRIBUTE_COUNT - 1, None))
+    if keys[0] == _LAST_RECORD_ATTRIBUTE:
+        del keys[0]
+    else:
+        keys = list(attributes)  # an unusual record: look at every key
+    data = {key: attributes[key] for key in keys if key not in RESERVED_ATTRS}
     if not data:
         return None, None, (), None
     user: dict[str, Any] | None = None
@@ -439,13 +467,72 @@ def _extras(
     return data or None, user, tags, stack
 
 
+_MISSING = object()
+
+
 def capture_record(
     record: logging.LogRecord,
     settings: Settings,
     formatter: logging.Formatter | None = None,
 ) -> Entry:
     """Snapshot ``record`` for the worker (see the module docstring). May raise only on a
-    broken record; the handler catches that."""
+    broken record; the handler catches that.
+
+    The common case, a log record whose template is a string and whose arguments and
+    ``extra=`` values are immutable scalars, costs a shallow copy of the extras: the message
+    is formatted and the extras sorted out on the worker (:func:`~eventlog_handler.finish.finish`).
+    Everything else is snapshotted here (:func:`capture_full`).
+    """
+    msg = record.msg
+    levelno = record.levelno
+    if (
+        formatter is not None
+        or type(msg) is not str
+        or levelno >= logging.ERROR
+        or record.exc_info
+        or record.stack_info
+    ):
+        return capture_full(record, settings, formatter)
+    args: Any = record.args
+    if args:
+        if type(args) is not tuple:
+            return capture_full(record, settings, formatter)
+        for arg in args:
+            if type(arg) not in _SCALARS:
+                return capture_full(record, settings, formatter)
+    else:
+        args = None
+    attributes = record.__dict__
+    data: dict[str, Any] | None = None
+    if len(attributes) > _RECORD_ATTRIBUTE_COUNT:
+        data = dict(islice(attributes.items(), _RECORD_ATTRIBUTE_COUNT - 1, None))
+        if data.pop(_LAST_RECORD_ATTRIBUTE, _MISSING) is _MISSING:
+            return capture_full(record, settings, formatter)  # an unusual record
+        for value in data.values():
+            if type(value) not in _SCALARS:
+                return capture_full(record, settings, formatter)
+    return Entry(
+        settings,
+        None,
+        levelno,
+        record.name,
+        msg,
+        args,
+        record.created,
+        time.monotonic(),
+        data,
+        RAW,
+        get_user(),
+        get_tags(),
+    )
+
+
+def capture_full(
+    record: logging.LogRecord,
+    settings: Settings,
+    formatter: logging.Formatter | None = None,
+) -> Entry:
+    """Snapshot everything of ``record`` that could change after the call, now."""
     data, user, tags, stack = _extras(record)
     msg = record.msg
     levelno = record.levelno
@@ -508,18 +595,18 @@ def capture_record(
     if record.stack_info:
         data = dict(data) if data else {}
         data["@stack_info"] = record.stack_info
-    ready = False
+    ready = SORTED  # extras sorted out here: finish() need not look again
     if data:
         for value in data.values():
             if type(value) not in _SCALARS:
                 data = to_jsonable(data, settings.data_exclusions)
-                ready = True
+                ready = JSON_READY
                 break
     if stack is not None:  # after the exclusions: "signature_data" is not a secret
         data = to_jsonable(data, settings.data_exclusions) if data and not ready else data
         data = dict(data) if data else {}
         data["@stack"] = stack
-        ready = True
+        ready = JSON_READY
     context_tags = get_tags()
     if context_tags:
         tags = (*context_tags, *tags)

@@ -8,15 +8,15 @@ exceptions thus costs two events and one stack, and ``count`` adds up to 10,000.
 
 Identical means: the same type, source, message, level, tags, user, value, geo, ``data`` and
 (for errors) ``@simple_error``; the date, the reference id, ``@trace`` and ``@environment`` (the
-thread) don't count. At most :data:`MAX_KEYS` distinct events are remembered; when a new one
-pushes out the oldest, the oldest's pending count is sent at once. Everything here runs on the
-delivery worker.
+thread) don't count. Distinct events are remembered for one to two windows, at most
+:data:`MAX_KEYS` per window (past that, older ones are forgotten sooner: a duplicate of a
+forgotten one starts a new window). Everything here runs on the delivery worker.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+import time
 from typing import Any
 
 #: Distinct events remembered at most.
@@ -44,32 +44,62 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+_FIELDS = ("type", "source", "message", "@level", "value", "reference_id", "date", "count")
+
+
 def event_key(event: dict[str, Any]) -> Any:
     """What makes two events identical (see the module docstring)."""
-    parts: list[Any] = []
-    for name, value in event.items():
-        if name in _SKIPPED:
-            continue
-        if name == "data" and type(value) is dict:
-            items = tuple(
-                (key, item if type(item) in (str, int, float, bool) else _freeze(item))
-                for key, item in value.items()
-                if key not in _SKIPPED_DATA
-            )
-            parts.append((name, items))
-        elif type(value) in (str, int, float, bool) or value is None:
-            parts.append((name, value))
-        else:
-            parts.append((name, _freeze(value)))
-    return tuple(parts)
+    data = event.get("data")
+    data_key: Any = None
+    if data:
+        if type(data) is dict and ("@trace" in data or "@environment" in data):
+            data = {key: item for key, item in data.items() if key not in _SKIPPED_DATA}
+        try:
+            data_key = tuple(data.items())
+            hash(data_key)
+        except (TypeError, AttributeError):  # nested values: compared by their frozen form
+            data_key = _freeze(data)
+    tags = event.get("tags")
+    user = event.get("@user")
+    error = event.get("@simple_error")
+    key = (
+        event.get("type"),
+        event.get("source"),
+        event.get("message"),
+        event.get("@level"),
+        event.get("value"),
+        tuple(tags) if tags else None,
+        data_key,
+        _freeze(user) if user else None,
+        _freeze(error) if error is not None else None,
+    )
+    if len(event) > len(_FIELDS) + 4:  # other top-level fields (geo, custom): they count too
+        rest = [
+            (name, _freeze(value))
+            for name, value in event.items()
+            if name not in _FIELDS and name not in ("data", "tags", "@user", "@simple_error")
+        ]
+        return (key, tuple(rest))
+    return key
 
 
 class Rollup:
-    """The duplicates seen in the current windows (see the module docstring)."""
+    """The duplicates seen in the current windows (see the module docstring).
+
+    Distinct events are remembered in two generations of ``window`` seconds each (the current
+    one and the one before), so that forgetting old ones costs nothing per event: when the
+    current generation is a window old (or full), it becomes the previous one and the previous
+    one is dropped. An event is thus remembered for one to two windows.
+    """
 
     def __init__(self, window: float) -> None:
         self.window = window
-        self._seen: OrderedDict[Any, _Seen] = OrderedDict()
+        #: When the window of each distinct event seen ends, in two generations.
+        self._current: dict[Any, float] = {}
+        self._previous: dict[Any, float] = {}
+        self._rotate_at = 0.0
+        #: The windows that have counted duplicates (what ``due`` and ``take_due`` look at).
+        self._pending: dict[Any, _Seen] = {}
         self._ready: list[tuple[dict[str, Any], int]] = []
         #: Events counted into a pending roll-up and not sent yet.
         self.held = 0
@@ -80,26 +110,32 @@ class Rollup:
             return True
         try:
             key = event_key(event)
-            hash(key)
+            ends = self._current.get(key)
+            if ends is None:
+                ends = self._previous.get(key)
         except Exception:
             return True  # an event that can't be compared is sent as it is
-        seen = self._seen.get(key)
-        if seen is not None and now < seen.ends:
-            seen.count += 1
-            seen.last = event
-            self.held += 1
-            return False
-        if seen is not None:  # its window ended: its roll-up goes out, a new window begins
-            self._release(key, seen)
-        self._seen[key] = _Seen(now + self.window)
-        if len(self._seen) > MAX_KEYS:
-            old_key, old = next(iter(self._seen.items()))
-            self._release(old_key, old)
+        if ends is not None:
+            if now < ends:
+                pending = self._pending.get(key)
+                if pending is None:
+                    pending = self._pending[key] = _Seen(ends)
+                pending.count += 1
+                pending.last = event
+                self.held += 1
+                return False
+            self._release(key)  # its window ended: its roll-up goes out, a new window begins
+        if now >= self._rotate_at or len(self._current) >= MAX_KEYS:
+            self._previous, self._current = self._current, {}
+            self._rotate_at = now + self.window
+        self._current[key] = now + self.window
         return True
 
-    def _release(self, key: Any, seen: _Seen) -> None:
-        del self._seen[key]
-        if seen.count and seen.last is not None:
+    def _release(self, key: Any) -> None:
+        self._current.pop(key, None)
+        self._previous.pop(key, None)
+        seen = self._pending.pop(key, None)
+        if seen is not None and seen.count and seen.last is not None:
             carrier = dict(seen.last)
             carrier["count"] = seen.count
             self._ready.append((carrier, seen.count))
@@ -109,20 +145,30 @@ class Rollup:
         """When the next roll-up is due to be sent (``inf``: none pending)."""
         if self._ready:
             return -math.inf
-        ends = [seen.ends for seen in self._seen.values() if seen.count]
-        return min(ends) if ends else math.inf
+        if not self._pending:
+            return math.inf
+        return min(seen.ends for seen in self._pending.values())
 
     def take_due(self, now: float) -> list[tuple[dict[str, Any], int]]:
         """The roll-ups whose window ended (event with ``count``, how many it stands for)."""
-        for key, seen in list(self._seen.items()):
-            if seen.ends <= now:
-                self._release(key, seen)
+        if self._pending:
+            for key, seen in list(self._pending.items()):
+                if seen.ends <= now:
+                    self._release(key)
         ready, self._ready = self._ready, []
         return ready
 
     def take_all(self) -> list[tuple[dict[str, Any], int]]:
-        """Every pending roll-up, now (flush and exit); windows start over."""
-        for key, seen in list(self._seen.items()):
-            self._release(key, seen)
+        """Every pending roll-up, now (flush and exit). The windows go on: a duplicate that
+        follows is counted into a new roll-up of the same window."""
+        for key, seen in list(self._pending.items()):
+            self._release(key)
+            if now_window_open(seen):
+                self._current[key] = seen.ends
         ready, self._ready = self._ready, []
         return ready
+
+
+def now_window_open(seen: _Seen) -> bool:
+    """Whether a window still runs (its end is in the future of the monotonic clock)."""
+    return time.monotonic() < seen.ends

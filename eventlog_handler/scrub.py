@@ -176,6 +176,39 @@ class Scrubber:
                 result[key] = scrubbed
         return result
 
+    def flat_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`event` (in place) for the common log event: its message, source and the
+        plain values of a flat ``data``. Anything else (a user, tags, nested data) goes
+        through :meth:`event`. About a third of the cost for the same result."""
+        if "@user" in event or "tags" in event or len(event) > 7:
+            return self.event(event)
+        data = event.get("data")
+        excluded = self._excluded
+        text = self.text
+        if data is not None:
+            if type(data) is not dict:
+                return self.event(event)
+            for key, value in data.items():
+                kind = type(value)
+                if kind is str:
+                    if excluded(key):
+                        data[key] = MASK
+                    else:
+                        scrubbed = text(value)
+                        if scrubbed is not value:
+                            data[key] = scrubbed
+                elif kind is dict or kind is list:
+                    return self.event(event)
+                elif value is not None and excluded(key):
+                    data[key] = MASK
+        message = event.get("message")
+        if type(message) is str:
+            event["message"] = text(message)
+        source = event.get("source")
+        if type(source) is str:
+            event["source"] = text(source)
+        return event
+
     def data(self, value: Any) -> Any:
         """A copy of a JSON value with its text scrubbed and the values of excluded keys
         masked at any depth (parts with nothing to mask are shared, not copied)."""

@@ -152,7 +152,7 @@ class Worker:
         engine = self.engine
         pipeline = engine.pipeline
         events, created, weights = pipeline.run(batch) if batch else ([], [], None)
-        if engine.flushing or engine.closing or not batch:
+        if not batch:  # woken for other work: roll-ups due, or all of them to flush or exit
             more, when, counts = pipeline.pending_rollups(bool(engine.flushing or engine.closing))
             if more:
                 weights = (weights or [1] * len(events)) + (counts or [])

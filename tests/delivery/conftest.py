@@ -4,6 +4,7 @@ interpreter, observed the way a user observes them (what arrives, when, and what
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -103,3 +104,14 @@ def accounted(stats: dict[str, Any]) -> int:
         + stats["in_flight"]
         + stats["spooled"]
     )
+
+
+@pytest.fixture(autouse=True)
+def restore_loggers() -> Iterator[None]:
+    """Loggers the tests configure (named ``dlv``...) get no handlers and propagate again."""
+    yield
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (name == "dlv" or name.startswith("dlv.")) and isinstance(logger, logging.Logger):
+            logger.handlers.clear()
+            logger.propagate = True
+            logger.setLevel(logging.NOTSET)

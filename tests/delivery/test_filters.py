@@ -31,7 +31,7 @@ def fresh_engines() -> Iterator[None]:
     transport._forget_engines_for_tests()
 
 
-def logger_for(server: FaultServer, name: str = "svc", **options: Any) -> logging.Logger:
+def logger_for(server: FaultServer, name: str = "dlv", **options: Any) -> logging.Logger:
     handler = EventLogHandler(API_KEY, server.url, **{**FAST, **options})
     logger = logging.getLogger(name)
     logger.handlers[:] = [handler]
@@ -90,7 +90,7 @@ def test_before_send_can_drop_edit_and_fail_without_losing_the_event(
     assert err.count("before_send raised RuntimeError") == 1, err
     [error_hint] = [hint for hint in hints if hint["exception"] is not None]
     assert isinstance(error_hint["exception"], KeyError)
-    assert {hint["source"] for hint in hints} == {"svc"}
+    assert {hint["source"] for hint in hints} == {"dlv"}
 
 
 def test_before_send_from_an_import_path(server: FaultServer) -> None:
@@ -113,14 +113,14 @@ def test_a_before_send_that_is_not_callable_is_a_clear_error() -> None:
 
 
 def test_ignore_loggers_and_their_children(server: FaultServer) -> None:
-    handler = EventLogHandler(API_KEY, server.url, ignore_loggers=["svc.chatty"], **FAST)
-    for name in ("svc.chatty", "svc.chatty.sub", "svc.chattybox", "svc.other"):
+    handler = EventLogHandler(API_KEY, server.url, ignore_loggers=["dlv.chatty"], **FAST)
+    for name in ("dlv.chatty", "dlv.chatty.sub", "dlv.chattybox", "dlv.other"):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
         logger.propagate = False
         logger.warning("from %s", name)
     assert wait_until(lambda: len(server.accepted) == 2, 10)
-    assert set(by_message(server)) == {"from svc.chattybox", "from svc.other"}
+    assert set(by_message(server)) == {"from dlv.chattybox", "from dlv.other"}
 
 
 def test_ignore_exceptions_by_class_or_name_including_subclasses(server: FaultServer) -> None:

@@ -30,7 +30,7 @@ def test_400_on_every_post_costs_a_few_requests_and_one_line(
     server.default = Reply(400, title, {"Content-Type": "application/problem+json"})
     # Default retry settings (the slow retry of a refusal is part of what is tested).
     handler = EventLogHandler(API_KEY, server.url, flush_interval=0.05, error_delay=0.0)
-    logger = logging.getLogger("svc.refused")
+    logger = logging.getLogger("dlv.refused")
     logger.handlers[:] = [handler]
     logger.propagate = False
     for index in range(60):
@@ -59,7 +59,7 @@ def test_after_the_key_is_fixed_the_kept_events_arrive(server: FaultServer) -> N
     handler = EventLogHandler(
         API_KEY, server.url, flush_interval=0.05, retry_initial=0.01, max_backoff=0.2
     )
-    logger = logging.getLogger("svc.fixed")
+    logger = logging.getLogger("dlv.fixed")
     logger.handlers[:] = [handler]
     logger.propagate = False
     for index in range(64):

@@ -42,7 +42,7 @@ def fetches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return threads
 
 
-def handler_on(server: FaultServer, name: str = "svc", **options: Any) -> EventLogHandler:
+def handler_on(server: FaultServer, name: str = "dlv", **options: Any) -> EventLogHandler:
     handler = EventLogHandler(API_KEY, server.url, **{**FAST, **options})
     logger = logging.getLogger(name)
     logger.handlers[:] = [handler]
@@ -61,15 +61,15 @@ def test_fetched_once_at_start_and_again_on_a_newer_version(
     server.config = {"version": 3, "settings": {}}
     server.config_version = 3
     handler = handler_on(server)
-    log = logging.getLogger("svc.orders")
-    noisy = logging.getLogger("svc.noisy")
+    log = logging.getLogger("dlv.orders")
+    noisy = logging.getLogger("dlv.noisy")
     for index in range(5):
         log.info("order %d", index)
         noisy.info("noise %d", index)
     assert wait_until(lambda: len(server.accepted) == 10, 10), messages(server)
     assert server.config_requests == [None]  # once, at start
     # The project's settings change: the next answer names version 4.
-    server.config = {"version": 4, "settings": {"@@log:svc.noisy": "Off"}}
+    server.config = {"version": 4, "settings": {"@@log:dlv.noisy": "Off"}}
     server.config_version = 4
     log.info("names the new version")
     assert wait_until(lambda: server.config_requests == [None, "3"], 10), server.config_requests
@@ -91,26 +91,26 @@ def test_levels_per_source_exact_first_then_the_most_specific_pattern(
         "version": 1,
         "settings": {
             "@@log:*": "Info",
-            "@@log:svc.*": "Warn",
-            "@@log:svc.db": "Debug",
-            "@@log:svc.db.*": "Error",
-            "@@log:svc.quiet": "false",
+            "@@log:dlv.*": "Warn",
+            "@@log:dlv.db": "Debug",
+            "@@log:dlv.db.*": "Error",
+            "@@log:dlv.quiet": "false",
             "@@log:*.audit": "Trace",
         },
     }
     handler = handler_on(server)
-    logging.getLogger("svc").warning("start the worker")  # it fetches the settings first
+    logging.getLogger("dlv").warning("start the worker")  # it fetches the settings first
     assert wait_until(lambda: handler.engine.server.version == 1, 10)
     cases = [
-        ("svc.db", logging.DEBUG, True),  # exact: Debug
-        ("svc.db.pool", logging.WARNING, False),  # svc.db.* (longer than svc.*): Error
-        ("svc.db.pool", logging.ERROR, True),
-        ("svc.web", logging.INFO, False),  # svc.*: Warn
-        ("svc.web", logging.WARNING, True),
-        ("svc.quiet", logging.CRITICAL, False),  # false: nothing
+        ("dlv.db", logging.DEBUG, True),  # exact: Debug
+        ("dlv.db.pool", logging.WARNING, False),  # dlv.db.* (longer than dlv.*): Error
+        ("dlv.db.pool", logging.ERROR, True),
+        ("dlv.web", logging.INFO, False),  # dlv.*: Warn
+        ("dlv.web", logging.WARNING, True),
+        ("dlv.quiet", logging.CRITICAL, False),  # false: nothing
         ("other", logging.DEBUG, False),  # *: Info
         ("other", logging.INFO, True),
-        ("svc.audit", logging.DEBUG, True),  # *.audit is as long as svc.* and sorts first
+        ("dlv.audit", logging.DEBUG, True),  # *.audit is as long as dlv.* and sorts first
     ]
     for name, level, _ in cases:
         logging.getLogger(name).handlers[:] = [handler]
@@ -126,7 +126,7 @@ def test_levels_per_source_exact_first_then_the_most_specific_pattern(
 def test_where_the_service_says_nothing_the_local_level_stands(server: FaultServer) -> None:
     server.config = {"version": 1, "settings": {"@@log:elsewhere": "Off"}}
     handler = handler_on(server, level="INFO")
-    log = logging.getLogger("svc")
+    log = logging.getLogger("dlv")
     log.debug("below the handler's level")
     log.info("at the handler's level")
     assert wait_until(lambda: "at the handler's level" in messages(server), 10)
@@ -137,7 +137,7 @@ def test_where_the_service_says_nothing_the_local_level_stands(server: FaultServ
 def test_error_types_turned_off_are_dropped_and_counted(server: FaultServer) -> None:
     server.config = {"version": 2, "settings": {"@@error:*Timeout*": "false"}}
     handler = handler_on(server)
-    log = logging.getLogger("svc")
+    log = logging.getLogger("dlv")
     log.info("start")
     assert wait_until(lambda: handler.engine.server.version == 2, 10)
     for exc in (TimeoutError("slow"), KeyError("gone")):
@@ -156,7 +156,7 @@ def test_error_types_turned_off_are_dropped_and_counted(server: FaultServer) -> 
 def test_data_exclusions_of_the_service_are_added(server: FaultServer) -> None:
     server.config = {"version": 5, "settings": {"@@DataExclusions": "*card*, ssn"}}
     handler = handler_on(server)
-    log = logging.getLogger("svc")
+    log = logging.getLogger("dlv")
     log.info("start")
     assert wait_until(lambda: handler.engine.server.version == 5, 10)
     log.info("payment", extra={"card_number": "4111", "ssn": "123", "amount": 5, "user": "ann"})
@@ -173,7 +173,7 @@ def test_a_failing_settings_endpoint_changes_nothing_else(
 ) -> None:
     server.config = failure
     handler = handler_on(server)
-    log = logging.getLogger("svc")
+    log = logging.getLogger("dlv")
     started = time.monotonic()
     for index in range(100):
         log.info("event %d", index)
@@ -190,7 +190,7 @@ def test_a_failing_settings_endpoint_changes_nothing_else(
 
 def test_turned_off_with_server_settings_false(server: FaultServer) -> None:
     handler = handler_on(server, server_settings=False)
-    logging.getLogger("svc").info("hello")
+    logging.getLogger("dlv").info("hello")
     assert wait_until(lambda: len(server.accepted) == 1, 10)
     assert server.config_requests == []
     assert handler.stats()["server_settings_version"] is None

@@ -1,0 +1,68 @@
+"""The worker's batch builder gives exactly the events the one-by-one builder gives."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventlog_handler.context import add_tags, set_user
+from eventlog_handler.finish import finish, finish_batch
+from eventlog_handler.records import capture_record
+from eventlog_handler.settings import Settings
+
+SETTINGS = Settings(api_key="k" * 40)
+TAGGED = Settings(api_key="k" * 40, tags=("web",))
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.just("x" * 9000),
+)
+names = st.one_of(
+    st.sampled_from(["a", "b", "password", "api_key", "tags", "@level", "stack", "message"]),
+    st.text(min_size=1, max_size=12, alphabet="abcdefghij_"),
+)
+records = st.tuples(
+    st.sampled_from([logging.DEBUG, logging.INFO, logging.WARNING, 25, 5]),
+    st.sampled_from(["plain", "user %s did %d", "%d%%", "%s", "{}"]),
+    st.lists(scalars, max_size=3),
+    st.dictionaries(names, scalars, max_size=4),
+    st.sampled_from(["app", "", "x" * 2100]),
+    st.floats(min_value=1.5e9, max_value=2.0e9),
+)
+
+
+def record_of(spec: tuple[Any, ...]) -> logging.LogRecord:
+    level, template, args, extras, name, created = spec
+    record = logging.LogRecord(name, level, "f.py", 1, template, tuple(args), None)
+    record.created = created
+    for key, value in extras.items():
+        record.__dict__[key] = value
+    return record
+
+
+def without_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in event.items() if k != "reference_id"} for event in events]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(records, min_size=1, max_size=8), st.booleans(), st.booleans())
+def test_batch_and_one_by_one_agree(specs: list[Any], with_context: bool, tagged: bool) -> None:
+    chosen = TAGGED if tagged else SETTINGS
+    scopes = [set_user("u-1", name="Ann"), add_tags("t1")] if with_context else []
+    try:
+        first = [capture_record(record_of(spec), chosen) for spec in specs]
+        second = [capture_record(record_of(spec), chosen) for spec in specs]
+    finally:
+        for scope in reversed(scopes):
+            scope.reset()
+    batch = finish_batch(first)
+    alone = [finish(entry) for entry in second]
+    assert without_ids(batch) == without_ids(alone)
+    assert len({event["reference_id"] for event in batch}) == len(batch)
