@@ -17,16 +17,23 @@ RUNNER = REPO / "benchmarks" / "run.py"
 
 #: The figures each case must report for a peer that ran it.
 FIGURES = {
-    ("caller", ""): ("warning_us", "exception_us"),
-    ("burst", ""): ("fraction", "burst_s", "delivered"),
-    ("throughput", "sink"): ("events_per_s", "fraction", "delivered"),
+    ("caller", ""): (
+        "warning_us",
+        "warning_p50_us",
+        "warning_p99_us",
+        "exception_us",
+        "exception_p99_us",
+    ),
+    ("burst", "20k"): ("fraction", "burst_s", "complete_runs", "events_per_s"),
+    ("burst", "200k"): ("fraction", "burst_s", "events_per_s"),
     ("throughput", "collector"): ("events_per_s", "delivered", "stored"),
+    ("idle", ""): ("warning_s", "error_s"),
     ("memory", ""): ("growth_mb", "logged"),
     ("exit", "up"): ("delivered", "fraction"),
     ("exit", "down"): (),
     ("exit", "hung"): (),
 }
-PEERS = ("noop", "stdlib", "eventlog", "sentry", "logstash")
+PEERS = ("noop", "floor", "stdlib", "eventlog", "sentry", "logstash")
 
 
 def _is_number(value: Any) -> bool:
@@ -52,8 +59,8 @@ def test_quick_run_reports_every_case(tmp_path: Path) -> None:
     assert "command: " in table and "--quick" in table
 
     # One row at least per case, and no cell that failed.
-    rows = [line for line in table.splitlines() if line[:2] in ("1 ", "2 ", "3 ", "4 ", "5 ")]
-    for number in "12345":
+    rows = [line for line in table.splitlines() if line[:2] in ("1 ", "2 ", "3 ", "4 ", "5 ", "6 ")]
+    for number in "123456":
         assert any(row.startswith(number + " ") for row in rows), f"no row for case {number}"
     for row in rows:
         assert " ERR" not in row, row
@@ -73,7 +80,7 @@ def test_quick_run_reports_every_case(tmp_path: Path) -> None:
                 # Only a missing peer, or a case that doesn't apply, may lack figures.
                 assert (
                     result["na"] == "not installed"
-                    or peer == "noop"
+                    or peer in ("noop", "floor")
                     or (variant == "collector" and peer != "eventlog")
                 ), result
                 continue
