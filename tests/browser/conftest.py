@@ -60,9 +60,9 @@ def screenshots() -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its event loop stops with the module: later tests need none
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session."""
+    """One headless Chromium for the module (Playwright's event loop runs until it stops)."""
     executable = find_chromium()
     if executable is None:
         pytest.skip(

@@ -108,10 +108,18 @@ def accounted(stats: dict[str, Any]) -> int:
 
 @pytest.fixture(autouse=True)
 def restore_loggers() -> Iterator[None]:
-    """Loggers the tests configure (named ``dlv``...) get no handlers and propagate again."""
+    """Loggers come out of a test as they went in (new ones: no handlers, propagating)."""
+    manager = logging.root.manager
+    before = {
+        name: (list(logger.handlers), logger.propagate, logger.level)
+        for name, logger in manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
     yield
-    for name, logger in list(logging.root.manager.loggerDict.items()):
-        if (name == "dlv" or name.startswith("dlv.")) and isinstance(logger, logging.Logger):
-            logger.handlers.clear()
-            logger.propagate = True
-            logger.setLevel(logging.NOTSET)
+    for name, logger in list(manager.loggerDict.items()):
+        if not isinstance(logger, logging.Logger):
+            continue
+        handlers, propagate, level = before.get(name, ([], True, logging.NOTSET))
+        logger.handlers[:] = handlers
+        logger.propagate = propagate
+        logger.setLevel(level)
