@@ -86,8 +86,9 @@ class Pipeline:
         roll = self.rollup if rollup else None
         now = time.monotonic()
         filtered = failed = held = 0
+        built: list[dict[str, Any] | None]
         try:
-            built = finish_batch(entries)
+            built = list(finish_batch(entries))
         except Exception as exc:  # a bug must not lose the batch: build them one by one
             self.ledger.last_error = f"building events: {type(exc).__name__}: {safe_str(exc)}"
             built = []
@@ -95,7 +96,7 @@ class Pipeline:
                 try:
                     built.append(finish(entry))
                 except Exception:
-                    built.append(None)  # type: ignore[arg-type]
+                    built.append(None)
         pause_at = time.perf_counter() + YIELD_EVERY
         for index, (entry, event) in enumerate(zip(entries, built, strict=True)):
             if index & 31 == 31 and time.perf_counter() >= pause_at:

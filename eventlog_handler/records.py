@@ -174,6 +174,7 @@ def sort_extras(
         reserve_known_keys(data)
     return data, user, tags, stack
 
+
 #: Whether a logger's records are ignored, by name (names of a program repeat).
 _IGNORED_CACHE: dict[str, bool] = {}
 

@@ -72,7 +72,9 @@ def rss_mb():
 import eventlog_handler
 """
 
-OUTAGE = PREAMBLE + """
+OUTAGE = (
+    PREAMBLE
+    + """
 handle = eventlog_handler.setup(spool_path=sys.argv[1], retry_initial=0.2, max_backoff=1.0)
 log = logging.getLogger("app.disk")
 for index in range(10_000):  # warm up: the queue fills, the spool fills
@@ -87,6 +89,7 @@ for index in range(10_000, 300_000):
             + stats["queued"] + stats["in_flight"] + stats["spooled"]), stats
 print("MARK memory", json.dumps({"baseline": baseline, "peak": max(peak, rss_mb())}), flush=True)
 """
+)
 
 REPLAY = """
 import json, logging, sys, time

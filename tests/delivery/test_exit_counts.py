@@ -44,9 +44,7 @@ def test_a_batch_stored_after_the_deadline_is_not_reported_as_lost(
     assert wait_until(lambda: len(server.accepted) == 50, 5)
 
 
-def test_what_never_left_is_counted_as_dropped_at_exit(
-    server: FaultServer, tmp_path: Path
-) -> None:
+def test_what_never_left_is_counted_as_dropped_at_exit(server: FaultServer, tmp_path: Path) -> None:
     server.default = "hang"
     program = PROGRAM.replace("flush_interval=5.0", "flush_interval=0.05").replace(
         'log.info("pending %d", index)',

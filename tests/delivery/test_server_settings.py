@@ -146,7 +146,9 @@ def test_error_types_turned_off_are_dropped_and_counted(server: FaultServer) -> 
         except Exception:
             log.exception("failed")
     assert wait_until(lambda: len(server.accepted) == 2, 10)
-    types = [event["@simple_error"]["type"] for event in server.accepted if "@simple_error" in event]
+    types = [
+        event["@simple_error"]["type"] for event in server.accepted if "@simple_error" in event
+    ]
     assert types == ["KeyError"]
     stats = handler.stats()
     assert stats["dropped"]["filtered"] == 1

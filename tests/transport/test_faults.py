@@ -66,7 +66,9 @@ def test_402_pauses_until_the_next_usage_bucket_then_delivers(server, make_engin
     pauses: list[float] = []
     engine = make_engine()
     original = engine.delivery.pause
-    monkeypatch.setattr(engine.delivery, "pause", lambda delay: (pauses.append(delay), original(0))[1])
+    monkeypatch.setattr(
+        engine.delivery, "pause", lambda delay: (pauses.append(delay), original(0))[1]
+    )
     server.script.append(402)
     refs = capture(engine, 5)
     settled(engine, server, 5)
