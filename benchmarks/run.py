@@ -103,6 +103,7 @@ def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
             "shutdown_timeout",
             "killed_after",
             "burst_runs",
+            "planned_runs",
         ):
             continue
         if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
@@ -372,8 +373,8 @@ def targets(results: Results, size: dict[str, Any]) -> list[list[str]]:
     else:
         check(
             f"burst {size['burst']:,}: every run fully delivered",
-            f"{burst['complete_runs']:.0f} of {burst['burst_runs']} runs",
-            burst["complete_runs"] == burst["burst_runs"],
+            f"{burst['complete_runs']:.0f} of {burst['planned_runs']} runs",
+            burst["complete_runs"] == burst["planned_runs"],
         )
         all_s = burst["all_s"]
         check(

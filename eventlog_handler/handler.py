@@ -113,6 +113,7 @@ class EventLogHandler(logging.Handler):
             tracelog.want(settings.trace_size)
         self._ignore_loggers = tuple(settings.ignore_loggers)
         self._ignored_names: dict[str, bool] = {}
+        self._engine: Engine | None = None
         #: Records that could not be turned into events (they were skipped, not raised).
         self.emit_errors = 0
         self.last_emit_error: str | None = None
@@ -130,6 +131,9 @@ class EventLogHandler(logging.Handler):
 
     def handle(self, record: logging.LogRecord) -> Any:
         """Filter and emit ``record``. ``emit`` is thread-safe, so no handler lock is taken."""
+        if not self.filters:
+            self.emit(record)
+            return record
         result: Any = self.filter(record)
         if isinstance(result, logging.LogRecord):  # Python 3.12+: a filter may swap the record
             record = result
@@ -138,27 +142,27 @@ class EventLogHandler(logging.Handler):
         return result
 
     def _ignores(self, name: str) -> bool:
-        found = self._ignored_names.get(name)
-        if found is None:
-            found = any(
-                name == item or name.startswith(item + ".") for item in self._ignore_loggers
-            )
-            if len(self._ignored_names) < 10_000:
-                self._ignored_names[name] = found
+        """Whether records of the logger ``name`` are never sent (remembered per name)."""
+        found = is_ignored_logger(name) or any(
+            name == item or name.startswith(item + ".") for item in self._ignore_loggers
+        )
+        if len(self._ignored_names) < 10_000:
+            self._ignored_names[name] = found
         return found
 
     def emit(self, record: logging.LogRecord) -> None:
         """Turn ``record`` into an event and queue it. Never raises."""
         try:
             name = record.name
-            if (
-                is_sender_thread()
-                or is_ignored_logger(name)
-                or (self._ignore_loggers and self._ignores(name))
-            ):
+            ignored = self._ignored_names.get(name)
+            if ignored is None:
+                ignored = self._ignores(name)
+            if ignored:
                 return
             settings = self.settings
-            engine = get_engine(settings)
+            engine = self._engine
+            if engine is None or engine.intake.finished:
+                engine = self._engine = get_engine(settings)
             levelno = record.levelno
             server = engine.server
             if record.exc_info:

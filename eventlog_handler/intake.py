@@ -69,19 +69,25 @@ class Intake:
     def put(self, entry: Entry) -> bool:
         """Queue ``entry`` (its ``enqueued`` time set). ``False`` when it was dropped at once."""
         ledger = self.ledger
+        buffer = self.buffer
+        errors, logs = buffer.errors, buffer.logs
+        is_error = entry.is_error
         with ledger.lock:
             ledger.captured += 1
             if self.finished:
                 ledger.dropped["shutdown"] += 1
                 return False
-            buffer = self.buffer
-            evicted = buffer.put(entry, entry.is_error)
-            if evicted is not None:
+            size = len(errors) + len(logs)
+            evicted = None
+            if size < buffer.capacity:
+                (errors if is_error else logs).append(entry)
+                size += 1
+            else:
+                evicted = buffer.put(entry, is_error)
                 ledger.dropped["queue_full"] += 1
-            size = len(buffer)
             wake_at = self.wake_at
             if wake_at != BUSY:
-                due = entry.enqueued + (self._error_delay if entry.is_error else self._log_delay)
+                due = entry.enqueued + (self._error_delay if is_error else self._log_delay)
                 if due < wake_at or size >= self._batch or self._eager:
                     self.wake_at = BUSY
                     ledger.changed.notify_all()

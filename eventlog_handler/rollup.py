@@ -98,6 +98,10 @@ class Rollup:
         self._current: dict[Any, float] = {}
         self._previous: dict[Any, float] = {}
         self._rotate_at = 0.0
+        #: A cheaper first look: each message seen, its window's end and its first event (until
+        #: a second event with that message makes the full comparison worth its cost).
+        self._messages: dict[Any, tuple[float, dict[str, Any] | None]] = {}
+        self._old_messages: dict[Any, tuple[float, dict[str, Any] | None]] = {}
         #: The windows that have counted duplicates (what ``due`` and ``take_due`` look at).
         self._pending: dict[Any, _Seen] = {}
         self._ready: list[tuple[dict[str, Any], int]] = []
@@ -108,7 +112,23 @@ class Rollup:
         """``True``: send ``event`` now. ``False``: it was counted into a roll-up."""
         if self.window <= 0:
             return True
+        if now >= self._rotate_at or len(self._messages) >= MAX_KEYS:
+            self._previous, self._current = self._current, {}
+            self._old_messages, self._messages = self._messages, {}
+            self._rotate_at = now + self.window
         try:
+            message = event.get("message")
+            seen = self._messages.get(message)
+            if seen is None:
+                seen = self._old_messages.get(message)
+            if seen is None or now >= seen[0]:
+                # No event with this message in a window: not a duplicate (most events).
+                self._messages[message] = (now + self.window, event)
+                return True
+            first = seen[1]
+            if first is not None:  # a second one: from now on, compare them in full
+                self._messages[message] = (seen[0], None)
+                self._current.setdefault(event_key(first), seen[0])
             key = event_key(event)
             ends = self._current.get(key)
             if ends is None:
@@ -125,9 +145,6 @@ class Rollup:
                 self.held += 1
                 return False
             self._release(key)  # its window ended: its roll-up goes out, a new window begins
-        if now >= self._rotate_at or len(self._current) >= MAX_KEYS:
-            self._previous, self._current = self._current, {}
-            self._rotate_at = now + self.window
         self._current[key] = now + self.window
         return True
 
@@ -164,7 +181,7 @@ class Rollup:
         for key, seen in list(self._pending.items()):
             self._release(key)
             if now_window_open(seen):
-                self._current[key] = seen.ends
+                self._current[key] = seen.ends  # the window goes on
         ready, self._ready = self._ready, []
         return ready
 

@@ -41,6 +41,8 @@ _SCOPE_RING: contextvars.ContextVar[deque[_Note] | None] = contextvars.ContextVa
     "eventlog_handler_trace", default=None
 )
 _size = 0
+#: A request scope's ring before its first line (made on first use: most requests log little).
+_LAZY: deque[_Note] = deque(maxlen=1)
 
 
 class _ThreadRings(threading.local):
@@ -77,6 +79,9 @@ def enabled() -> bool:
 def _ring() -> deque[_Note]:
     ring = _SCOPE_RING.get()
     if ring is not None:
+        if ring is _LAZY:  # a request scope's ring, made on first use
+            ring = deque(maxlen=_size or 1)
+            _SCOPE_RING.set(ring)
         return ring
     if _get_running_loop is not None and _get_running_loop() is not None:
         task = sys.modules["asyncio"].current_task()  # a loop runs: asyncio is imported
@@ -85,19 +90,22 @@ def _ring() -> deque[_Note]:
             if found is None:
                 found = _TASK_RINGS[task] = deque(maxlen=_size or 1)
             return found
-    ring = _THREAD.ring
-    if ring.maxlen != _size and _size:
-        ring = _THREAD.ring = deque(ring, maxlen=_size)
-    return ring
+    return _THREAD.ring
 
 
 def note(record: logging.LogRecord) -> None:
     """Remember ``record`` in the ring of the current thread or task (once per record)."""
-    ring = _ring()
-    ident = id(record)
-    if ring and ring[-1][0] == ident and ring[-1][1] == record.created:
-        return  # a second handler saw the same record
-    ring.append((ident, record.created, record.levelno, record.name, record.msg, record.args))
+    ring = _SCOPE_RING.get()
+    if ring is None and (_get_running_loop is None or _get_running_loop() is None):
+        ring = _THREAD.ring  # a plain thread: the common case, without a call
+    else:
+        ring = _ring()
+    created = record.created
+    if ring:
+        last = ring[-1]
+        if last[1] == created and last[0] == id(record):
+            return  # a second handler saw the same record
+    ring.append((id(record), created, record.levelno, record.name, record.msg, record.args))
 
 
 def note_event(created: float, levelno: int, source: str | None, message: Any) -> None:
@@ -115,8 +123,9 @@ def lines(limit: int) -> list[str]:
 
 
 def new_scope_ring() -> contextvars.Token[deque[_Note] | None]:
-    """Give the current context (a request) a ring of its own; reset it with the token."""
-    return _SCOPE_RING.set(deque(maxlen=_size or 1))
+    """Give the current context (a request) a ring of its own, made when first used; reset it
+    with the token."""
+    return _SCOPE_RING.set(_LAZY)
 
 
 def reset_scope_ring(token: contextvars.Token[deque[_Note] | None]) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler.buffer import EventBuffer
 from eventlog_handler.events import error_event, log_event
 from tests.transport.conftest import accounted
 from tests.transport.faultserver import FaultServer, Reply
@@ -278,17 +277,15 @@ def test_reentrant_enqueue_during_the_critical_section_does_not_deadlock(server,
     engine = make_engine()
     nested: list[bool] = []
     entered: list[bool] = []
+    start_worker = engine.intake.start_worker  # called with the lock held, on first use
 
-    class ReenteringBuffer(EventBuffer):
-        __slots__ = ()
+    def reentering_start() -> bool:
+        if not entered:
+            entered.append(True)
+            nested.append(engine.enqueue(log_event("from __del__", level="Info")))
+        return start_worker()
 
-        def put(self, entry: Any, is_error: bool) -> Any:
-            if not entered:
-                entered.append(True)
-                nested.append(engine.enqueue(log_event("from __del__", level="Info")))
-            return super().put(entry, is_error)
-
-    engine.intake.buffer = ReenteringBuffer(engine.settings.queue_size)
+    engine.intake.start_worker = reentering_start
     done = threading.Event()
 
     def log_once() -> None:
