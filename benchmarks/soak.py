@@ -3,6 +3,7 @@
     python benchmarks/soak.py                 # 10 minutes
     python benchmarks/soak.py --minutes 1     # shorter
     python benchmarks/soak.py --seconds 15    # a smoke run
+    python benchmarks/soak.py --spool DIR     # with the durable spool in DIR (a small disk?)
 
 Four threads log through ``eventlog_handler.setup()`` (logs, errors with chained causes, and
 some large events) into a scriptable loopback server that cycles through faults: healthy,
@@ -121,7 +122,7 @@ def serve(control: Any, port: int) -> None:
             return
 
 
-def run(seconds: float, seed: int) -> int:
+def run(seconds: float, seed: int, spool: str | None = None) -> int:
     context = multiprocessing.get_context("fork")
     control, remote = context.Pipe()
     with socket.socket() as probe:
@@ -139,6 +140,7 @@ def run(seconds: float, seed: int) -> int:
         timeout=1.0,
         retry_initial=0.05,
         max_backoff=2.0,
+        spool_path=spool,
     )
     log = logging.getLogger("soak")
     stop = threading.Event()
@@ -207,6 +209,8 @@ def run(seconds: float, seed: int) -> int:
         "delivered": stats["delivered"],
         "dropped": stats["dropped"],
         "queued_at_end": stats["queued"] + stats["in_flight"],
+        "spooled_at_end": stats["spooled"],
+        "spool": spool,
         "retries": stats["retries"],
         "server_accepted_unique": report["accepted_unique"],
         "duplicates": report["duplicates"],
@@ -241,9 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=None, help="overrides --minutes")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--spool", default=None, help="a spool directory (e.g. on a small disk)")
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else args.minutes * 60
-    return run(seconds, args.seed)
+    return run(seconds, args.seed, args.spool)
 
 
 if __name__ == "__main__":

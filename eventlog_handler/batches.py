@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from eventlog_handler.courtesy import none
 from eventlog_handler.events import MAX_EVENT_BYTES, encode_batch, fit
 from eventlog_handler.spool import Row, SpoolFile
 
@@ -145,6 +146,7 @@ def encode_parts(
     created: list[float],
     max_raw_bytes: int,
     weights: list[int] | None = None,
+    courtesy: Callable[[], None] = none,
 ) -> list[Part]:
     """In-memory events as parts, each under ``max_raw_bytes`` of JSON.
 
@@ -154,14 +156,45 @@ def encode_parts(
     """
     if not events:
         return []
-    body = encode_batch(events)
-    if len(body) <= min(max_raw_bytes, MAX_EVENT_BYTES):
+    limit = min(max_raw_bytes, MAX_EVENT_BYTES)
+    body = _encode_in_chunks(events, limit, courtesy)
+    if body is not None:
         return [Part(events, [], created, body=body, weights=weights)]
-    fitted = [fit(event) for event in events]
+    fitted = []
+    for event in events:
+        fitted.append(fit(event))
+        courtesy()  # large events (errors) take long: logging threads don't wait for them
     whole = Part(
         [pair[0] for pair in fitted], [pair[1] for pair in fitted], created, weights=weights
     )
     return list(split_by_size(whole, max_raw_bytes))
+
+
+#: Events encoded in one call at most (a call holds the interpreter until it returns).
+ENCODE_CHUNK = 100
+
+
+def _encode_in_chunks(
+    events: list[dict[str, Any]], limit: int, courtesy: Callable[[], None]
+) -> bytes | None:
+    """The JSON array of ``events`` when it is at most ``limit`` bytes, else ``None``.
+
+    Encoded :data:`ENCODE_CHUNK` events at a time (a ``courtesy`` between chunks: see
+    :mod:`eventlog_handler.courtesy`), giving up as soon as the limit is passed.
+    """
+    if len(events) <= ENCODE_CHUNK:
+        body = encode_batch(events)
+        return body if len(body) <= limit else None
+    pieces: list[bytes] = []
+    size = 2
+    for start in range(0, len(events), ENCODE_CHUNK):
+        piece = encode_batch(events[start : start + ENCODE_CHUNK])[1:-1]
+        size += len(piece) + 1
+        if size > limit:
+            return None
+        pieces.append(piece)
+        courtesy()
+    return b"[" + b",".join(pieces) + b"]"
 
 
 def split_by_size(part: Part, max_raw_bytes: int) -> Iterator[Part]:

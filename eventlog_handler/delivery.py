@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventlog_handler import errors
 from eventlog_handler.batches import Part, compress, encode_parts
+from eventlog_handler.courtesy import Courtesy
 from eventlog_handler.events import MAX_AGE_SECONDS
 from eventlog_handler.jsonsafe import safe_str
 from eventlog_handler.retry import Action
@@ -73,7 +74,8 @@ class Delivery:
             events = [events[index] for index in keep]
             weights = [weights[index] for index in keep] if weights is not None else None
             created = [created[index] for index in keep]
-        parts = encode_parts(events, created, self.settings.max_raw_batch_bytes, weights)
+        courtesy = Courtesy(lambda: self.ledger.captured)
+        parts = encode_parts(events, created, self.settings.max_raw_batch_bytes, weights, courtesy)
         self.current = deque(parts)
         try:
             return self.deliver(self.current, client)

@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from eventlog_handler.buffer import Entry
+from eventlog_handler.courtesy import Courtesy
 from eventlog_handler.delivery import engine_say
 from eventlog_handler.finish import finish, finish_batch
 from eventlog_handler.jsonsafe import safe_str, to_jsonable
@@ -35,9 +36,6 @@ if TYPE_CHECKING:
     from eventlog_handler.transport import Engine
 
 Batch = tuple[list[dict[str, Any]], list[float], "list[int] | None"]
-
-#: Seconds of work on a batch after which the worker lets other threads run.
-YIELD_EVERY = 0.001
 
 
 class Pipeline:
@@ -97,13 +95,9 @@ class Pipeline:
                     built.append(finish(entry))
                 except Exception:
                     built.append(None)
-        pause_at = time.perf_counter() + YIELD_EVERY
-        for index, (entry, event) in enumerate(zip(entries, built, strict=True)):
-            if index & 31 == 31 and time.perf_counter() >= pause_at:
-                # A long batch (errors cost more): let a logging thread that waits for the
-                # interpreter have it now, not after the 5 ms switch interval.
-                time.sleep(0)
-                pause_at = time.perf_counter() + YIELD_EVERY
+        courtesy = Courtesy(lambda: self.ledger.captured)
+        for entry, event in zip(entries, built, strict=True):
+            courtesy()  # a long batch (errors cost more): logging threads don't wait for it
             if event is None:
                 failed += 1
                 continue

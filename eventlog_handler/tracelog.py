@@ -34,7 +34,9 @@ MAX_TRACE = 250
 #: Characters kept per line.
 MAX_LINE = 500
 
-_Note = tuple[int, float, int, str, Any, Any]
+#: A noted record: ``(id, created, levelno, name, msg, args)``, or, once formatted, ``(id,
+#: created, line)`` (an error formats the lines it sends, and the next error reuses them).
+_Note = tuple[Any, ...]
 
 #: The ring of the current unit of work, when a request scope set one.
 _SCOPE_RING: contextvars.ContextVar[deque[_Note] | None] = contextvars.ContextVar(
@@ -118,8 +120,17 @@ def lines(limit: int) -> list[str]:
     if limit <= 0 or not _size:
         return []
     ring = _ring()
-    notes = list(ring)[-limit:]
-    return [_line(item) for item in notes]
+    first = max(0, len(ring) - limit)
+    found: list[str] = []
+    for index in range(first, len(ring)):
+        item = ring[index]
+        if len(item) == 3:
+            found.append(item[2])
+            continue
+        line = _line(item)
+        ring[index] = (item[0], item[1], line)
+        found.append(line)
+    return found
 
 
 def new_scope_ring() -> contextvars.Token[deque[_Note] | None]:
@@ -132,13 +143,22 @@ def reset_scope_ring(token: contextvars.Token[deque[_Note] | None]) -> None:
     _SCOPE_RING.reset(token)
 
 
+#: Formatted seconds (lines of one error share a few).
+_STAMPS: dict[int, str] = {}
+
+
 def _line(item: _Note) -> str:
     _, created, levelno, name, msg, args = item
     try:
         message = safe_str(msg) if not args else safe_str(msg) % args
     except Exception:
         message = f"{safe_str(msg)} {safe_str(args)}"
-    stamp = time.strftime("%H:%M:%S", time.localtime(created))
-    millis = int((created % 1) * 1000)
+    second = int(created)
+    stamp = _STAMPS.get(second)
+    if stamp is None:
+        if len(_STAMPS) > 64:
+            _STAMPS.clear()
+        stamp = _STAMPS[second] = time.strftime("%H:%M:%S", time.localtime(second))
+    millis = int((created - second) * 1000)
     text = f"{stamp}.{millis:03d} {level_name(levelno)} {name}: {message}"
     return truncate(text, MAX_LINE)

@@ -66,3 +66,19 @@ def test_batch_and_one_by_one_agree(specs: list[Any], with_context: bool, tagged
     alone = [finish(entry) for entry in second]
     assert without_ids(batch) == without_ids(alone)
     assert len({event["reference_id"] for event in batch}) == len(batch)
+
+
+def test_the_standard_library_encoder_gives_the_same_json(monkeypatch: Any) -> None:
+    import json
+
+    from eventlog_handler import events
+
+    batch = [
+        {"message": "é \u2028 \\ \"q\"", "value": 1.5, "data": {"n": 2**40, "list": [None, True]}},
+        {"message": "lone \ud800 surrogate"},  # orjson refuses it: the fallback's job
+    ]
+    fast = events.encode_batch(batch)
+    monkeypatch.setattr(events, "_orjson", None)
+    slow = events.encode_batch(batch)
+    assert json.loads(fast) == json.loads(slow)
+    assert json.loads(slow)[1]["message"] == "lone ? surrogate"
