@@ -74,7 +74,7 @@ def test_the_standard_library_encoder_gives_the_same_json(monkeypatch: Any) -> N
     from eventlog_handler import events
 
     batch = [
-        {"message": "é \u2028 \\ \"q\"", "value": 1.5, "data": {"n": 2**40, "list": [None, True]}},
+        {"message": 'é \u2028 \\ "q"', "value": 1.5, "data": {"n": 2**40, "list": [None, True]}},
         {"message": "lone \ud800 surrogate"},  # orjson refuses it: the fallback's job
     ]
     fast = events.encode_batch(batch)
