@@ -59,7 +59,7 @@ def test_stop_is_prompt_with_open_keep_alive_connections() -> None:
     assert http.post_events({"message": "m"}).status_code == 202  # leaves a pooled connection
     started = time.monotonic()
     collector.stop()
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 5  # not the 30 s idle timeout of the kept-alive connection
     assert not collector.running
     with pytest.raises(requests.ConnectionError):
         http.session.get(url + "/api/v2/projects", timeout=2)

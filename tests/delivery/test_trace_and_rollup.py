@@ -99,8 +99,9 @@ def test_an_error_storm_arrives_as_a_few_events_whose_counts_add_up(
     assert 1 <= len(events) <= 5, len(events)
     assert sum(event.get("count", 1) for event in events) == 10_000
     assert len({event["@simple_error"]["stack_trace"] for event in events}) == 1  # one stack
-    # The first one was not held back: it arrived while the storm was still raging (or within
-    # a second of the first call, on a machine that went through the storm quickly).
+    # The first one was not held back for the roll-up's window (60 s by default): it arrived
+    # within seconds of the first call (``error_delay`` is 0.25 s; the bound is generous so that
+    # a loaded machine, where the storm itself takes seconds, does not fail it).
     first_arrival = min(seen.at for seen in server.requests)
     started = marks(lines)["first"]["at"]
-    assert first_arrival - started < 1.25, first_arrival - started
+    assert first_arrival - started < 10, first_arrival - started

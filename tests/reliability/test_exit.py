@@ -99,7 +99,7 @@ def test_exit_is_bounded_and_reports_what_was_not_sent(tmp_path: Path, runs: int
             count = 40 + run
             elapsed, stderr, code = run_once(script, server.url, count, in_flight)
             assert code == 0, stderr
-            assert elapsed < SHUTDOWN_TIMEOUT + 1.0, (run, elapsed, stderr)
+            assert elapsed < SHUTDOWN_TIMEOUT + 3.0, (run, elapsed, stderr)  # not the 10 s timeout
             # The exit flush puts what is pending on the wire, where it hangs: those events
             # have an unknown outcome (the service may have stored them). With a batch already
             # hanging, the rest never left the process: those could not be sent.

@@ -170,8 +170,9 @@ def test_exit_with_a_server_that_never_answers_is_bounded_and_reports(server):
     """
     completed, elapsed = run_script(body, server.url, shutdown=1.0)
     assert completed.returncode == 0, completed.stderr
-    # shutdown_timeout + 1 s, plus the interpreter's own start-up.
-    assert elapsed < 1.0 + 1.0 + 1.5, elapsed
+    # shutdown_timeout + 1 s, plus the interpreter's own start-up (generous for a loaded
+    # machine, still far below the 10 s request timeout an unbounded exit would wait out).
+    assert elapsed < 1.0 + 1.0 + 4.0, elapsed
     # The batch was on the wire when the deadline came: the service may have stored it, so it
     # is reported as of unknown outcome, never as lost.
     assert "500 event(s) were on their way" in completed.stderr
