@@ -28,7 +28,9 @@ own objects (``@simple_error.type``, ``@user.name``, ...) are never masked.
 
 Scrubbing runs on the delivery worker, for every event: a string without ``:``, ``=``,
 ``bearer`` or a given secret is returned as it is after a few substring checks, and what was
-found about each dict key is remembered.
+found about each dict key is remembered. So is the result for the last texts that had to be
+searched (:data:`_MEMO_CHARS` characters of them at most): an error storm repeats one stack
+trace thousands of times, and a trace log line travels with up to 25 consecutive errors.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
 
 #: Dict keys a scrubber remembers what it found about.
 _CACHE_KEYS = 10_000
+#: Texts whose scrubbed result a scrubber remembers, at most (and characters of them, at most);
+#: past either bound the memo starts over. Texts longer than :data:`_MEMO_LONGEST` are not kept.
+_MEMO_TEXTS = 4_096
+_MEMO_CHARS = 2_000_000
+_MEMO_LONGEST = 100_000
 #: Given secrets shorter than this are not searched for in text (they would mask common words).
 MIN_SECRET_LENGTH = 6
 
@@ -73,7 +80,7 @@ class Scrubber:
     of each exclusions tuple is cached).
     """
 
-    __slots__ = ("_excluded", "_key_info", "_secrets")
+    __slots__ = ("_excluded", "_key_info", "_memo", "_memo_chars", "_secrets")
 
     def __init__(
         self,
@@ -84,6 +91,9 @@ class Scrubber:
         self._secrets: tuple[str, ...] = tuple(sorted(found, key=len, reverse=True))
         self._excluded: ExclusionMatcher = exclusion_matcher(tuple(exclusions))
         self._key_info: dict[str, tuple[int, str | None]] = {}
+        #: Texts that had to be searched, with their result (``None``: nothing to mask).
+        self._memo: dict[str, str | None] = {}
+        self._memo_chars = 0
 
     @classmethod
     def for_settings(
@@ -104,6 +114,24 @@ class Scrubber:
 
     def text(self, text: str) -> str:
         """``text`` with its secrets masked (the same object when there is nothing to mask)."""
+        if ":" not in text and "=" not in text:
+            return self._search(text)  # a few substring checks: nothing worth remembering
+        memo = self._memo
+        known = memo.get(text, text)
+        if known is not text:
+            return text if known is None else known
+        scrubbed = self._search(text)
+        size = len(text)
+        if size <= _MEMO_LONGEST:
+            if len(memo) >= _MEMO_TEXTS or self._memo_chars + size > _MEMO_CHARS:
+                memo.clear()
+                self._memo_chars = 0
+            memo[text] = None if scrubbed is text else scrubbed
+            self._memo_chars += size
+        return scrubbed
+
+    def _search(self, text: str) -> str:
+        """:meth:`text`, searched for (not remembered)."""
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, MASK)

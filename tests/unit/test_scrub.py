@@ -89,6 +89,25 @@ def test_text_without_secrets_is_unchanged(scrub: Scrubber, text: str) -> None:
     assert scrub.text(text) == text
 
 
+def test_a_repeated_text_is_scrubbed_the_same_and_the_memo_stays_bounded() -> None:
+    scrub = Scrubber([API_KEY], DEFAULT_DATA_EXCLUSIONS)
+    trace = "".join(
+        f'  File "app.py", line {n}, in f\n    call(password="pw{n}")\n' for n in range(50)
+    )
+    first = scrub.text(trace)
+    for _ in range(3):  # equal texts built anew, as each event of an error storm carries
+        again = scrub.text("".join(list(trace)))
+        assert again == first and "pw7" not in again and again.count(MASK) == 50
+    plain = "12:30:45 Info app: nothing to hide"
+    assert scrub.text(plain) is plain
+    copy_of_plain = "".join(list(plain))
+    assert scrub.text(copy_of_plain) is copy_of_plain  # unchanged text: the same object back
+    for n in range(20_000):  # many distinct texts: remembered ones are let go, results right
+        assert scrub.text(f"token={n}x") == f"token={MASK}"
+    assert len(scrub._memo) <= 4_096
+    assert scrub.text("".join(list(trace))) == first
+
+
 def test_names_are_matched_like_data_keys() -> None:
     custom = Scrubber([], ("ssn", "*_pin"))
     assert custom.text("ssn=123-45 card_pin=9999 password=kept") == (
