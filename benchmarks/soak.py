@@ -81,6 +81,7 @@ def serve(control: Any, port: int) -> None:
     """The fault server, in a process of its own, driven by commands from the soak."""
     ids: set[str] = set()
     duplicates: list[str] = []
+    extra = [0]  # events a roll-up (an event with ``count``) stood for beyond itself
     server: FaultServer | None = None
 
     def start() -> FaultServer:
@@ -91,6 +92,16 @@ def serve(control: Any, port: int) -> None:
                 time.sleep(0.05 * (attempt + 1))
                 continue
             new._ids = ids  # one memory of accepted ids across restarts, like the service
+            original_record = new.record
+
+            def record(seen: Any, original: Any = original_record) -> None:
+                fresh = [e for e in seen.events if e.get("reference_id") not in ids]
+                original(seen)
+                for event in fresh:
+                    if event.get("reference_id") in ids:
+                        extra[0] += int(event.get("count", 1)) - 1
+
+            new.record = record  # type: ignore[method-assign]
             new.duplicates = duplicates
             return new.start()
         raise RuntimeError(f"could not listen on port {port}")
@@ -114,7 +125,9 @@ def serve(control: Any, port: int) -> None:
                 server.stop()
             server = start()
         elif command == "report":
-            control.send({"accepted_unique": len(ids), "duplicates": len(duplicates)})
+            control.send(
+                {"accepted_unique": len(ids), "rolled_up": extra[0], "duplicates": len(duplicates)}
+            )
         elif command == "stop":
             if server is not None:
                 server.stop()
@@ -213,6 +226,7 @@ def run(seconds: float, seed: int, spool: str | None = None) -> int:
         "spool": spool,
         "retries": stats["retries"],
         "server_accepted_unique": report["accepted_unique"],
+        "server_rolled_up": report["rolled_up"],
         "duplicates": report["duplicates"],
         "peak_rss_mb": round(max(rss_peak, peak_rss_mb()), 1),
         "flushed": flushed,
@@ -222,7 +236,7 @@ def run(seconds: float, seed: int, spool: str | None = None) -> int:
         flushed
         and settled == stats["captured"]
         and report["duplicates"] == 0
-        and report["accepted_unique"] == stats["delivered"]
+        and report["accepted_unique"] + report["rolled_up"] == stats["delivered"]
         and stats["captured"] == sum(logged)
     )
     print("soak:", "OK" if ok else "FAILED (see the figures above)")
