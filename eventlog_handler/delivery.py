@@ -76,9 +76,13 @@ class Delivery:
             created = [created[index] for index in keep]
         courtesy = Courtesy(lambda: self.ledger.captured)
         parts = encode_parts(events, created, self.settings.max_raw_batch_bytes, weights, courtesy)
-        self.current = deque(parts)
+        return self.send_parts(deque(parts), client)
+
+    def send_parts(self, parts: deque[Part], client: Client | None = None) -> bool:
+        """:meth:`deliver` in-memory parts, where the exit path can find them."""
+        self.current = parts
         try:
-            return self.deliver(self.current, client)
+            return self.deliver(parts, client)
         finally:
             self.current = deque()
 

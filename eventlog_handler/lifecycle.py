@@ -17,13 +17,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from eventlog_handler.batches import Part
 from eventlog_handler.buffer import Entry
@@ -210,29 +207,3 @@ class Lifecycle:
             SENDER_THREADS.discard(ident)
         with ledger.lock:
             return self.idle()
-
-
-# -- the process around the engines ---------------------------------------------------------
-
-
-def terminate_gracefully(shutdown_all: Callable[[], Any]) -> bool:
-    """In a :mod:`multiprocessing` child: flush on ``SIGTERM`` (``Pool.__exit__`` and
-    ``Process.terminate()`` send it), then end by ``SIGTERM`` as before. Only where nobody set a
-    ``SIGTERM`` handler and only from the main thread; ``True`` if installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return False
-
-        def on_sigterm(signum: int, frame: Any) -> None:
-            try:
-                shutdown_all()
-            finally:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, on_sigterm)
-        return True
-    except (ValueError, OSError, AttributeError):  # no SIGTERM here, or not allowed
-        return False

@@ -7,9 +7,10 @@ ended are claimed and replayed.
 
 The disk may fail too, and memory stays bounded whatever it does:
 
-- **Full.** What fits is written and kept; what does not is dropped as ``spool_full`` (said once
+- **Full.** What fits is written and kept; what does not stays in memory, in flight (said once
   on stderr), and for :data:`FULL_BACKOFF` seconds nothing more is sent to disk: events wait in
   the bounded memory buffer, where the oldest logs are evicted as ``queue_full`` when it fills.
+  (``spool_full`` counts what the ``spool_max_bytes`` bound evicts, and unreadable files.)
 - **Corrupt.** A file that can't be read is moved into ``quarantine/`` by the spool layer; its
   events are counted as dropped (``spool_full``) and stderr says so once per file.
 
@@ -172,7 +173,9 @@ class SpoolTraffic:
     def spill_events(
         self, events: list[dict[str, Any]], created: list[float], weights: list[int] | None
     ) -> bool:
-        """Move finished in-flight events from memory to this process's spool file."""
+        """Move finished in-flight events from memory to this process's spool file; what the
+        disk has no room for is delivered from memory, like any batch. ``False``: the spool
+        can't be used now (nothing was done)."""
         fitted = [fit(event) for event in events]
         part = Part(
             [pair[0] for pair in fitted],
@@ -180,12 +183,17 @@ class SpoolTraffic:
             list(created),
             weights=weights,
         )
-        return self.spill_parts(deque([part]))
+        parts = deque([part])
+        if not self.accepting():
+            return False
+        if not self.spill_parts(parts) and parts:  # the disk is full (or failing)
+            self.engine.delivery.send_parts(parts)
+        return True
 
     def spill_parts(self, parts: deque[Part]) -> bool:
-        """Write in-memory parts to the spool; they stop being in flight and become spooled
-        (or, what the disk has no room for, dropped as ``spool_full``). ``False`` when the
-        spool can't be used now: the parts are left as they were."""
+        """Write in-memory parts to the spool; they stop being in flight and become spooled.
+        ``False`` when the spool can't take them all now: what it could not take is left in
+        ``parts`` (the parts as they were, or one part of what a full disk had no room for)."""
         if not self.accepting():
             return False
         rows: list[_Row] = []
@@ -207,20 +215,29 @@ class SpoolTraffic:
             self._full_until = time.monotonic() + FULL_BACKOFF
             return False
         parts.clear()
+        left = rows[written:]
+        if left:  # no room on the disk: these stay in memory, in flight
+            parts.append(
+                Part(
+                    [],
+                    [row[2] for row in left],
+                    [row[0] for row in left],
+                    weights=[row[3] for row in left],
+                )
+            )
         stored = sum(row[3] for row in rows[:written])
-        unwritten = sum(row[3] for row in rows[written:])
+        unwritten = sum(row[3] for row in left)
         now = time.monotonic()
         ledger = self.ledger
         with ledger.lock:
-            ledger.in_flight = max(0, ledger.in_flight - total)
+            ledger.in_flight = max(0, ledger.in_flight - (total - unwritten))
             ledger.spooled += stored
-            ledger.dropped["spool_full"] += unwritten
             delay = self.settings.error_delay if has_error else self.settings.flush_interval
             if stored:
                 self.due = min(self.due, now + delay)
             ledger.changed.notify_all()
         self._lost(own)
-        if own.full or written < len(rows):
+        if own.full or left:
             self._disk_full(own, unwritten)
         else:
             self._full_said = False
@@ -228,7 +245,7 @@ class SpoolTraffic:
                 self._bound_disk(own)
             except (OSError, sqlite3.Error) as exc:
                 ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
-        return True
+        return not left
 
     def _disk_full(self, own: SpoolFile, unwritten: int) -> None:
         self._full_until = time.monotonic() + FULL_BACKOFF
@@ -238,9 +255,10 @@ class SpoolTraffic:
             self._full_said = True
             engine_say(
                 f"eventlog_handler: the spool {self.spool.directory} is out of disk space "
-                f"({reason}): {unwritten} event(s) could not be written and are dropped "
-                f"(spool_full); what was written is kept. Until there is room, events wait in "
-                f"memory (up to {self.settings.queue_size})."
+                f"({reason}): what was written is kept; {unwritten} event(s) could not be "
+                f"written and wait in memory, with the events that follow until there is room "
+                f"(up to {self.settings.queue_size}; past that the oldest logs are dropped as "
+                f"queue_full)."
             )
 
     def _bound(self, rows: list[_Row]) -> list[_Row]:

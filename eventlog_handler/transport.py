@@ -39,11 +39,12 @@ from typing import Any
 from eventlog_handler import errors
 from eventlog_handler.api import Client
 from eventlog_handler.buffer import Entry
+from eventlog_handler.child_sigterm import terminate_gracefully
 from eventlog_handler.delivery import Delivery, engine_say
 from eventlog_handler.intake import Intake
 from eventlog_handler.jsonsafe import safe_str
 from eventlog_handler.ledger import DROP_REASONS, Ledger
-from eventlog_handler.lifecycle import Lifecycle, terminate_gracefully
+from eventlog_handler.lifecycle import Lifecycle
 from eventlog_handler.pipeline import Pipeline
 from eventlog_handler.retry import RetryPolicy
 from eventlog_handler.sender import Sender

@@ -47,3 +47,50 @@ def test_pool_workers_events_arrive(server: FaultServer, tmp_path: Path, method:
     assert missing == set(), sorted(missing)[:10]
     assert "could not be sent" not in stderr, stderr
     assert server.duplicates == []
+
+
+LOST_WAKEUP = """
+import logging, multiprocessing, signal, sys, threading, time
+import eventlog_handler
+
+eventlog_handler.setup()
+log = logging.getLogger("app.child")
+
+
+def child(lock):
+    log.info("from the child before it blocks")
+    # SIGTERM handled by another thread while the main thread waits on a semaphore: the
+    # signal is caught but does not interrupt the wait (as when it arrives just before it).
+    def other():
+        time.sleep(0.5)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    threading.Thread(target=other, daemon=True).start()
+    lock.acquire()  # held by the parent: blocks for good unless the handler runs
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context(METHOD)
+    lock = context.Lock()
+    lock.acquire()
+    process = context.Process(target=child, args=(lock,))
+    started = time.monotonic()
+    process.start()
+    process.join(30)
+    print("MARK child", process.exitcode, round(time.monotonic() - started, 1), flush=True)
+    if process.exitcode is None:
+        process.kill()
+"""
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_sigterm_that_misses_the_blocked_main_thread_still_ends_the_child(
+    server: FaultServer, tmp_path: Path, method: str
+) -> None:
+    program = LOST_WAKEUP.replace("METHOD", repr(method))
+    code, stderr, lines = run_program(program, server.url, tmp_path, timeout=90)
+    assert code == 0, stderr
+    [mark] = [line for line in lines if line.startswith("MARK child")]
+    _, _, exitcode, seconds = mark.split()
+    assert exitcode == str(-15), (mark, stderr)  # ended by SIGTERM, as without the handler
+    assert float(seconds) < 15, mark
+    assert wait_until(lambda: "from the child before it blocks" in server.arrivals(), 10)
