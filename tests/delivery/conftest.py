@@ -48,32 +48,23 @@ class Program:
         )
         return self
 
-    def lines(self) -> Iterator[str]:
-        """The program's stdout, line by line, as it comes."""
-        assert self.process is not None and self.process.stdout is not None
-        for line in self.process.stdout:
-            yield line.rstrip("\n")
-
-    def finish(self, timeout: float = 60) -> tuple[int, str]:
-        """Wait for the end; return the exit status and stderr."""
-        assert self.process is not None
-        try:
-            _, stderr = self.process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            _, stderr = self.process.communicate()
-            raise AssertionError(f"the program did not end in {timeout} s: {stderr}") from None
-        return self.process.returncode, stderr
-
 
 def run_program(
     source: str, url: str, tmp_path: Path, *, timeout: float = 60, **env: str
 ) -> tuple[int, str, list[str]]:
-    """Run a program to its end: exit status, stderr, stdout lines."""
-    program = Program(source, url, tmp_path, **env).start()
-    lines = list(program.lines())
-    code, stderr = program.finish(timeout)
-    return code, stderr, lines
+    """Run a program to its end (killed after ``timeout`` s: a hang fails the test, it does not
+    hang the suite): exit status, stderr, stdout lines."""
+    process = Program(source, url, tmp_path, **env).start().process
+    assert process is not None
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"the program did not end in {timeout} s: {stdout[-2000:]} {stderr[-2000:]}"
+        ) from None
+    return process.returncode, stderr, stdout.splitlines()
 
 
 def marks(lines: list[str]) -> dict[str, Any]:
