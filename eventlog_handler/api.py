@@ -18,6 +18,11 @@ import dataclasses
 import datetime as _dt
 import gzip
 import json
+
+# ``requests`` imports netrc lazily, on a session's first request. A process that forks while
+# its delivery worker is in that import leaves the child an import lock nobody will release,
+# and the child's worker blocks on it for good: imported here, before any thread exists.
+import netrc  # noqa: F401
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
