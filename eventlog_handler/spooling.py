@@ -176,6 +176,8 @@ class SpoolTraffic:
         """Move finished in-flight events from memory to this process's spool file; what the
         disk has no room for is delivered from memory, like any batch. ``False``: the spool
         can't be used now (nothing was done)."""
+        if not self.accepting():
+            return False
         fitted = [fit(event) for event in events]
         part = Part(
             [pair[0] for pair in fitted],
@@ -184,8 +186,6 @@ class SpoolTraffic:
             weights=weights,
         )
         parts = deque([part])
-        if not self.accepting():
-            return False
         if not self.spill_parts(parts) and parts:  # the disk is full (or failing)
             self.engine.delivery.send_parts(parts)
         return True
