@@ -9,10 +9,10 @@ What it does, all on 127.0.0.1:
 
 1. Builds the batches first, as the package sends them: events from the package's own builders
    (``log_event`` like the throughput case's warnings, and one error event with a chained cause
-   in every 50), each encoded with :func:`eventlog_handler.events.encode`, 500 to a JSON array,
-   gzip-compressed by :func:`eventlog_handler.api.compress`. Every event has its own
+   in every 50), each encoded with :func:`eventlog_handler.wire._events.encode`, 500 to a JSON array,
+   gzip-compressed by :func:`eventlog_handler.api._client.compress`. Every event has its own
    ``reference_id``, so none is discarded as a duplicate.
-2. **Baseline**: posts them with :meth:`eventlog_handler.api.Client.post_payload`, one after the
+2. **Baseline**: posts them with :meth:`eventlog_handler.api._client.Client.post_payload`, one after the
    other (the delivery worker sends one batch at a time), to the counting sink
    (``benchmarks/sink.py``, another process: it gunzips, parses and counts). That is the
    ceiling of the client and of HTTP on this machine.
@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import SinkProcess, machine
 
-from eventlog_handler.api import Client, batch_body, compress
-from eventlog_handler.events import encode, error_event, log_event
+from eventlog_handler.api._client import Client, batch_body, compress
+from eventlog_handler.wire._events import encode, error_event, log_event
 
 TARGET = 50_000
 BATCH = 500

@@ -5,20 +5,22 @@ One call sets everything up::
     import eventlog_handler
     eventlog_handler.setup(api_key="...", server_url="https://...")
 
-See the README for ``dictConfig``, structlog and the ``eventlog`` command.
+See the README for ``dictConfig``, structlog and the ``eventlog`` command. The package's layers,
+top down: :mod:`.handler` and the integrations (``structlog``, ``wsgi``, ``asgi``, ``django``)
+capture on the caller's thread (:mod:`.capture`), the delivery engine (:mod:`.delivery`) turns
+entries into the service's events (:mod:`.wire`) and posts them; :mod:`.api` is the REST client.
 """
 
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+from eventlog_handler._setup import EventLogSetup, setup
 from eventlog_handler._version import __version__
-from eventlog_handler.api import (
-    Client,
-    IncompleteListWarning,
-    InsecureTransportWarning,
-    SubmitResult,
-    TokenCreationRefusedError,
-)
-from eventlog_handler.capture import capture_exception
-from eventlog_handler.configure import EventLogSetup, setup
-from eventlog_handler.context import (
+from eventlog_handler.api import Client, EventLogError
+from eventlog_handler.capture._context import (
     RequestScope,
     add_tags,
     clear_user,
@@ -28,67 +30,56 @@ from eventlog_handler.context import (
     set_user,
     user_context,
 )
-from eventlog_handler.errors import (
-    ApiError,
-    AuthenticationError,
-    BadRequestError,
-    EventLogError,
-    NotFoundError,
-    PayloadTooLargeError,
-    PaymentRequiredError,
-    PermissionDeniedError,
-    RateLimitedError,
-    ServerError,
-    ServiceUnavailableError,
-    TransportError,
-    ValidationError,
-)
-from eventlog_handler.events import error_event, log_event, message_event
+from eventlog_handler.capture._exceptions import capture_exception
 from eventlog_handler.handler import EventLogHandler
-from eventlog_handler.hooks import install_hooks
-from eventlog_handler.models import Project, ProjectConfig, Token
-from eventlog_handler.settings import Settings
-from eventlog_handler.stacking import stack
+from eventlog_handler.integrations._hooks import install_hooks
+from eventlog_handler.wire import stack
 
 __all__ = [
-    "ApiError",
-    "AuthenticationError",
-    "BadRequestError",
     "Client",
     "EventLogError",
     "EventLogHandler",
     "EventLogSetup",
-    "IncompleteListWarning",
-    "InsecureTransportWarning",
-    "NotFoundError",
-    "PayloadTooLargeError",
-    "PaymentRequiredError",
-    "PermissionDeniedError",
-    "Project",
-    "ProjectConfig",
-    "RateLimitedError",
     "RequestScope",
-    "ServerError",
-    "ServiceUnavailableError",
-    "Settings",
-    "SubmitResult",
-    "Token",
-    "TokenCreationRefusedError",
-    "TransportError",
-    "ValidationError",
     "__version__",
     "add_tags",
     "capture_exception",
     "clear_user",
-    "error_event",
     "get_tags",
     "get_user",
     "install_hooks",
-    "log_event",
-    "message_event",
     "request_scope",
     "set_user",
     "setup",
     "stack",
     "user_context",
 ]
+
+#: Names this module exported before they moved to the sub-package that owns them.
+_MOVED = {
+    **dict.fromkeys(
+        (
+            "ApiError AuthenticationError BadRequestError IncompleteListWarning "
+            "InsecureTransportWarning NotFoundError PayloadTooLargeError PaymentRequiredError "
+            "PermissionDeniedError Project ProjectConfig RateLimitedError ServerError "
+            "ServiceUnavailableError SubmitResult Token TokenCreationRefusedError TransportError "
+            "ValidationError"
+        ).split(),
+        "eventlog_handler.api",
+    ),
+    **dict.fromkeys(("error_event", "log_event", "message_event"), "eventlog_handler.wire"),
+    "Settings": "eventlog_handler.settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Names that moved to a sub-package still resolve here, with a ``DeprecationWarning``."""
+    home = _MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module 'eventlog_handler' has no attribute {name!r}")
+    warnings.warn(
+        f"eventlog_handler.{name} moved: import it from {home}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)

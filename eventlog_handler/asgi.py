@@ -11,9 +11,9 @@ Any ASGI 3 application (Quart, Django's ASGI handler, a bare callable)::
     application = EventLogMiddleware(application)
 
 For every ``http`` and ``websocket`` connection the middleware opens a
-:class:`~eventlog_handler.context.RequestScope` (the user and tags set while it runs belong to
+:class:`~eventlog_handler.capture._context.RequestScope` (the user and tags set while it runs belong to
 it only; as every connection runs in an asyncio task of its own, the user and tags set by code
-around the middleware, such as an outer middleware, are kept), gives its error events ``@request`` (see :mod:`eventlog_handler.request_info`), and
+around the middleware, such as an outer middleware, are kept), gives its error events ``@request`` (see :mod:`eventlog_handler.integrations._request`), and
 reports an exception that escapes the application as an error event (``@submission_method``
 ``unhandled_request_exception``) before re-raising it unchanged: Starlette's 500 page and
 uvicorn's ``Exception in ASGI application`` log stay as they were, and that log record is not
@@ -24,7 +24,7 @@ messages pass through as they are, and ``lifespan`` events go straight to the ap
 own work per request is a few microseconds on the event loop, with no I/O and no waiting (the
 report is queued; the delivery thread sends it). It also puts back the forwarding of
 ``uvicorn.error`` to the handler of :func:`~eventlog_handler.setup` when ``uvicorn.run``
-configured logging after ``setup()`` (see :mod:`eventlog_handler.server_loggers`).
+configured logging after ``setup()`` (see :mod:`eventlog_handler.integrations._server_loggers`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from eventlog_handler import server_loggers
-from eventlog_handler.context import RequestScope, add_tags, get_tags, get_user, set_user
-from eventlog_handler.request_info import active_exclusions, from_scope, report
+from eventlog_handler.capture._context import RequestScope, add_tags, get_tags, get_user, set_user
+from eventlog_handler.integrations import _server_loggers as server_loggers
+from eventlog_handler.integrations._request import active_exclusions, from_scope, report
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

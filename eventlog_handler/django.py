@@ -10,9 +10,9 @@ Add it first in ``MIDDLEWARE`` (``settings.py``)::
 and call :func:`eventlog_handler.setup` once (for instance at the end of ``settings.py`` or in
 ``wsgi.py``/``asgi.py``). It works under WSGI and ASGI (sync and async views).
 
-For every request the middleware opens a :class:`~eventlog_handler.context.RequestScope` (the
+For every request the middleware opens a :class:`~eventlog_handler.capture._context.RequestScope` (the
 user and tags set during the request belong to it only) whose error events carry ``@request``
-(see :mod:`eventlog_handler.request_info`; the scheme is ``request.scheme``, which honours
+(see :mod:`eventlog_handler.integrations._request`; the scheme is ``request.scheme``, which honours
 ``SECURE_PROXY_SSL_HEADER``).
 
 Django catches a view's exception itself: it sends ``got_request_exception``, renders its 500
@@ -34,9 +34,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from eventlog_handler import server_loggers
-from eventlog_handler.context import RequestScope
-from eventlog_handler.request_info import active_exclusions, from_environ, report
+from eventlog_handler.capture._context import RequestScope
+from eventlog_handler.integrations import _server_loggers as server_loggers
+from eventlog_handler.integrations._request import active_exclusions, from_environ, report
 
 __all__ = ["EventLogMiddleware"]
 

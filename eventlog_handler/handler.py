@@ -27,7 +27,7 @@ In a ``fileConfig`` file::
     args = ()
     kwargs = {"tags": ["web"], "server_url": "https://collector.example.com"}
 
-How a record becomes an event is described in :mod:`eventlog_handler.records`.
+How a record becomes an event is described in :mod:`eventlog_handler.capture._records`.
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ import logging
 import math
 from typing import Any
 
-from eventlog_handler import records, tracelog
-from eventlog_handler.records import capture_record, is_ignored_logger, note_sent, was_sent
+from eventlog_handler.capture import _records as records
+from eventlog_handler.capture import _tracelog as tracelog
+from eventlog_handler.capture._records import capture_record, is_ignored_logger, note_sent, was_sent
+from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
 from eventlog_handler.settings import Settings
-from eventlog_handler.transport import Engine, get_engine, is_sender_thread
 
 #: Seconds :meth:`EventLogHandler.flush` and :meth:`EventLogHandler.close` wait at most.
 DEFAULT_FLUSH_TIMEOUT = 1.0

@@ -23,12 +23,12 @@ from urllib.parse import urlsplit
 DEFAULT_SERVER_URL = "http://127.0.0.1:5000"
 
 #: Words of keys whose values are replaced by :data:`MASK` wherever they appear in event data
-#: (and in ``name=value`` text, see :mod:`eventlog_handler.scrub`). The union of what
+#: (and in ``name=value`` text, see :mod:`eventlog_handler.wire._scrub`). The union of what
 #: sentry-python's ``EventScrubber`` denies by default, the header and cookie names the official
 #: clients leave out of requests (``Authorization``, ``Proxy-Authorization``, ``Cookie``,
 #: ``*SessionId*``, ``.ASPXAUTH``), and card data. A key matches a word when the word ends one of
 #: the key's words, or is followed only by a compound suffix such as ``id`` or ``hash``
-#: (:func:`eventlog_handler.jsonsafe.is_excluded` has the whole rule): ``db_password``,
+#: (:func:`eventlog_handler.wire._jsonsafe.is_excluded` has the whole rule): ``db_password``,
 #: ``X-Api-Key``, ``accessKey``, ``AUTH_TOKEN`` and ``passwordHash`` match; ``author``,
 #: ``authority_count`` and ``tokenizer_name`` do not.
 DEFAULT_DATA_EXCLUSIONS: tuple[str, ...] = (

@@ -57,10 +57,9 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
-from eventlog_handler import records, tracelog
-from eventlog_handler.handler import check_level
-from eventlog_handler.jsonsafe import safe_str
-from eventlog_handler.records import (
+from eventlog_handler.capture import _records as records
+from eventlog_handler.capture import _tracelog as tracelog
+from eventlog_handler.capture._records import (
     build_event,
     exception_filtered,
     exception_of,
@@ -71,10 +70,12 @@ from eventlog_handler.records import (
     was_reported,
     was_sent,
 )
+from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
+from eventlog_handler.handler import check_level
 from eventlog_handler.settings import Settings
-from eventlog_handler.stacking import EXTRA_KEY as STACK_KEY
-from eventlog_handler.stacking import manual_stack
-from eventlog_handler.transport import Engine, get_engine, is_sender_thread
+from eventlog_handler.wire._jsonsafe import safe_str
+from eventlog_handler.wire._stacking import EXTRA_KEY as STACK_KEY
+from eventlog_handler.wire._stacking import manual_stack
 
 __all__ = ["EventLogProcessor"]
 

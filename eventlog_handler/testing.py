@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import configure, transport
+from eventlog_handler import _setup as configure
 from eventlog_handler.collector import Collector
+from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.settings import ENV_API_KEY, ENV_SERVER_URL
 
 

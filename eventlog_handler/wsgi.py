@@ -14,12 +14,12 @@ Flask, in one line (it also reports the exceptions Flask turns into a 500 page i
 
 For every request the middleware:
 
-- opens a :class:`~eventlog_handler.context.RequestScope`: the user and tags set while the
+- opens a :class:`~eventlog_handler.capture._context.RequestScope`: the user and tags set while the
   request runs (``set_user`` in a ``before_request`` hook, ``add_tags`` in a view) belong to
   this request only and are gone when its response is closed, so they never reach the next
   request served by the same thread;
 - gives the request's error events ``@request`` (method, URL, headers and query after the
-  data exclusions, client address, user agent; see :mod:`eventlog_handler.request_info`), also
+  data exclusions, client address, user agent; see :mod:`eventlog_handler.integrations._request`), also
   to the errors the application logs itself with ``logger.exception``;
 - reports an exception that escapes the application, or its response iterator, as an error
   event (``@submission_method`` ``unhandled_request_exception``), then re-raises it, so the
@@ -38,9 +38,9 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from eventlog_handler import server_loggers
-from eventlog_handler.context import RequestScope
-from eventlog_handler.request_info import active_exclusions, from_environ, report
+from eventlog_handler.capture._context import RequestScope
+from eventlog_handler.integrations import _server_loggers as server_loggers
+from eventlog_handler.integrations._request import active_exclusions, from_environ, report
 
 StartResponse = Callable[..., Any]
 WSGIApplication = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]

@@ -1,5 +1,5 @@
 """Fixtures for the ``eventlog`` command's tests: a collector on 127.0.0.1, a clean
-environment and a runner that calls :func:`eventlog_handler.cli.main` in-process."""
+environment and a runner that calls :func:`eventlog_handler.cli._main.main` in-process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from eventlog_handler.cli import main
+from eventlog_handler.cli._main import main
 from eventlog_handler.collector import Collector
 
 ENV_VARS = ("EVENTLOG_SERVER_URL", "EVENTLOG_USER_TOKEN", "EVENTLOG_API_KEY")

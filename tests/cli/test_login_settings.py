@@ -14,8 +14,9 @@ import time
 import pytest
 import responses
 
-from eventlog_handler import Client, cli
+from eventlog_handler import Client
 from eventlog_handler._version import __version__
+from eventlog_handler.cli import _main as cli
 from eventlog_handler.collector import Collector
 from tests.cli.conftest import Run
 

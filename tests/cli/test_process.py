@@ -90,7 +90,7 @@ def test_plain_http_to_a_remote_host_warns_in_one_line(
     run: Run, closed_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The request stays on 127.0.0.1; the URL is treated as remote to trigger the warning.
-    monkeypatch.setattr("eventlog_handler.api.is_loopback_url", lambda url: False)
+    monkeypatch.setattr("eventlog_handler.api._client.is_loopback_url", lambda url: False)
 
     result = run("projects", "--server-url", closed_url, "--token", RANDOM_TOKEN)
 

@@ -57,7 +57,7 @@ if os.environ.get("EVENTLOG_TEST_FSIZE"):
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 def report():  # registered before the package: runs after its exit flush
-    import eventlog_handler.transport as transport
+    import eventlog_handler.delivery._engine as transport
     [engine] = transport.engines()
     print("MARK stats", json.dumps(engine.stats()), flush=True)
 

@@ -13,7 +13,7 @@ PROGRAM = """
 import atexit, json, logging
 
 def report():  # registered first, so it runs after the package's exit flush
-    import eventlog_handler.transport as transport
+    import eventlog_handler.delivery._engine as transport
     [engine] = transport.engines()
     print("MARK stats", json.dumps(engine.stats()), flush=True)
 

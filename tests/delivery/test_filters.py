@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import EventLogHandler, transport
+from eventlog_handler import EventLogHandler
+from eventlog_handler.delivery import _engine as transport
 from tests.delivery.conftest import API_KEY, accounted, wait_until
 from tests.transport.faultserver import FaultServer
 
@@ -166,7 +167,7 @@ def test_version_from_the_environment(server: FaultServer, monkeypatch: pytest.M
 
 
 def test_manual_stacking_through_extra(server: FaultServer) -> None:
-    from eventlog_handler.stacking import stack
+    from eventlog_handler.wire._stacking import stack
 
     log = logger_for(server)
     log.error("gateway down", extra=stack("Payment gateway timeout", gateway="adyen"))

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import EventLogHandler, transport
+from eventlog_handler import EventLogHandler
+from eventlog_handler.delivery import _engine as transport
 from tests.delivery.conftest import API_KEY, accounted
 from tests.transport.faultserver import FaultServer, Reply
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import EventLogHandler, transport
-from eventlog_handler.api import Client
-from eventlog_handler.server_settings import OFF, ServerSettings
+from eventlog_handler import EventLogHandler
+from eventlog_handler.api._client import Client
+from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.delivery._server_settings import OFF, ServerSettings
 from tests.delivery.conftest import API_KEY, accounted, wait_until
 from tests.transport.faultserver import FaultServer
 

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog_handler.context import add_tags, set_user
-from eventlog_handler.finish import finish, finish_batch
-from eventlog_handler.records import capture_record
+from eventlog_handler.capture._context import add_tags, set_user
+from eventlog_handler.capture._records import capture_record
+from eventlog_handler.delivery._finish import finish, finish_batch
 from eventlog_handler.settings import Settings
 
 SETTINGS = Settings(api_key="k" * 40)
@@ -71,7 +71,7 @@ def test_batch_and_one_by_one_agree(specs: list[Any], with_context: bool, tagged
 def test_the_standard_library_encoder_gives_the_same_json(monkeypatch: Any) -> None:
     import json
 
-    from eventlog_handler import events
+    from eventlog_handler.wire import _events as events
 
     batch = [
         {"message": 'é \u2028 \\ "q"', "value": 1.5, "data": {"n": 2**40, "list": [None, True]}},

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import eventlog_handler
-from eventlog_handler import appversion
+from eventlog_handler.wire import _appversion as appversion
 
 from .pythons import clean_environment, make_venv
 

@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import EventLogHandler, configure, transport
+from eventlog_handler import EventLogHandler
+from eventlog_handler import _setup as configure
+from eventlog_handler.delivery import _engine as transport
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import EventLogHandler, transport
+from eventlog_handler import EventLogHandler
+from eventlog_handler.delivery import _engine as transport
 
 from .conftest import API_KEY, FAST, CaptureServer, deliver
 
@@ -273,7 +274,7 @@ def test_ignored_loggers(make_handler: MakeHandler, server: CaptureServer) -> No
         "requests.sessions",
         "charset_normalizer",
         "eventlog_handler",
-        "eventlog_handler.transport",
+        "eventlog_handler.delivery._engine",
     ):
         handler.handle(logging.LogRecord(name, logging.ERROR, __file__, 1, "skip", None, None))
     for name in ("urllib3x", "requests_oauthlib", "app.requests"):

@@ -8,8 +8,10 @@ import threading
 from types import TracebackType
 from typing import Any
 
-from eventlog_handler import Settings, install_hooks, transport
-from eventlog_handler.hooks import ExceptionHooks
+from eventlog_handler import install_hooks
+from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.integrations._hooks import ExceptionHooks
+from eventlog_handler.settings import Settings
 
 from .conftest import API_KEY, FAST, CaptureServer, run_python
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from eventlog_handler import EventLogHandler, add_tags, set_user
-from eventlog_handler.events import format_date, log_event, parse_date
-from eventlog_handler.records import RESERVED_ATTRS, level_name, record_to_event
+from eventlog_handler.capture._records import RESERVED_ATTRS, level_name, record_to_event
 from eventlog_handler.settings import MASK, Settings
+from eventlog_handler.wire._events import format_date, log_event, parse_date
 
 from .conftest import API_KEY, CaptureServer, deliver, run_python
 

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 import eventlog_handler
-from eventlog_handler import EventLogHandler, EventLogSetup, configure, setup
+from eventlog_handler import EventLogHandler, EventLogSetup, setup
+from eventlog_handler import _setup as configure
 
 from .conftest import API_KEY, FAST, CaptureServer
 

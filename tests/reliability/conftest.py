@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import EventLogHandler, transport
+from eventlog_handler import EventLogHandler
+from eventlog_handler.delivery import _engine as transport
 from tests.collector.conftest import client as client  # the collector's HTTP helper
 from tests.collector.conftest import collector as collector  # a running Collector
 from tests.integrations.conftest import API_KEY

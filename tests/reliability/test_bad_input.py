@@ -25,10 +25,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventlog_handler import EventLogHandler, events
-from eventlog_handler.jsonsafe import MAX_ITEMS
-from eventlog_handler.records import is_ignored_logger
+from eventlog_handler import EventLogHandler
+from eventlog_handler.capture._records import is_ignored_logger
 from eventlog_handler.structlog import EventLogProcessor, level_number
+from eventlog_handler.wire import _events as events
+from eventlog_handler.wire._jsonsafe import MAX_ITEMS
 from tests.reliability.conftest import API_KEY, EXCEPTION_GROUP, collect, free_port
 
 TEN_MB = 10 * 1024 * 1024

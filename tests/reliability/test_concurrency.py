@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import EventLogHandler, transport
+from eventlog_handler import EventLogHandler
+from eventlog_handler.delivery import _engine as transport
 from tests.reliability.conftest import API_KEY, FAST, all_threads_stack
 from tests.transport.faultserver import FaultServer
 

@@ -29,17 +29,12 @@ from typing import Any
 import pytest
 
 import eventlog_handler
-from eventlog_handler import (
-    Client,
-    EventLogHandler,
-    InsecureTransportWarning,
-    Settings,
-    errors,
-    events,
-    set_user,
-)
-from eventlog_handler.settings import MASK
+from eventlog_handler import Client, EventLogHandler, set_user
+from eventlog_handler.api import InsecureTransportWarning
+from eventlog_handler.api import _errors as errors
+from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.structlog import EventLogProcessor
+from eventlog_handler.wire import _events as events
 from tests.integrations.conftest import REPO, child_env
 from tests.reliability.conftest import (
     API_KEY,

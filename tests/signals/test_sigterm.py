@@ -78,7 +78,7 @@ def test_previous_python_handler_is_chained(server: FaultServer) -> None:
 
 def test_close_puts_the_previous_handler_back() -> None:
     import eventlog_handler
-    from eventlog_handler import transport
+    from eventlog_handler.delivery import _engine as transport
 
     previous = signal.getsignal(signal.SIGTERM)
     try:

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import transport
-from eventlog_handler.events import error_event, log_event
+from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.delivery._spool import SUFFIX
 from eventlog_handler.settings import Settings
-from eventlog_handler.spool import SUFFIX
+from eventlog_handler.wire._events import error_event, log_event
 from tests.transport.conftest import API_KEY, FAST
 from tests.transport.faultserver import FaultServer
 
@@ -131,8 +131,8 @@ def test_spool_stays_within_its_byte_bound_evicting_logs_first(tmp_path: Path) -
 SCRIPT = """
 import json, os, sys, time
 sys.path.insert(0, {root!r})
-from eventlog_handler import transport
-from eventlog_handler.events import log_event
+from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.wire._events import log_event
 from eventlog_handler.settings import Settings
 settings = Settings.from_options(
     {{"server_url": {url!r}, "api_key": {key!r}, "spool_path": {spool!r},

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from eventlog_handler.spool import (
+from eventlog_handler.delivery._spool import (
     QUARANTINE,
     QUARANTINE_KEEP,
     SUFFIX,
@@ -169,7 +169,7 @@ FILE_SIZE_LIMIT = textwrap.dedent(
     import json, resource, signal, sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from eventlog_handler.spool import Spool
+    from eventlog_handler.delivery._spool import Spool
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
@@ -225,7 +225,7 @@ PERMISSIONS = textwrap.dedent(
     import json, os, stat, sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from eventlog_handler.spool import Spool
+    from eventlog_handler.delivery._spool import Spool
 
     os.umask(0)  # the most permissive umask: the spool must not depend on it
     directory = Path(sys.argv[1]) / "new" / "spool"

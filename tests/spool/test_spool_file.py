@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from eventlog_handler.spool import SUFFIX, Spool
+from eventlog_handler.delivery._spool import SUFFIX, Spool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def test_a_live_process_file_is_not_claimed_an_ended_ones_is(tmp_path: Path) -> 
         f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from eventlog_handler.spool import Spool
+        from eventlog_handler.delivery._spool import Spool
         own = Spool({str(tmp_path)!r}).own()
         own.append([(time.time(), False, b'{{"from":"child"}}')])
         print("ready", flush=True)

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import transport
+from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.settings import Settings
 from tests.transport.faultserver import FaultServer
 

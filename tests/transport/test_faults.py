@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler.events import error_event, log_event
+from eventlog_handler.wire._events import error_event, log_event
 from tests.transport.conftest import accounted
 from tests.transport.faultserver import FaultServer, Reply
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import transport
-from eventlog_handler.events import log_event
+from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.settings import Settings
+from eventlog_handler.wire._events import log_event
 from tests.transport.conftest import API_KEY, accounted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,8 +131,8 @@ def test_one_engine_per_server_and_key():
 PRELUDE = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-from eventlog_handler import transport
-from eventlog_handler.events import log_event
+from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.wire._events import log_event
 from eventlog_handler.settings import Settings
 settings = Settings.from_options(
     {{"server_url": {url!r}, "api_key": {key!r}, "shutdown_timeout": {shutdown!r},
@@ -302,8 +302,8 @@ def test_multiprocessing_children_deliver_their_events_once(server, method, tmp_
     import multiprocessing
 
     def child(index):
-        from eventlog_handler import transport
-        from eventlog_handler.events import log_event
+        from eventlog_handler.delivery import _engine as transport
+        from eventlog_handler.wire._events import log_event
         from eventlog_handler.settings import Settings
         engine = transport.get_engine(settings)
         for i in range(30):

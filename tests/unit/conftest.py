@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import responses
 
-from eventlog_handler import api
+from eventlog_handler.api import _client as api
 
 SERVER = "http://127.0.0.1:5000"
 #: A realistic 40-character project token; tests check it never leaks.

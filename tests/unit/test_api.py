@@ -15,9 +15,10 @@ import responses
 import urllib3
 from responses import matchers
 
-from eventlog_handler import api, errors
 from eventlog_handler._version import __version__
-from eventlog_handler.events import log_event, message_event
+from eventlog_handler.api import _client as api
+from eventlog_handler.api import _errors as errors
+from eventlog_handler.wire._events import log_event, message_event
 
 from .conftest import SERVER, TOKEN
 

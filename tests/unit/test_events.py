@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from eventlog_handler import events, settings
-from eventlog_handler.events import (
+from eventlog_handler import settings
+from eventlog_handler.wire import _events as events
+from eventlog_handler.wire._events import (
     MAX_EVENT_BYTES,
     encode,
     error_event,

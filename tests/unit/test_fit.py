@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from eventlog_handler import events
-from eventlog_handler import simple_error as se
-from eventlog_handler.events import MAX_EVENT_BYTES, encode, error_event, fit
+from eventlog_handler.wire import _events as events
+from eventlog_handler.wire import _simple_error as se
+from eventlog_handler.wire._events import MAX_EVENT_BYTES, encode, error_event, fit
 
 
 def deep_error(depth: int = 60) -> BaseException:

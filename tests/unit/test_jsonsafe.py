@@ -16,9 +16,11 @@ from hypothesis import assume, given
 from hypothesis import settings as settings_
 from hypothesis import strategies as st
 
-from eventlog_handler import events, jsonsafe, settings
-from eventlog_handler.jsonsafe import MAX_DEPTH, MAX_ITEMS, MAX_STRING, to_jsonable
+from eventlog_handler import settings
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK
+from eventlog_handler.wire import _events as events
+from eventlog_handler.wire import _jsonsafe as jsonsafe
+from eventlog_handler.wire._jsonsafe import MAX_DEPTH, MAX_ITEMS, MAX_STRING, to_jsonable
 
 PLAIN_LEAVES = (str, int, float, bool, type(None))
 

@@ -7,9 +7,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventlog_handler import events
-from eventlog_handler.events import MAX_EVENT_BYTES, MAX_MESSAGE, encode, fit
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK
+from eventlog_handler.wire import _events as events
+from eventlog_handler.wire._events import MAX_EVENT_BYTES, MAX_MESSAGE, encode, fit
 
 PROFILE = settings(
     max_examples=150,
@@ -152,7 +152,7 @@ def test_message_event_always_encodes(message):
 @given(value=VALUES)
 def test_submit_body_is_valid_json(value):
     """What api.Client.submit encodes for arbitrary event values."""
-    from eventlog_handler.jsonsafe import to_jsonable
+    from eventlog_handler.wire._jsonsafe import to_jsonable
 
     body = encode(to_jsonable({"message": "m", "data": {"v": value}}))
     json.loads(body.decode("utf-8"))

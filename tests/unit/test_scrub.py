@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from eventlog_handler import events
-from eventlog_handler.jsonsafe import is_excluded
-from eventlog_handler.scrub import Scrubber
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
+from eventlog_handler.wire import _events as events
+from eventlog_handler.wire._jsonsafe import is_excluded
+from eventlog_handler.wire._scrub import Scrubber
 
 API_KEY = "kX9f2mQ7pL4vT8wZ3nB6cR1dY5hJ0sAeUiOoGqWx"
 PROFILE = settings(

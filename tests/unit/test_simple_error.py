@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from eventlog_handler import events, settings
-from eventlog_handler import simple_error as se
-from eventlog_handler.simple_error import simple_error, stack_trace, type_name
+from eventlog_handler import settings
+from eventlog_handler.wire import _events as events
+from eventlog_handler.wire import _simple_error as se
+from eventlog_handler.wire._simple_error import simple_error, stack_trace, type_name
 
 ExceptionGroup = getattr(builtins, "ExceptionGroup", None)
 needs_groups = pytest.mark.skipif(

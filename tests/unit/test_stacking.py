@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from eventlog_handler import stacking
-from eventlog_handler.stacking import manual_stack, stack
+from eventlog_handler.wire import _stacking as stacking
+from eventlog_handler.wire._stacking import manual_stack, stack
 
 
 @pytest.fixture(autouse=True)

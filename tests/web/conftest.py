@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 
 import eventlog_handler
-from eventlog_handler import EventLogSetup, configure, server_loggers, transport
+from eventlog_handler import EventLogSetup
+from eventlog_handler import _setup as configure
+from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.integrations import _server_loggers as server_loggers
 
 from ..integrations.conftest import API_KEY, FAST, CaptureServer
 

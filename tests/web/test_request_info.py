@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler.request_info import (
+from eventlog_handler.integrations._request import (
     MAX_HEADERS,
     clean_query,
     clean_url,

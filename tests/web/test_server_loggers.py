@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler import server_loggers
-from eventlog_handler.server_loggers import ServerLogForwarder
+from eventlog_handler.integrations import _server_loggers as server_loggers
+from eventlog_handler.integrations._server_loggers import ServerLogForwarder
 
 from .conftest import CaptureServer, Setup, settle
 

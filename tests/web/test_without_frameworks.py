@@ -15,8 +15,10 @@ for name in ("flask", "django", "fastapi", "starlette", "uvicorn", "gunicorn", "
 
 import asyncio
 import eventlog_handler
-from eventlog_handler import asgi, django, request_info, server_loggers, wsgi
+from eventlog_handler import asgi, django, wsgi
 
+from eventlog_handler.integrations import _request as request_info
+from eventlog_handler.integrations import _server_loggers as server_loggers
 handle = eventlog_handler.setup()
 
 def app(environ, start_response):

@@ -1,0 +1,174 @@
+"""``setup()``: the one call that connects a program to the service."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.delivery._engine import Engine, get_engine
+from eventlog_handler.handler import (
+    DEFAULT_FLUSH_TIMEOUT,
+    EventLogHandler,
+    TraceLogHandler,
+    check_level,
+)
+from eventlog_handler.integrations import _server_loggers as server_loggers
+from eventlog_handler.integrations import _signals as signals
+from eventlog_handler.integrations._hooks import ExceptionHooks, install_with
+
+
+class EventLogSetup:
+    """What :func:`setup` installed: the handler, the exception hooks, and their engine."""
+
+    def __init__(
+        self,
+        handler: EventLogHandler,
+        hooks: ExceptionHooks | None,
+        logger: logging.Logger,
+        previous_level: int | None,
+        level: int,
+    ) -> None:
+        #: The :class:`EventLogHandler` attached to the root logger.
+        self.handler = handler
+        #: The installed exception hooks, or ``None`` (interactive session, or not asked for).
+        self.hooks = hooks
+        self.logger = logger
+        self.level = level
+        self._previous_level = previous_level
+        self.closed = False
+        #: Whether the flush on SIGTERM was installed by this setup.
+        self.sigterm = False
+        #: The handler that keeps records below ``level`` for the trace log, if any.
+        self.trace_handler: TraceLogHandler | None = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "active"
+        return f"<EventLogSetup {self.handler.settings.server_url} {state}>"
+
+    @property
+    def engine(self) -> Engine:
+        """The delivery engine (shared by every handler of the same server and key)."""
+        return get_engine(self.handler.settings)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Send everything pending now; wait at most ``timeout`` seconds. ``True`` when done."""
+        return self.engine.flush(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        """Delivery statistics: captured, delivered, dropped (by reason), queued, in flight..."""
+        return self.handler.stats()
+
+    def detach(self) -> None:
+        """Remove the handler and the hooks, and give the root logger its level back if it
+        still has the one set here. Sends nothing; pending events stay queued."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.hooks is not None:
+            self.hooks.uninstall()
+        if self.sigterm:
+            signals.remove_sigterm_flush()
+        self.logger.removeHandler(self.handler)
+        if self.trace_handler is not None:
+            self.logger.removeHandler(self.trace_handler)
+        server_loggers.detach(self.handler)
+        if self._previous_level is not None and self.logger.level == self.level:
+            self.logger.setLevel(self._previous_level)
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Detach (see :meth:`detach`), then send what is pending within ``timeout`` seconds
+        and stop the engine's worker (an event captured later starts it again)."""
+        self.detach()
+        try:
+            return self.engine.close(timeout)
+        finally:
+            logging.Handler.close(self.handler)
+
+
+_CURRENT: EventLogSetup | None = None
+_LOCK = threading.Lock()
+
+
+def setup(
+    api_key: str | None = None,
+    server_url: str | None = None,
+    level: int | str = logging.INFO,
+    *,
+    capture_exceptions: bool = True,
+    flush_on_sigterm: bool = False,
+    force_hooks: bool = False,
+    flush_timeout: float = DEFAULT_FLUSH_TIMEOUT,
+    **options: Any,
+) -> EventLogSetup:
+    """Send this program's logs and uncaught exceptions to the service. Call it once at start.
+
+    ``api_key`` and ``server_url`` default to ``EVENTLOG_API_KEY`` and ``EVENTLOG_SERVER_URL``
+    (the server to the local collector). Other keywords are the options of
+    :class:`EventLogHandler` (``tags``, ``data_exclusions``, ``include_environment``, delivery
+    options). A missing or malformed setting raises :class:`ValueError` naming it.
+
+    What it does:
+
+    1. Attaches an :class:`EventLogHandler` with level ``level`` to the root logger.
+    2. Makes sure records of ``level`` reach it: if the root logger's level is higher than
+       ``level`` (its default is ``WARNING``), the root logger is lowered to ``level``. It is
+       never raised. So with ``level="INFO"``, every ``INFO`` and higher record of a logger
+       that propagates to the root reaches the service, unless a logger on its way has a level
+       of its own that is higher (``logging.getLogger("noisy").setLevel("ERROR")`` still
+       applies), or the record comes from ``urllib3``, ``requests``, ``charset_normalizer`` or
+       ``eventlog_handler``, which are never sent. Lowering the root logger also lets ``INFO``
+       records reach the root's other handlers; give those a level if that is unwanted.
+    3. Installs the exception hooks (:mod:`eventlog_handler.integrations._hooks`) unless
+       ``capture_exceptions=False``; in an interactive session only with ``force_hooks=True``.
+    4. With ``flush_on_sigterm=True``, runs the exit flush when ``SIGTERM`` arrives too (see
+       :mod:`eventlog_handler.integrations._signals`), then lets the signal end the process as before.
+    5. Relies on the exit flush: at interpreter exit, pending events are sent for up to
+       ``shutdown_timeout`` seconds (default 2).
+
+    Calling it again replaces what the previous call installed (its handler and hooks are
+    removed first, nothing is sent twice). Note that once the root logger has a handler,
+    Python's "last resort" printing of unhandled warnings to stderr stops; add a console
+    handler (``logging.basicConfig()`` before ``setup``) to keep console output.
+
+    Returns an :class:`EventLogSetup` with ``flush(timeout)``, ``close(timeout)``, ``stats()``
+    and ``handler``.
+    """
+    global _CURRENT
+    level_number = check_level(level)
+    handler = EventLogHandler(
+        api_key, server_url, level_number, flush_timeout=flush_timeout, **options
+    )
+    root = logging.getLogger()
+    with _LOCK:
+        if _CURRENT is not None:
+            _CURRENT.detach()
+            _CURRENT = None
+        hooks = install_with(handler.settings, force=force_hooks) if capture_exceptions else None
+        sigterm = flush_on_sigterm and signals.flush_on_sigterm()
+        previous_level = root.level
+        lowered = root.getEffectiveLevel() > level_number
+        if lowered:
+            root.setLevel(level_number)
+        root.addHandler(handler)
+        trace_handler = None
+        if handler.settings.trace_size and level_number > logging.NOTSET:
+            trace_handler = TraceLogHandler(level_number)
+            root.addHandler(trace_handler)
+        server_loggers.attach(handler)  # uvicorn's and gunicorn's non-propagating error loggers
+        # The exit flush is registered when the transport module is imported; make sure the
+        # engine exists so that it has something to flush.
+        transport.get_engine(handler.settings)
+        _CURRENT = EventLogSetup(
+            handler, hooks, root, previous_level if lowered else None, level_number
+        )
+        _CURRENT.sigterm = sigterm
+        _CURRENT.trace_handler = trace_handler
+        return _CURRENT
+
+
+def current() -> EventLogSetup | None:
+    """What the last :func:`setup` installed, unless it was closed."""
+    current = _CURRENT
+    return current if current is not None and not current.closed else None

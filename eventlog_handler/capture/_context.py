@@ -1,0 +1,212 @@
+"""The current user and tags of a unit of work (a web request, a job), held in context variables.
+
+What is set here is added to every event captured in the same context: by
+:class:`~eventlog_handler.EventLogHandler`, by the structlog processor and by the exception
+hooks. Because the values live in :mod:`contextvars`, they follow the code that runs in the
+context: every asyncio task gets a copy of the context it was created in, and a thread started
+through ``contextvars.copy_context().run`` sees the values of its starter. A thread started
+plainly begins with no user, so one request's user never leaks into another's events.
+
+Per request::
+
+    from eventlog_handler import user_context
+
+    def handle(request):
+        with user_context(request.user.id, name=request.user.email):
+            ...  # every event captured here carries "@user": {"identity": ..., "name": ...}
+
+Or without a ``with`` block (for middleware that has a "before" and an "after" step)::
+
+    scope = set_user("u-42", name="Ann")
+    try:
+        ...
+    finally:
+        scope.reset()
+
+One record can carry a different user with ``extra={"@user": {"identity": "u-7", "name": "Bob"}}``
+(or ``extra={"@user": "u-7"}`` for an identity alone); see :mod:`eventlog_handler.capture._records`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from eventlog_handler.capture import _tracelog as tracelog
+from eventlog_handler.wire._events import normalize_tags, user_info
+
+_T = TypeVar("_T")
+
+_USER: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "eventlog_handler_user", default=None
+)
+_TAGS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "eventlog_handler_tags", default=()
+)
+
+
+class Scope(Generic[_T]):
+    """A change of a context value, undone by :meth:`reset` or by leaving a ``with`` block.
+
+    Returned by :func:`set_user` and :func:`add_tags`. Resetting restores the value that was
+    current before the change; it must happen in the same context the change was made in (as
+    with :meth:`contextvars.ContextVar.reset`). Resetting twice does nothing.
+    """
+
+    __slots__ = ("_token", "_var", "value")
+
+    def __init__(self, var: contextvars.ContextVar[_T], value: _T) -> None:
+        self._var = var
+        self.value = value
+        self._token: contextvars.Token[_T] | None = var.set(value)
+
+    def reset(self) -> None:
+        """Restore the value current before this change."""
+        token, self._token = self._token, None
+        if token is not None:
+            self._var.reset(token)
+
+    def __enter__(self) -> Scope[_T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.reset()
+
+    def __repr__(self) -> str:
+        state = "active" if self._token is not None else "reset"
+        return f"<Scope {self._var.name}={self.value!r} ({state})>"
+
+
+def set_user(
+    identity: Any, name: Any = None, data: Mapping[str, Any] | None = None
+) -> Scope[dict[str, Any] | None]:
+    """Make ``identity`` (and ``name``, ``data``) the user of events captured in this context.
+
+    Events get ``"@user": {"identity": ..., "name": ..., "data": {...}}``; the service opens a
+    session per identity. ``identity`` and ``name`` are turned into strings; ``data`` is made
+    JSON-safe now, so later changes to it are not seen. Passing ``None`` for both identity and
+    name clears the user.
+
+    Returns a :class:`Scope`: call ``.reset()`` (or use it in a ``with`` block) to restore the
+    previous user. Without a reset, the user stays set for the rest of the context (for a thread
+    or task, until it ends).
+    """
+    return Scope(_USER, user_info(identity, name, data))
+
+
+@contextmanager
+def user_context(
+    identity: Any, name: Any = None, data: Mapping[str, Any] | None = None
+) -> Iterator[dict[str, Any] | None]:
+    """``with user_context("u-42", name="Ann"): ...`` — :func:`set_user` for one block.
+
+    Yields the ``@user`` object (``None`` when identity and name are both ``None``).
+    """
+    scope = set_user(identity, name, data)
+    try:
+        yield scope.value
+    finally:
+        scope.reset()
+
+
+def clear_user() -> Scope[dict[str, Any] | None]:
+    """Events captured in this context carry no user (until reset)."""
+    return Scope(_USER, None)
+
+
+def get_user() -> dict[str, Any] | None:
+    """The ``@user`` object of this context, or ``None``."""
+    return _USER.get()
+
+
+def add_tags(*tags: str | Iterable[str]) -> Scope[tuple[str, ...]]:
+    """Add tags to every event captured in this context (on top of the tags already set).
+
+    ``add_tags("checkout", "beta")`` or ``add_tags(["checkout", "beta"])``. Returns a
+    :class:`Scope` whose ``reset()`` (or the end of a ``with`` block) removes them again.
+    """
+    flat: list[str] = []
+    for tag in tags:
+        if isinstance(tag, str):
+            flat.append(tag)
+        else:
+            flat.extend(tag)
+    return Scope(_TAGS, tuple(normalize_tags((*_TAGS.get(), *flat))))
+
+
+def get_tags() -> tuple[str, ...]:
+    """The tags of this context."""
+    return _TAGS.get()
+
+
+# -- the request of a unit of work ---------------------------------------------------------
+
+_REQUEST: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "eventlog_handler_request", default=None
+)
+
+
+def get_request() -> dict[str, Any] | None:
+    """The ``@request`` object of this context (set by the web middleware), or ``None``."""
+    return _REQUEST.get()
+
+
+class RequestScope:
+    """One unit of work (a web request, a job): a fresh user, no tags, and its ``@request``.
+
+    Entering it clears the user and tags of the surrounding context, so a thread or task that
+    serves one request after another never carries one request's user into the next; leaving
+    it (or :meth:`close`) restores what was there before. ``request`` (a JSON-ready ``@request``
+    object, or ``None``) is added to error events captured inside. Use it as a ``with`` block,
+    or call :meth:`close` in the same context it was made in.
+    """
+
+    __slots__ = ("_scopes", "_trace")
+
+    def __init__(self, request: dict[str, Any] | None = None) -> None:
+        self._scopes: list[Scope[Any]] = [
+            Scope(_USER, None),
+            Scope(_TAGS, ()),
+            Scope(_REQUEST, request),
+        ]
+        self._trace: Any = tracelog.new_scope_ring()  # the request's own trace log
+
+    def set_request(self, request: dict[str, Any] | None) -> None:
+        """Replace the ``@request`` of this scope (for instance once the route is known)."""
+        _REQUEST.set(request)
+
+    def close(self) -> None:
+        """Restore the user, tags and request that were current before the scope began."""
+        scopes, self._scopes = self._scopes, []
+        trace, self._trace = self._trace, None
+        for scope in reversed(scopes):
+            with contextlib.suppress(ValueError):  # reset from another context: leave it alone
+                scope.reset()
+        if trace is not None:
+            with contextlib.suppress(ValueError):
+                tracelog.reset_scope_ring(trace)
+
+    def __enter__(self) -> RequestScope:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def request_scope(request: dict[str, Any] | None = None) -> RequestScope:
+    """``with request_scope(info): ...`` — see :class:`RequestScope`."""
+    return RequestScope(request)

@@ -1,0 +1,164 @@
+"""The trace log: the last log records of a thread or task, sent with its errors as ``@trace``.
+
+Every record that reaches a handler (at any level, also below the level at which it sends
+events) is noted in a small ring buffer of the thread that logged it, or of the asyncio task,
+or of the unit of work a :class:`~eventlog_handler.capture._context.RequestScope` opened. When an error
+event is captured, the ring's lines (oldest first) become ``data["@trace"]``: what the program
+was doing just before it failed, as the official clients' trace log (and sentry's breadcrumbs)
+give it.
+
+Noting a record costs one context-variable lookup and one ``deque.append`` of a small tuple:
+the message is formatted only when an error needs the lines. Rings are bounded (their length
+is the largest ``trace_size`` asked for, at most :data:`MAX_TRACE`), belong to their thread or
+task and go away with it. Lines carry no ``extra=`` data, only the message, and are scrubbed
+of secrets with the rest of the event before it is sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any
+
+from eventlog_handler.wire._jsonsafe import safe_str, truncate
+from eventlog_handler.wire._levels import level_name
+
+#: The longest trace log kept per thread or task.
+MAX_TRACE = 250
+#: Characters kept per line.
+MAX_LINE = 500
+
+#: A noted record: ``(id, created, levelno, name, msg, args)``, or, once formatted, ``(id,
+#: created, line)`` (an error formats the lines it sends, and the next error reuses them).
+_Note = tuple[Any, ...]
+
+#: The ring of the current unit of work, when a request scope set one.
+_SCOPE_RING: contextvars.ContextVar[deque[_Note] | None] = contextvars.ContextVar(
+    "eventlog_handler_trace", default=None
+)
+_size = 0
+#: A request scope's ring before its first line (made on first use: most requests log little).
+_LAZY: deque[_Note] = deque(maxlen=1)
+
+
+class _ThreadRings(threading.local):
+    def __init__(self) -> None:
+        self.ring: deque[_Note] = deque(maxlen=_size or 1)
+
+
+_THREAD = _ThreadRings()
+_TASK_RINGS: weakref.WeakKeyDictionary[Any, deque[_Note]] = weakref.WeakKeyDictionary()
+
+_get_running_loop: Any = None
+with contextlib.suppress(ImportError, AttributeError):  # without importing asyncio itself
+    import _asyncio
+
+    _get_running_loop = _asyncio._get_running_loop
+
+
+def want(size: int) -> None:
+    """Make rings hold at least ``size`` lines (up to :data:`MAX_TRACE`); 0 changes nothing."""
+    global _size
+    size = min(max(0, size), MAX_TRACE)
+    if size > _size:
+        _size = size
+        ring = _THREAD.ring
+        if ring.maxlen is not None and ring.maxlen < size:
+            _THREAD.ring = deque(ring, maxlen=size)
+
+
+def enabled() -> bool:
+    """Whether any handler asked for a trace log."""
+    return _size > 0
+
+
+def _ring() -> deque[_Note]:
+    ring = _SCOPE_RING.get()
+    if ring is not None:
+        if ring is _LAZY:  # a request scope's ring, made on first use
+            ring = deque(maxlen=_size or 1)
+            _SCOPE_RING.set(ring)
+        return ring
+    if _get_running_loop is not None and _get_running_loop() is not None:
+        task = sys.modules["asyncio"].current_task()  # a loop runs: asyncio is imported
+        if task is not None:
+            found = _TASK_RINGS.get(task)
+            if found is None:
+                found = _TASK_RINGS[task] = deque(maxlen=_size or 1)
+            return found
+    return _THREAD.ring
+
+
+def note(record: logging.LogRecord) -> None:
+    """Remember ``record`` in the ring of the current thread or task (once per record)."""
+    ring = _SCOPE_RING.get()
+    if ring is None and (_get_running_loop is None or _get_running_loop() is None):
+        ring = _THREAD.ring  # a plain thread: the common case, without a call
+    else:
+        ring = _ring()
+    created = record.created
+    if ring:
+        last = ring[-1]
+        if last[1] == created and last[0] == id(record):
+            return  # a second handler saw the same record
+    ring.append((id(record), created, record.levelno, record.name, record.msg, record.args))
+
+
+def note_event(created: float, levelno: int, source: str | None, message: Any) -> None:
+    """Remember an event that did not come from a :class:`logging.LogRecord` (structlog)."""
+    _ring().append((0, created, levelno, source or "", message, None))
+
+
+def lines(limit: int) -> list[str]:
+    """The last ``limit`` lines of the current thread or task, oldest first."""
+    if limit <= 0 or not _size:
+        return []
+    ring = _ring()
+    first = max(0, len(ring) - limit)
+    found: list[str] = []
+    for index in range(first, len(ring)):
+        item = ring[index]
+        if len(item) == 3:
+            found.append(item[2])
+            continue
+        line = _line(item)
+        ring[index] = (item[0], item[1], line)
+        found.append(line)
+    return found
+
+
+def new_scope_ring() -> contextvars.Token[deque[_Note] | None]:
+    """Give the current context (a request) a ring of its own, made when first used; reset it
+    with the token."""
+    return _SCOPE_RING.set(_LAZY)
+
+
+def reset_scope_ring(token: contextvars.Token[deque[_Note] | None]) -> None:
+    _SCOPE_RING.reset(token)
+
+
+#: Formatted seconds (lines of one error share a few).
+_STAMPS: dict[int, str] = {}
+
+
+def _line(item: _Note) -> str:
+    _, created, levelno, name, msg, args = item
+    try:
+        message = safe_str(msg) if not args else safe_str(msg) % args
+    except Exception:
+        message = f"{safe_str(msg)} {safe_str(args)}"
+    second = int(created)
+    stamp = _STAMPS.get(second)
+    if stamp is None:
+        if len(_STAMPS) > 64:
+            _STAMPS.clear()
+        stamp = _STAMPS[second] = time.strftime("%H:%M:%S", time.localtime(second))
+    millis = int((created - second) * 1000)
+    text = f"{stamp}.{millis:03d} {level_name(levelno)} {name}: {message}"
+    return truncate(text, MAX_LINE)

@@ -1,0 +1,329 @@
+"""Delivery of a batch: encode, compress, post, and carry out the policy's decision on failure.
+
+:class:`Delivery` takes finished events (or rows read back from the spool) as
+:class:`~eventlog_handler.delivery._batches.Part` objects and sends each until it is delivered or
+dropped: it splits a part the service finds too large, shrinks a single event once, waits out
+retries (sending the events that pile up meanwhile to the spool, when there is one and it has
+room), and settles every event's outcome in the :class:`~eventlog_handler.delivery._ledger.Ledger`.
+
+It also says what a person running the program needs to know, once, on stderr: a key or project
+the service refuses (401/403/404, and 400, which the real service answers to a key that belongs
+to no project), a delivery failure that has lasted :attr:`Settings.outage_notice` seconds
+(naming the server, so a deploy that forgot ``EVENTLOG_SERVER_URL`` is noticed), and the
+recovery. The API key is masked in every line.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from eventlog_handler.api import _errors as errors
+from eventlog_handler.delivery._batches import Part, compress, encode_parts
+from eventlog_handler.delivery._courtesy import Courtesy
+from eventlog_handler.delivery._retry import Action
+from eventlog_handler.settings import DEFAULT_SERVER_URL, mask_secret
+from eventlog_handler.wire._events import MAX_AGE_SECONDS
+from eventlog_handler.wire._jsonsafe import safe_str
+
+if TYPE_CHECKING:
+    from eventlog_handler.api._client import Client
+    from eventlog_handler.delivery._engine import Engine
+
+#: Events this close to the service's 3-day window are dropped rather than sent.
+EXPIRY_MARGIN_SECONDS = 60
+#: While a failure lasts, the outage line is repeated at most this often.
+OUTAGE_REPEAT = 300.0
+
+
+class Delivery:
+    """Sends parts for one engine (see the module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.settings = engine.settings
+        self.ledger = engine.ledger
+        #: In-memory parts being delivered (what the exit path may still save to the spool).
+        self.current: deque[Part] = deque()
+        self._refused_said = False
+        self._failing_since: float | None = None
+        self._outage_said_at: float | None = None
+        self._failures = 0
+
+    # -- in-memory events ---------------------------------------------------------------------
+
+    def send_events(
+        self,
+        events: list[dict[str, Any]],
+        created: list[float],
+        weights: list[int] | None,
+        client: Client | None = None,
+    ) -> bool:
+        """Send finished in-memory events (in flight); ``False`` when time ran out or they
+        went to the spool to wait for the service."""
+        oldest_allowed = time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS
+        if created and min(created) < oldest_allowed:
+            keep = [index for index, when in enumerate(created) if when >= oldest_allowed]
+            expired = sum(
+                weights[index] if weights is not None else 1
+                for index, when in enumerate(created)
+                if when < oldest_allowed
+            )
+            self.ledger.settle(expired, "expired")
+            events = [events[index] for index in keep]
+            weights = [weights[index] for index in keep] if weights is not None else None
+            created = [created[index] for index in keep]
+        courtesy = Courtesy(lambda: self.ledger.captured)
+        parts = encode_parts(events, created, self.settings.max_raw_batch_bytes, weights, courtesy)
+        return self.send_parts(deque(parts), client)
+
+    def send_parts(self, parts: deque[Part], client: Client | None = None) -> bool:
+        """:meth:`deliver` in-memory parts, where the exit path can find them."""
+        self.current = parts
+        try:
+            return self.deliver(parts, client)
+        finally:
+            self.current = deque()
+
+    # -- any part -----------------------------------------------------------------------------
+
+    def deliver(self, parts: deque[Part], client: Client | None = None) -> bool:
+        """Send ``parts`` until each is delivered or dropped; ``False`` when time ran out or the
+        events went to the spool to wait for the service."""
+        engine = self.engine
+        client = client or engine.client()
+        attempt = 0
+        while parts:
+            if engine.intake.finished:
+                return False
+            part = parts[0]
+            payload, gzipped = compress(part.body())
+            if len(payload) > self.settings.max_batch_bytes and len(part) > 1:
+                parts.popleft()
+                parts.extendleft(reversed(part.halves()))
+                continue
+            try:
+                result = self._post(client, part, payload, gzipped)
+            except errors.EventLogError as error:
+                decision = engine.policy.decide(error, attempt, len(part))
+                self.ledger.last_error = self.redact(f"{decision.reason}: {safe_str(error)}")
+                if decision.action in (Action.RETRY, Action.REFUSED):
+                    if decision.action is Action.REFUSED:
+                        self._say_refused(error)
+                    else:
+                        self._failing(error)
+                    with self.ledger.lock:
+                        self.ledger.retries += 1
+                    attempt += 1
+                    engine.intake.retrying = True
+                    spooling = engine.spooling
+                    if spooling is not None and part.origin is None and spooling.spill_parts(parts):
+                        self.pause(decision.delay)
+                        return False
+                    if not self.pause(decision.delay):
+                        return False
+                elif decision.action is Action.SPLIT:
+                    parts.popleft()
+                    parts.extendleft(reversed(part.halves()))
+                elif decision.action is Action.SHRINK and not part.shrunk:
+                    parts[0] = part.shrunk_copy()
+                else:
+                    parts.popleft()
+                    reason = "rejected" if decision.action is Action.DROP else "too_large"
+                    self.settle_part(part, reason)
+                continue
+            except Exception as exc:  # pragma: no cover - a bug must not lose the batch silently
+                parts.popleft()
+                self.ledger.last_error = f"unexpected: {type(exc).__name__}: {safe_str(exc)}"
+                self.settle_part(part, "rejected")
+                continue
+            parts.popleft()
+            attempt = 0
+            self._succeeded()
+            with self.ledger.lock:
+                self.ledger.batches += 1
+                self.ledger.bytes_sent += result.bytes_sent
+            self.settle_part(part, None)
+            if result.config_version is not None:
+                engine.config_seen(result.config_version)
+        return True
+
+    def _post(self, client: Client, part: Part, payload: bytes, gzipped: bool) -> Any:
+        """Post one part, noting what is on the wire (what the exit path calls "outcome
+        unknown" if its deadline passes meanwhile)."""
+        ledger, intake = self.ledger, self.engine.intake
+        on_wire = part.weight() if part.origin is None else 0
+        with ledger.lock:
+            ledger.posting = on_wire
+            intake.posting_since = time.monotonic()
+        try:
+            return client.post_payload(payload, gzipped, len(part))
+        finally:
+            with ledger.lock:
+                ledger.posting = 0
+                intake.posting_since = None
+
+    def settle_part(self, part: Part, reason: str | None) -> None:
+        """Record the outcome of a part: in flight from memory, or rows of a spool file."""
+        ledger = self.ledger
+        if part.origin is None:
+            ledger.settle(part.weight(), reason)
+            return
+        if self.engine.intake.finished:
+            return  # the spool is closed: the rows stay for the next start
+        deleted = part.origin.delete(part.rows)
+        spooling = self.engine.spooling
+        with ledger.lock:
+            if spooling is not None and spooling.is_own(part.origin):
+                weight = part.weight() if deleted == len(part) else deleted
+                ledger.spooled = max(0, ledger.spooled - weight)
+                if reason is None:
+                    ledger.delivered += weight
+                else:
+                    ledger.dropped[reason] += weight
+            else:
+                ledger.replayed["delivered" if reason is None else "dropped"] += deleted
+            ledger.changed.notify_all()
+
+    # -- waiting before a retry ---------------------------------------------------------------
+
+    def pause(self, delay: float) -> bool:
+        """Wait ``delay`` seconds before a retry; ``False`` when the engine must stop sending.
+
+        The pause ends early when the exit flush begins (one more try is worth it then), and
+        never runs past the exit deadline. With a spool that has room, events that pile up
+        meanwhile go to disk rather than waiting in memory; without one (or with a full disk)
+        they wait in the bounded buffer.
+        """
+        engine = self.engine
+        ledger, intake = self.ledger, engine.intake
+        was_closing = engine.closing
+        end = time.monotonic() + delay
+        notice = self._notice_due()
+        while True:
+            spill: list[Any] = []
+            with ledger.lock:
+                if engine.deadline is not None:
+                    end = min(end, engine.deadline)
+                while not intake.finished:
+                    if engine.closing and not was_closing:
+                        return True
+                    now = time.monotonic()
+                    if notice is not None and now >= notice:
+                        notice = None
+                        self._say_outage()
+                    if now >= end:
+                        break
+                    until = end if notice is None else min(end, notice)
+                    spooling = engine.spooling
+                    if spooling is not None and spooling.accepting():
+                        due = engine.buffer_due(now)
+                        if due <= now:
+                            spill = intake.buffer.take(len(intake.buffer))
+                            ledger.in_flight += len(spill)
+                            intake.taken()
+                            break
+                        until = min(until, due)
+                    ledger.changed.wait(timeout=max(0.0, until - now))
+                if not spill:
+                    if intake.finished:
+                        return False
+                    return engine.deadline is None or time.monotonic() < engine.deadline
+            engine.spool_entries(spill)
+
+    # -- what stderr says ---------------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """``text`` (which may quote the server) without the API key in it."""
+        key = self.settings.api_key
+        return text.replace(key, mask_secret(key)) if key else text
+
+    def _say_refused(self, error: errors.EventLogError) -> None:
+        if self._refused_said:
+            return
+        self._refused_said = True
+        status = getattr(error, "status", "?")
+        settings = self.settings
+        if status == 400:
+            what = (
+                "refused the events (400). The real service answers 400 when the API key "
+                "belongs to no project (an organization-level key): use a project's API key"
+            )
+        else:
+            what = f"refused the API key {mask_secret(settings.api_key)} ({status})"
+        detail = self.redact(safe_str(error))
+        retry = self.engine.policy.refused_delay
+        engine_say(
+            f"eventlog_handler: {settings.server_url} {what}: {detail}. Events are kept "
+            f"(up to {settings.queue_size}) and retried every {retry:g} s or more; "
+            f"check EVENTLOG_API_KEY / api_key."
+        )
+
+    def _failing(self, error: errors.EventLogError) -> None:
+        now = time.monotonic()
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = now
+        self._say_outage()
+
+    def _notice_due(self) -> float | None:
+        """When the outage line is due (``None``: said, or nothing is failing)."""
+        if self._failing_since is None or self._outage_said_at is not None:
+            return None
+        return self._failing_since + self.settings.outage_notice
+
+    def _say_outage(self) -> None:
+        since = self._failing_since
+        if since is None:
+            return
+        now = time.monotonic()
+        if now - since < self.settings.outage_notice:
+            return
+        said = self._outage_said_at
+        if said is not None and now - said < OUTAGE_REPEAT:
+            return
+        self._outage_said_at = now
+        settings = self.settings
+        ledger = self.ledger
+        with ledger.lock:
+            waiting = len(self.engine.intake.buffer) + ledger.in_flight + ledger.spooled
+        hint = ""
+        if settings.server_url == DEFAULT_SERVER_URL:
+            hint = (
+                " (the default: the local collector; set EVENTLOG_SERVER_URL or server_url "
+                "to send elsewhere)"
+            )
+        kept = "kept on disk and in memory" if self.engine.spooling else "kept in memory"
+        engine_say(
+            f"eventlog_handler: cannot deliver events to {settings.server_url}{hint} for "
+            f"{now - since:.0f} s: {ledger.last_error}. {waiting} event(s) waiting, {kept} "
+            f"(up to {settings.queue_size} in memory); retrying."
+        )
+
+    def _succeeded(self) -> None:
+        since = self._failing_since
+        self.engine.intake.retrying = False
+        self._refused_said = False
+        if since is None:
+            return
+        if self._outage_said_at is not None:
+            engine_say(
+                f"eventlog_handler: delivery to {self.settings.server_url} recovered after "
+                f"{time.monotonic() - since:.0f} s."
+            )
+        self._failing_since = self._outage_said_at = None
+        self._failures = 0
+
+
+def engine_say(message: str) -> None:
+    """Write one line to stderr (the package's own diagnostics; never raises)."""
+    import sys
+
+    try:
+        stream = sys.stderr
+        if stream is not None:
+            stream.write(message + "\n")
+            stream.flush()
+    except Exception:  # pragma: no cover - stderr closed at exit
+        pass

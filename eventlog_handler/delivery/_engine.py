@@ -1,0 +1,444 @@
+"""The delivery engine: from "an event was captured" to "the service has it".
+
+One :class:`Engine` per process per (server, key), shared by every handler and processor that
+points there (:func:`get_engine`). It is a small composition; each part reads on its own:
+
+====================================  =======================================================
+:mod:`~eventlog_handler.delivery._intake`        the caller's side: the bounded buffer, waking the
+                                       worker, back-pressure on a burst
+:mod:`~eventlog_handler.delivery._worker`        the worker thread: what is due, taking batches
+:mod:`~eventlog_handler.delivery._pipeline`      finish, ``@version``, ``before_send``, scrub, roll-up
+:mod:`~eventlog_handler.delivery._delivery`      encode, compress, post, retry, settle; what stderr says
+:mod:`~eventlog_handler.delivery._spooling`      the durable spool: spill, bound, replay
+:mod:`~eventlog_handler.delivery._lifecycle`     flush, close, the exit flush, fork and SIGTERM
+:mod:`~eventlog_handler.delivery._ledger`        the lock and the counts of every outcome
+====================================  =======================================================
+
+The path of an event: ``EventLogHandler.emit`` → :func:`~eventlog_handler.capture._records.capture_record`
+→ :meth:`Engine.submit` → :meth:`Intake.put <eventlog_handler.delivery._intake.Intake.put>` (the
+buffer) → :meth:`Worker._next <eventlog_handler.delivery._worker.Worker._next>` (a batch is due) →
+:meth:`Pipeline.run <eventlog_handler.delivery._pipeline.Pipeline.run>` (wire events) →
+:meth:`Delivery.send_events <eventlog_handler.delivery._delivery.Delivery.send_events>` (the socket).
+
+Accounting: ``captured == delivered + sum(dropped) + queued + in_flight + spooled`` always
+(:class:`~eventlog_handler.delivery._ledger.Ledger`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import multiprocessing
+import multiprocessing.util
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from eventlog_handler.api import _errors as errors
+from eventlog_handler.api._client import Client
+from eventlog_handler.delivery._buffer import Entry
+from eventlog_handler.delivery._child_sigterm import terminate_gracefully
+from eventlog_handler.delivery._delivery import Delivery, engine_say
+from eventlog_handler.delivery._intake import Intake
+from eventlog_handler.delivery._ledger import DROP_REASONS, Ledger
+from eventlog_handler.delivery._lifecycle import Lifecycle
+from eventlog_handler.delivery._pipeline import Pipeline
+from eventlog_handler.delivery._retry import RetryPolicy
+from eventlog_handler.delivery._sender import Sender
+from eventlog_handler.delivery._server_settings import EMPTY, ServerSettings
+from eventlog_handler.delivery._spool import Spool
+from eventlog_handler.delivery._spooling import SpoolTraffic
+from eventlog_handler.delivery._worker import SENDER_THREADS, Worker, is_sender_thread
+from eventlog_handler.settings import Settings, mask_secret
+from eventlog_handler.wire._jsonsafe import safe_str
+
+__all__ = [
+    "DROP_REASONS",
+    "Engine",
+    "engines",
+    "get_engine",
+    "is_sender_thread",
+    "remove_engines",
+    "shutdown_all",
+]
+
+#: Bumped in a forked child: an engine whose generation differs was made by the parent.
+_generation = 0
+#: Whether this process (a multiprocessing child) flushes on SIGTERM.
+_terminate_guarded = False
+
+#: Seconds the worker waits for the service's settings (it sends nothing meanwhile).
+CONFIG_TIMEOUT = 3.0
+#: After a failed fetch of the settings, seconds before the next try.
+CONFIG_RETRY = 60.0
+
+# Kept for code that imported them from here.
+_SENDER_THREADS = SENDER_THREADS
+_say = engine_say
+
+
+class Engine:
+    """One server and key in one process: the buffer, the worker and everything in between."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client_factory: Callable[[Settings, float | None], Client] | None = None,
+    ) -> None:
+        if not settings.api_key:
+            raise ValueError("eventlog_handler: setting 'api_key' is missing")
+        self.settings = settings
+        self.policy = RetryPolicy(
+            initial=settings.retry_initial,
+            maximum=settings.max_backoff,
+            refused_delay=min(60.0, settings.max_backoff),
+        )
+        self._client_factory = client_factory or _default_client
+        self._spool: Spool | None = None
+        #: The service's settings (swapped whole when a new version arrives).
+        self.server: ServerSettings = EMPTY
+        self._reset_process_state()
+        if settings.spool_path:
+            with self.ledger.lock:  # replay what ended processes left in the spool, from the start
+                self.worker.start()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Engine {self.settings.server_url} key={mask_secret(self.settings.api_key)} "
+            f"queued={len(self.intake.buffer)}>"
+        )
+
+    # -- state of this process ----------------------------------------------------------------
+
+    def _reset_process_state(self) -> None:
+        settings = self.settings
+        if self._spool is not None:  # a forked child: the parent's file stays the parent's
+            self._spool.after_fork()
+        self._generation = _generation
+        self._pid = os.getpid()
+        self.ledger = Ledger()
+        self.intake = Intake(settings, self.ledger)
+        self.worker = Worker(self)
+        self.intake.start_worker = self._start_worker
+        self.delivery = Delivery(self)
+        self.pipeline = Pipeline(self)
+        self.lifecycle = Lifecycle(self)
+        self.flushing = 0
+        self.closing = False  # at exit: send everything now
+        self.deadline: float | None = None
+        self.config_wanted = settings.server_settings
+        self._config_next_try = 0.0
+        #: Why the last fetch of the service's settings failed (``None``: it didn't).
+        self.settings_error: str | None = None
+        self._client: Client | None = None
+        if settings.spool_path and self._spool is None:
+            self._spool = Spool(settings.spool_path, settings.spool_max_bytes)
+        self.spooling = SpoolTraffic(self, self._spool) if self._spool is not None else None
+
+    def _start_worker(self) -> bool:
+        """Start the worker (the lock is held); in a multiprocessing child, from its main
+        thread, also flush when SIGTERM ends it (only children that log are changed)."""
+        global _terminate_guarded
+        if not _terminate_guarded and _in_multiprocessing_child():
+            _terminate_guarded = terminate_gracefully(shutdown_all)
+        return self.worker.start()
+
+    def same_process(self) -> bool:
+        return self._generation == _generation
+
+    def check_process(self) -> None:
+        """In a forked child, start over (see :mod:`eventlog_handler.delivery._lifecycle`)."""
+        if self._generation != _generation and self._pid != os.getpid():
+            self._reset_process_state()
+
+    # -- the caller's side ----------------------------------------------------------------------
+
+    def submit(self, entry: Entry) -> bool:
+        """Queue a captured entry. O(1) and never raises. ``False`` when it was dropped at
+        once (counted), or when the calling thread is a sender (not counted)."""
+        try:
+            if self._generation != _generation:
+                self.check_process()
+            if threading.get_ident() in SENDER_THREADS:
+                return False
+            return self.intake.put(entry)
+        except Exception:  # pragma: no cover - a log call must never raise
+            return False
+
+    def enqueue(self, event: dict[str, Any], created: float | None = None) -> bool:
+        """Queue a complete, JSON-ready event; ``created`` is its POSIX time (default: now)."""
+        try:
+            level = event.get("@level")
+            is_error = event.get("type") == "error" or level in ("Error", "Fatal")
+            entry = Entry(
+                self.settings,
+                event,
+                0,
+                event.get("source"),
+                None,
+                None,
+                time.time() if created is None else created,
+                time.monotonic(),
+                is_error=is_error,
+            )
+            return self.submit(entry)
+        except Exception:  # pragma: no cover - a log call must never raise
+            return False
+
+    def count_filtered(self) -> None:
+        """A captured event that settings filter out (``ignore_exceptions``, ``@@error:*``)."""
+        with self.ledger.lock:
+            self.ledger.captured += 1
+            self.ledger.dropped["filtered"] += 1
+
+    # -- what the worker asks -------------------------------------------------------------------
+
+    def buffer_due(self, now: float) -> float:
+        """When the events in memory are due to be taken (the lock is held)."""
+        settings, buffer = self.settings, self.intake.buffer
+        if not buffer:
+            return math.inf
+        if (
+            self.closing
+            or self.flushing
+            or len(buffer) >= settings.batch_size
+            or settings.spool_all
+        ):
+            return now
+        oldest_error, oldest_log = buffer.oldest()
+        due = math.inf
+        if oldest_error is not None:
+            due = oldest_error.enqueued + settings.error_delay
+        if oldest_log is not None:
+            due = min(due, oldest_log.enqueued + settings.flush_interval)
+        return due
+
+    def client(self, timeout: float | None = None) -> Client:
+        """The worker's client (``timeout``: a new one bounded by it, for the exit path)."""
+        if timeout is not None:
+            return self._client_factory(self.settings, timeout)
+        if self._client is None:
+            self._client = self._client_factory(self.settings, None)
+        return self._client
+
+    def _client_for(self, timeout: float | None = None) -> Client:
+        return self.client(timeout)
+
+    def spool_entries(self, entries: list[Entry]) -> None:
+        """Finish in-flight entries and write them to the spool; if it can't take them, they
+        go back to the front of the buffer (the roll-up is left out: one event per entry)."""
+        events, created, _ = self.pipeline.run(entries, rollup=False)
+        if not events:
+            return
+        assert self.spooling is not None
+        if self.spooling.spill_events(events, created, None):
+            return
+        now = time.monotonic()
+        ready = [
+            Entry(
+                self.settings,
+                event,
+                0,
+                None,
+                None,
+                None,
+                when,
+                now,
+                is_error=event.get("type") == "error",
+            )
+            for event, when in zip(events, created, strict=True)
+        ]
+        with self.ledger.lock:
+            self.intake.give_back(ready)
+
+    # -- the service's settings -----------------------------------------------------------------
+
+    def config_seen(self, version: int) -> None:
+        """An answer named the settings' current version: fetch them if it is newer."""
+        if (
+            self.settings.server_settings
+            and version > self.server.version
+            and time.monotonic() >= self._config_next_try
+        ):
+            self.config_wanted = True
+
+    def refresh_server_settings(self) -> None:
+        """Fetch the service's settings when wanted (on the worker; a failure changes nothing
+        but the time of the next try)."""
+        if not self.config_wanted:
+            return
+        self.config_wanted = False
+        current = self.server
+        try:
+            answer = self.client(timeout=CONFIG_TIMEOUT).get_config(
+                current.version if current.version >= 0 else None
+            )
+        except errors.EventLogError as exc:
+            self._config_next_try = time.monotonic() + CONFIG_RETRY
+            self.settings_error = self.delivery.redact(safe_str(exc))
+            return
+        except Exception as exc:  # pragma: no cover - a bad answer must not stop the worker
+            self._config_next_try = time.monotonic() + CONFIG_RETRY
+            self.settings_error = f"{type(exc).__name__}: {safe_str(exc)}"
+            return
+        if answer is None:  # 304: what we have is current
+            return
+        version = answer.get("version")
+        settings = answer.get("settings")
+        if not isinstance(version, int) or not isinstance(settings, dict):
+            self._config_next_try = time.monotonic() + CONFIG_RETRY
+            self.settings_error = "the answer is not {version, settings}"
+            return
+        self.settings_error = None
+        self.server = ServerSettings(version, settings)
+
+    # -- flush, close, exit -------------------------------------------------------------------
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent."""
+        try:
+            return self.lifecycle.flush(timeout)
+        except Exception:  # pragma: no cover - flush must return
+            return False
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Flush, then stop the worker; a later event starts a new one. Returns by the deadline."""
+        return self.lifecycle.close(timeout)
+
+    def shutdown(self, timeout: float | None = None) -> int:
+        """The exit flush: send for at most ``timeout`` s, then stop. Returns events unsent
+        (see :mod:`eventlog_handler.delivery._lifecycle`). Events captured later are dropped."""
+        return self.lifecycle.shutdown(timeout)
+
+    # -- statistics -------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of this process: captured, delivered, dropped by reason, queued, in flight,
+        spooled (on disk, waiting), retries, batches and bytes sent, the last error, and the
+        events of ended processes replayed from the spool (not part of ``captured``)."""
+        self.check_process()
+        with self.ledger.lock:
+            stats = self.ledger.snapshot(len(self.intake.buffer))
+            own = self._spool.own_file if self._spool is not None else None
+            stats["spool_bytes"] = own.bytes if own is not None else 0
+            stats["worker_alive"] = self.worker.thread is not None and self.worker.thread.is_alive()
+            stats["server_settings_version"] = (
+                self.server.version if self.server.version >= 0 else None
+            )
+            stats["server_settings_error"] = self.settings_error
+            return stats
+
+    def is_worker_thread(self) -> bool:
+        """Whether the calling thread is this engine's worker."""
+        return self.worker.is_current()
+
+
+def _default_client(settings: Settings, timeout: float | None) -> Client:
+    total = settings.timeout if timeout is None else max(0.05, min(timeout, settings.timeout))
+    assert settings.api_key is not None
+    return Sender(
+        settings.server_url,
+        settings.api_key,
+        timeout=(min(total, 5.0), total),
+        verify=settings.verify,
+    )
+
+
+# -- one engine per process per (server, key) -------------------------------------------------
+
+_ENGINES: dict[tuple[str, str], Engine] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def get_engine(settings: Settings) -> Engine:
+    """The engine of this process for ``settings``' server and key (created on first use).
+
+    Later settings for the same server and key share the first engine and its options.
+    """
+    engine = _ENGINES.get(settings.engine_key)
+    if engine is not None:
+        return engine
+    with _REGISTRY_LOCK:
+        engine = _ENGINES.get(settings.engine_key)
+        if engine is None:
+            engine = _ENGINES[settings.engine_key] = Engine(settings)
+        return engine
+
+
+def engines() -> list[Engine]:
+    """Every engine of this process."""
+    return list(_ENGINES.values())
+
+
+def shutdown_all(timeout: float | None = None) -> int:
+    """Run every engine's exit flush within one deadline; return the events left unsent."""
+    current = engines()
+    if not current:
+        return 0
+    if timeout is None:
+        timeout = max(engine.settings.shutdown_timeout for engine in current)
+    deadline = time.monotonic() + timeout
+    unsent = 0
+    for engine in current:
+        unsent += engine.shutdown(max(0.0, deadline - time.monotonic()))
+    return unsent
+
+
+def remove_engines(server_url: str, timeout: float = 1.0) -> int:
+    """Shut down and forget every engine that sends to ``server_url``; return events unsent."""
+    with _REGISTRY_LOCK:
+        keys = [key for key in _ENGINES if key[0] == server_url.rstrip("/")]
+        removed = [_ENGINES.pop(key) for key in keys]
+    return sum(engine.shutdown(timeout) for engine in removed)
+
+
+def _forget_engines_for_tests() -> None:
+    """Drop every engine without sending (tests only)."""
+    with _REGISTRY_LOCK:
+        for engine in _ENGINES.values():
+            with engine.ledger.lock:
+                engine.intake.finished = True
+                engine.ledger.changed.notify_all()
+        _ENGINES.clear()
+
+
+# -- the process around the engines ------------------------------------------------------------
+
+
+def _in_multiprocessing_child() -> bool:
+    try:
+        return multiprocessing.parent_process() is not None
+    except Exception:  # pragma: no cover - an unusual multiprocessing
+        return False
+
+
+def _after_fork_in_child() -> None:
+    global _REGISTRY_LOCK, _generation, _terminate_guarded
+    _generation += 1
+    _terminate_guarded = False
+    _REGISTRY_LOCK = threading.Lock()
+    SENDER_THREADS.clear()
+    for engine in _ENGINES.values():
+        engine._reset_process_state()
+
+
+class _ProcessHooks:
+    """Anchor of the multiprocessing after-fork registration (it is kept by weak reference)."""
+
+    @staticmethod
+    def in_child(_anchor: object) -> None:
+        # A multiprocessing child started by fork ends with os._exit(), which skips atexit,
+        # but runs multiprocessing's own finalizers: flush there. (Pool.__exit__ ends its
+        # workers with SIGTERM: see Engine._start_worker.)
+        multiprocessing.util.Finalize(None, shutdown_all, exitpriority=100)
+
+
+_PROCESS_HOOKS = _ProcessHooks()
+
+atexit.register(shutdown_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+multiprocessing.util.register_after_fork(_PROCESS_HOOKS, _ProcessHooks.in_child)

@@ -1,0 +1,275 @@
+"""On the worker: an :class:`~eventlog_handler.delivery._buffer.Entry` becomes the wire form of its event.
+
+What the caller's thread left for later happens here: formatting a message whose arguments are
+immutable scalars, the date, the reference id, the level name, normalized tags, the user with
+its data exclusions, and ``data`` made JSON-safe with the exclusions applied. The result is the
+same dict :func:`eventlog_handler.wire._events.log_event` builds, made faster for the common case (a
+flat ``data`` of plain values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from eventlog_handler.capture._records import _SPECIAL_EXTRAS, RESERVED_ATTRS, sort_extras
+from eventlog_handler.delivery._buffer import JSON_READY, RAW, Entry
+from eventlog_handler.settings import MASK
+from eventlog_handler.wire._events import (
+    _FRACTION,
+    MAX_MESSAGE,
+    MAX_SOURCE,
+    format_date,
+    log_event,
+    new_reference_id,
+    normalize_tags,
+    user_with_exclusions,
+)
+from eventlog_handler.wire._jsonsafe import MAX_ITEMS, MAX_STRING, is_excluded, safe_str, truncate
+from eventlog_handler.wire._levels import level_name
+
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+#: Whether a data key is excluded, per exclusion list (keys of a program repeat endlessly).
+_EXCLUDED: dict[tuple[str, ...], dict[str, bool]] = {}
+#: The last user object and its JSON form, per exclusion list (a context's user repeats).
+_LAST_USER: dict[tuple[str, ...], tuple[Any, Any]] = {}
+
+
+def finish(entry: Entry) -> dict[str, Any]:
+    """The wire event of ``entry`` (a ready event is returned as it is)."""
+    event = entry.event
+    if event is not None:
+        return event
+    settings = entry.settings
+    exclusions = settings.data_exclusions
+    message = entry.message
+    data = entry.data
+    user = entry.user
+    tags: Iterable[Any] = entry.tags
+    ready = entry.data_ready
+    stack = None
+    if data and ready == RAW:
+        data, own_user, own_tags, stack = sort_extras(data)
+        if own_user is not None:
+            user = own_user
+        if own_tags:
+            tags = (*tags, *own_tags)
+    if entry.args is not None:
+        try:
+            message = message % entry.args
+        except Exception as exc:
+            data = dict(data) if data else {}
+            data["@message_args"] = list(entry.args)
+            data["@format_error"] = f"{type(exc).__name__}: {safe_str(exc)}"
+            message = safe_str(message)
+            ready = RAW
+    if settings.tags:
+        tags = (*settings.tags, *tags)
+    clean: dict[str, Any] | None = data or None
+    if data and ready != JSON_READY:
+        clean = flat_data(data, exclusions)
+        if clean is None:
+            return _general(entry, message, data, user, tags, stack)
+    if type(message) is not str:
+        message = safe_str(message)
+    event = {
+        "type": "log",
+        "message": message if len(message) <= MAX_MESSAGE else truncate(message, MAX_MESSAGE),
+        "date": format_date(entry.created),
+    }
+    if user:
+        event["@user"] = _user(user, exclusions)
+    event["@level"] = level_name(entry.levelno)
+    source = entry.source
+    if source:
+        if type(source) is not str:
+            source = safe_str(source)
+        event["source"] = source if len(source) <= MAX_SOURCE else truncate(source, MAX_SOURCE)
+    if tags:
+        clean_tags = normalize_tags(tags)
+        if clean_tags:
+            event["tags"] = clean_tags
+    if stack is not None:
+        clean = dict(clean) if clean else {}
+        clean["@stack"] = stack  # after the exclusions: its signature is not a secret
+    if clean:
+        event["data"] = clean
+    event["reference_id"] = new_reference_id()
+    return event
+
+
+def _general(
+    entry: Entry,
+    message: Any,
+    data: dict[str, Any],
+    user: dict[str, Any] | None,
+    tags: Iterable[Any],
+    stack: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The event through the general builder (data that is not flat plain values)."""
+    event = log_event(
+        message,
+        date=entry.created,
+        user=user,
+        level=level_name(entry.levelno),
+        source=entry.source,
+        tags=tags,
+        data=data,
+        exclusions=entry.settings.data_exclusions,
+    )
+    if stack is not None:
+        event.setdefault("data", {})["@stack"] = stack
+        event["reference_id"] = event.pop("reference_id")
+    return event
+
+
+def _user(user: Mapping[str, Any], exclusions: tuple[str, ...]) -> Any:
+    last = _LAST_USER.get(exclusions)
+    if last is not None and last[0] is user:
+        return last[1]
+    converted = user_with_exclusions(user, exclusions)
+    _LAST_USER[exclusions] = (user, converted)
+    return converted
+
+
+def flat_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str, Any] | None:
+    """``data`` with excluded values masked (a copy only then), if every key is a short string
+    and every value a short string, a 64-bit int, a finite float, a bool or ``None``; else
+    ``None``. ``data`` must be the caller's own dict (the worker's entries' are)."""
+    if len(data) > MAX_ITEMS:
+        return None  # the general builder keeps MAX_ITEMS and marks the rest
+    cache = _EXCLUDED.get(exclusions)
+    if cache is None:
+        cache = _EXCLUDED.setdefault(exclusions, {})
+    masked: list[str] | None = None
+    for key, value in data.items():
+        kind = type(value)
+        if kind is str:
+            if len(value) > MAX_STRING:
+                return None
+        elif kind is int:
+            if not _INT_MIN <= value <= _INT_MAX:
+                return None
+        elif kind is float:
+            if value - value != 0.0:  # NaN or infinite
+                return None
+        elif value is not None and kind is not bool:
+            return None
+        excluded = cache.get(key)
+        if excluded is None:
+            if type(key) is not str or len(key) > 200:
+                return None
+            excluded = is_excluded(key, exclusions)
+            if len(cache) < 10_000:
+                cache[key] = excluded
+        if excluded:
+            if masked is None:
+                masked = []
+            masked.append(key)
+    if masked:
+        data = dict(data)
+        for key in masked:
+            data[key] = MASK
+    return data
+
+
+def finish_batch(entries: list[Entry]) -> list[dict[str, Any]]:
+    """:func:`finish` for a whole batch, with the common case inlined.
+
+    A log entry whose extras are plain values with ordinary names (no ``tags``, ``@user``,
+    ``stack`` or known keys among them) is built here in a few steps, with what a batch shares
+    worked out once: the formatted second of the date, the reference id's prefix, the level
+    names, and which data keys are excluded. Any other entry goes through :func:`finish`; the
+    events are the same either way.
+    """
+    events: list[dict[str, Any]] = []
+    append = events.append
+    id_head, counter = new_reference_id.head, new_reference_id.counter
+    second, date_head, date_tail = -1, "", ""
+    special = _SPECIAL
+    levels: dict[int, str] = {}
+    excluded_by: dict[tuple[str, ...], dict[str, bool]] = {}
+    for entry in entries:
+        if (
+            entry.event is not None
+            or entry.data_ready != RAW
+            or entry.user is not None
+            or entry.tags
+            or entry.settings.tags
+            or type(entry.source) is not str
+        ):
+            append(finish(entry))
+            continue
+        data = entry.data
+        if data:
+            if not special.isdisjoint(data) or len(data) > MAX_ITEMS:
+                append(finish(entry))
+                continue
+            exclusions = entry.settings.data_exclusions
+            cache = excluded_by.get(exclusions)
+            if cache is None:
+                cache = excluded_by[exclusions] = _EXCLUDED.setdefault(exclusions, {})
+            plain = True
+            for key, value in data.items():
+                kind = type(value)
+                if kind is str:
+                    if len(value) > MAX_STRING:
+                        plain = False
+                        break
+                elif kind is int:
+                    if not _INT_MIN <= value <= _INT_MAX:
+                        plain = False
+                        break
+                elif kind is float and value - value != 0.0:  # NaN or infinite
+                    plain = False
+                    break
+                excluded = cache.get(key)
+                if excluded is None:
+                    if type(key) is not str or len(key) > 200:
+                        plain = False
+                        break
+                    excluded = cache[key] = is_excluded(key, exclusions)
+                if excluded:
+                    data[key] = MASK  # the entry's own copy of the extras
+            if not plain:
+                append(finish(entry))
+                continue
+        message = entry.message
+        if entry.args is not None:
+            try:
+                message = message % entry.args
+            except Exception:
+                append(finish(entry))  # it says what went wrong in data
+                continue
+        if len(message) > MAX_MESSAGE:
+            message = truncate(message, MAX_MESSAGE)
+        created = entry.created
+        whole = int(created // 1)
+        fraction = int((created - whole) * 10_000_000 + 0.5)
+        if whole != second or fraction >= 10_000_000:
+            date = format_date(created)
+            second, date_head, date_tail = whole, date[:20], date[27:]
+        else:
+            date = date_head + _FRACTION % fraction + date_tail
+        levelno = entry.levelno
+        level = levels.get(levelno)
+        if level is None:
+            level = levels[levelno] = level_name(levelno)
+        event: dict[str, Any] = {
+            "type": "log",
+            "message": message,
+            "date": date,
+            "@level": level,
+        }
+        source: str = entry.source
+        if source:
+            event["source"] = source if len(source) <= MAX_SOURCE else truncate(source, MAX_SOURCE)
+        if data:
+            event["data"] = data
+        event["reference_id"] = id_head + hex(next(counter))[2:]
+        append(event)
+    return events
+
+
+#: Extras that the inlined case leaves to :func:`finish`.
+_SPECIAL = _SPECIAL_EXTRAS | RESERVED_ATTRS

@@ -1,0 +1,142 @@
+"""The caller's side of the engine: put an entry in the bounded buffer, wake the worker if it
+must, and push back on a burst that outruns it.
+
+What a log call costs here: one lock, a count, an O(1) append, and two comparisons. The worker
+is woken only when it has to be: when it sleeps past the moment the new entry is due (an idle
+worker waits without a timeout, so the first event after a quiet minute wakes it at once), or
+when a whole batch is ready.
+
+Back-pressure: when the buffer is past three quarters of its capacity and the service is
+accepting events, the logging thread waits until the worker has taken the buffer below
+:attr:`Intake.low_water`. Waiting on a condition lets the worker have the interpreter at once;
+yielding (``sched_yield``) doesn't on a machine with more than one core, because the yielding
+thread takes the interpreter lock straight back. The wait is for the worker's work on the CPU,
+not for the network: it ends as soon as the worker's request has been on the wire longer than
+:data:`STUCK_AFTER`, or a retry is under way, and after :data:`PUSHBACK_WAIT` seconds without
+enough progress nobody waits for :data:`PUSHBACK_PAUSE` seconds. Then the bound on memory does
+its job (the oldest logs are evicted, counted as ``queue_full``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from eventlog_handler.delivery._buffer import Entry, EventBuffer
+from eventlog_handler.delivery._ledger import Ledger
+from eventlog_handler.settings import Settings
+
+#: The longest a logging thread waits for the worker in one call (the worker is busy with
+#: the interpreter all along: building, encoding, or a request that is being answered).
+PUSHBACK_WAIT = 1.0
+#: A request on the wire longer than this means the worker is waiting on the network.
+STUCK_AFTER = 0.5
+#: After a wait that brought no progress, nobody waits for this long.
+PUSHBACK_PAUSE = 1.0
+
+#: ``Intake.wake_at`` while the worker is busy (it looks at the buffer before it sleeps again).
+BUSY = -math.inf
+
+
+class Intake:
+    """The buffer and the caller's path into it (one per engine and process)."""
+
+    def __init__(self, settings: Settings, ledger: Ledger) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.buffer = EventBuffer(settings.queue_size)
+        #: When the sleeping worker wakes by itself (``inf``: only when woken; ``BUSY``).
+        self.wake_at = BUSY
+        #: Set by the engine: start the worker (the lock is held); ``False`` if it can't.
+        self.start_worker: Callable[[], bool] = lambda: False
+        self.worker_running = False
+        #: No more sending or counting: events captured now are dropped (``shutdown``).
+        self.finished = False
+        #: The service is failing (a backoff is under way): nobody waits for the worker.
+        self.retrying = False
+        #: Monotonic time the worker's current request went on the wire, or ``None``.
+        self.posting_since: float | None = None
+        self.high_water = max(settings.batch_size, settings.queue_size * 3 // 4)
+        self.low_water = max(0, self.high_water - settings.batch_size)
+        self.waiting = 0  # logging threads waiting for the worker
+        self._pushback_off_until = 0.0
+        self._error_delay = settings.error_delay
+        self._log_delay = settings.flush_interval
+        self._batch = settings.batch_size
+        self._eager = settings.spool_all  # every event goes to disk at once
+
+    def put(self, entry: Entry) -> bool:
+        """Queue ``entry`` (its ``enqueued`` time set). ``False`` when it was dropped at once."""
+        ledger = self.ledger
+        buffer = self.buffer
+        errors, logs = buffer.errors, buffer.logs
+        is_error = entry.is_error
+        with ledger.lock:
+            ledger.captured += 1
+            if self.finished:
+                ledger.dropped["shutdown"] += 1
+                return False
+            size = len(errors) + len(logs)
+            evicted = None
+            if size < buffer.capacity:
+                (errors if is_error else logs).append(entry)
+                size += 1
+            else:
+                evicted = buffer.put(entry, is_error)
+                ledger.dropped["queue_full"] += 1
+            wake_at = self.wake_at
+            if wake_at != BUSY:
+                due = entry.enqueued + (self._error_delay if is_error else self._log_delay)
+                if due < wake_at or size >= self._batch or self._eager:
+                    self.wake_at = BUSY
+                    ledger.changed.notify_all()
+            if not self.worker_running:
+                self.start_worker()
+            pushback = size > self.high_water and not self.retrying
+        if pushback:
+            self._wait_for_worker()
+        return evicted is not entry
+
+    def _wait_for_worker(self) -> None:
+        """Let the worker take a batch before this thread logs more (see the module docstring)."""
+        ledger = self.ledger
+        with ledger.lock:
+            start = time.monotonic()
+            if start < self._pushback_off_until or not self.worker_running:
+                return
+            self.waiting += 1
+            try:
+                if self.wake_at != BUSY:
+                    self.wake_at = BUSY
+                    ledger.changed.notify_all()
+                while len(self.buffer) > self.low_water and not self.finished:
+                    now = time.monotonic()
+                    since = self.posting_since
+                    if self.retrying or (since is not None and now - since > STUCK_AFTER):
+                        return  # the worker waits for the network: so does nobody else
+                    if now - start > PUSHBACK_WAIT:
+                        self._pushback_off_until = now + PUSHBACK_PAUSE
+                        return
+                    ledger.changed.wait(0.05)
+            finally:
+                self.waiting -= 1
+
+    def taken(self) -> None:
+        """The worker took entries (the lock is held): release logging threads waiting."""
+        if self.waiting and len(self.buffer) <= self.low_water:
+            self.ledger.changed.notify_all()
+
+    def give_back(self, entries: list[Entry]) -> None:
+        """Return in-flight entries to the front of the buffer (the lock is held); what no
+        longer fits is dropped (``queue_full``)."""
+        buffer = self.buffer
+        kept = 0
+        for entry in reversed(entries):
+            if len(buffer) >= buffer.capacity:
+                break
+            (buffer.errors if entry.is_error else buffer.logs).appendleft(entry)
+            kept += 1
+        ledger = self.ledger
+        ledger.in_flight = max(0, ledger.in_flight - len(entries))
+        ledger.dropped["queue_full"] += len(entries) - kept

@@ -1,0 +1,183 @@
+"""On the worker, between the queue and the wire: what happens to each taken entry.
+
+In order:
+
+1. :func:`~eventlog_handler.delivery._finish.finish` builds the wire event;
+2. ``@version`` is added (``Settings.version``, ``EVENTLOG_VERSION`` or the version of the
+   distribution that owns ``__main__``);
+3. ``before_send(event, hint)``, when set, may change the event or drop it (``None``: counted as
+   ``dropped["filtered"]``); when it raises, the event goes on unchanged and the failure is
+   counted (``hook_errors``) and said once on stderr;
+4. the :class:`~eventlog_handler.wire._scrub.Scrubber` masks secrets in every string (URL
+   credentials, secret query values, the API key) and the values of excluded keys, with the
+   service's ``@@DataExclusions`` added;
+5. the :class:`~eventlog_handler.delivery._rollup.Rollup` holds back duplicates, to be sent once with a
+   ``count``.
+
+Events held by the roll-up stay ``in_flight`` until the event that carries their count has an
+outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from eventlog_handler.delivery._buffer import Entry
+from eventlog_handler.delivery._courtesy import Courtesy
+from eventlog_handler.delivery._delivery import engine_say
+from eventlog_handler.delivery._finish import finish, finish_batch
+from eventlog_handler.delivery._rollup import Rollup
+from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
+from eventlog_handler.wire._levels import level_name
+from eventlog_handler.wire._scrub import Scrubber
+
+if TYPE_CHECKING:
+    from eventlog_handler.delivery._engine import Engine
+
+Batch = tuple[list[dict[str, Any]], list[float], "list[int] | None"]
+
+
+class Pipeline:
+    """Finish, version, ``before_send``, scrub, roll-up (see the module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.settings = engine.settings
+        self.ledger = engine.ledger
+        self.rollup = Rollup(engine.settings.rollup_window)
+        self._version: str | bool | None = False  # False: not looked up yet
+        self._scrubber: Scrubber | None = None
+        self._scrubber_for: tuple[str, ...] | None = None
+        self._hook_said = False
+
+    @property
+    def version(self) -> str | None:
+        if self._version is False:
+            version = self.settings.version
+            if version is None:
+                from eventlog_handler.wire._appversion import detect_version
+
+                version = detect_version()
+            self._version = version
+        return self._version  # type: ignore[return-value]
+
+    def scrubber(self) -> Scrubber:
+        """The scrubber for the local exclusions plus the service's current ones."""
+        extra = self.engine.server.data_exclusions
+        if self._scrubber is None or self._scrubber_for != extra:
+            settings = self.settings
+            self._scrubber = Scrubber((settings.api_key,), (*settings.data_exclusions, *extra))
+            self._scrubber_for = extra
+        return self._scrubber
+
+    def run(self, entries: list[Entry], rollup: bool = True) -> Batch:
+        """The events to send for ``entries`` (taken, in flight), plus roll-ups now due.
+
+        ``rollup=False`` (the exit path, on a thread that is not the worker) leaves the roll-up
+        alone: every event is returned."""
+        events: list[dict[str, Any]] = []
+        created: list[float] = []
+        version = self.version
+        hook = self.settings.before_send
+        scrub = self.scrubber().flat_event
+        roll = self.rollup if rollup else None
+        now = time.monotonic()
+        filtered = failed = held = 0
+        built: list[dict[str, Any] | None]
+        try:
+            built = list(finish_batch(entries))
+        except Exception as exc:  # a bug must not lose the batch: build them one by one
+            self.ledger.last_error = f"building events: {type(exc).__name__}: {safe_str(exc)}"
+            built = []
+            for entry in entries:
+                try:
+                    built.append(finish(entry))
+                except Exception:
+                    built.append(None)
+        courtesy = Courtesy(lambda: self.ledger.captured)
+        for entry, event in zip(entries, built, strict=True):
+            courtesy()  # a long batch (errors cost more): logging threads don't wait for it
+            if event is None:
+                failed += 1
+                continue
+            if version is not None:
+                data = event.get("data")
+                if data is None:
+                    event["data"] = {"@version": version}
+                elif type(data) is dict:
+                    data["@version"] = version
+            if hook is not None:
+                changed = self._before_send(hook, event, entry)
+                if changed is None:
+                    filtered += 1
+                    continue
+                event = changed
+            try:
+                event = scrub(event)
+            except Exception as exc:  # pragma: no cover - the scrubber never raises
+                self.ledger.last_error = f"scrubbing: {type(exc).__name__}: {safe_str(exc)}"
+            if roll is not None and not roll.admit(event, now):
+                held += 1
+                continue
+            events.append(event)
+            created.append(entry.created)
+        weights: list[int] | None = None
+        carriers = roll.take_due(now) if roll is not None else []
+        if carriers:
+            weights = [1] * len(events)
+            for event, count in carriers:
+                events.append(event)
+                created.append(time.time())
+                weights.append(count)
+        if filtered or failed or held:
+            with self.ledger.lock:
+                self.ledger.rolled_up += held
+            if filtered:
+                self.ledger.settle(filtered, "filtered")
+            if failed:
+                self.ledger.settle(failed, "rejected")
+        return events, created, weights
+
+    def pending_rollups(self, everything: bool) -> Batch:
+        """Roll-ups to send now: those due, or (``everything``: flush and exit) all of them."""
+        now = time.monotonic()
+        carriers = self.rollup.take_all() if everything else self.rollup.take_due(now)
+        stamp = time.time()
+        return (
+            [event for event, _ in carriers],
+            [stamp] * len(carriers),
+            [count for _, count in carriers],
+        )
+
+    def _before_send(self, hook: Any, event: dict[str, Any], entry: Entry) -> Any:
+        hint = {
+            "exception": entry.exc,
+            "level": level_name(entry.levelno),
+            "source": entry.source,
+        }
+        try:
+            result = hook(event, hint)
+        except Exception as exc:
+            with self.ledger.lock:
+                self.ledger.hook_errors += 1
+            self._say_hook(f"raised {type(exc).__name__}: {safe_str(exc)}")
+            return event
+        if result is None:
+            return None
+        if not isinstance(result, dict):
+            with self.ledger.lock:
+                self.ledger.hook_errors += 1
+            self._say_hook(f"returned {type(result).__name__}, not a dict or None")
+            return event
+        safe = to_jsonable(result, max_string=1_000_000)  # whatever the hook added: valid JSON
+        return safe if isinstance(safe, dict) else event
+
+    def _say_hook(self, what: str) -> None:
+        if self._hook_said:
+            return
+        self._hook_said = True
+        engine_say(
+            f"eventlog_handler: before_send {what}; the event was sent unchanged "
+            f"(counted in stats()['hook_errors'], said once)."
+        )

@@ -1,0 +1,152 @@
+"""The project's settings from the service, as the official clients apply them.
+
+``GET /api/v2/projects/config?v=N`` answers ``{"version": int, "settings": {str: str}}``.
+Three kinds of setting change what is sent:
+
+- ``@@log:<source pattern>``: the lowest level sent for log events of a source (``Trace``,
+  ``Debug``, ``Info``, ``Warn``, ``Error``, ``Fatal``; ``Off`` or ``false`` sends none). The
+  exact source wins, then the most specific pattern (longest first, then alphabetical), where
+  ``*`` at the start or end of a pattern matches anything. Where no ``@@log:*`` setting matches,
+  the handler's own level stands (the official clients fall back to ``Warn`` there).
+- ``@@error:<type pattern>``: ``false``/``off`` drops errors of a matching exception type (the
+  qualified name, ``myapp.PaymentError``, or the class name alone, ``PaymentError``; the type of
+  any exception in the chain counts).
+- ``@@DataExclusions``: comma-separated key patterns added to the local data exclusions.
+
+A :class:`ServerSettings` is immutable; the engine swaps in a new one when the service has a new
+version, so the caller's thread reads it without a lock. Its answers are cached per source and
+per type name, so a record that the service filters out costs a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from eventlog_handler.wire._levels import NUMBERS
+
+#: The level number that sends nothing (``Off``).
+OFF = 1 << 30
+
+_FALSE = frozenset({"false", "off", "no", "0", "none"})
+_CACHE_LIMIT = 10_000
+
+
+def _matches(pattern: str, name: str) -> bool:
+    """The official clients' rule: ``*`` at the start and/or end; case-insensitive."""
+    pattern = pattern.lower()
+    name = name.lower()
+    if pattern == "*":
+        return True
+    starts, ends = pattern.startswith("*"), pattern.endswith("*")
+    core = pattern.strip("*")
+    if starts and ends:
+        return core in name
+    if ends:
+        return name.startswith(core)
+    if starts:
+        return name.endswith(core)
+    if "*" in core or "?" in core:
+        return fnmatch.fnmatchcase(name, pattern)
+    return name == core
+
+
+def _by_specificity(patterns: Iterable[str]) -> list[str]:
+    return sorted(patterns, key=lambda item: (-len(item), item))
+
+
+class ServerSettings:
+    """One version of the project's settings (see the module docstring)."""
+
+    def __init__(self, version: int = -1, settings: Mapping[str, Any] | None = None) -> None:
+        self.version = version
+        self.settings: dict[str, str] = {
+            str(key): str(value) for key, value in (settings or {}).items() if key is not None
+        }
+        log_levels: dict[str, int] = {}
+        error_off: list[str] = []
+        exclusions: list[str] = []
+        for key, value in self.settings.items():
+            lowered = key.lower()
+            if lowered.startswith("@@log:"):
+                level = _level(value)
+                if level is not None:
+                    log_levels[key[len("@@log:") :]] = level
+            elif lowered.startswith("@@error:") and value.strip().lower() in _FALSE:
+                error_off.append(key[len("@@error:") :])
+            elif lowered == "@@dataexclusions":
+                exclusions.extend(part.strip() for part in value.split(",") if part.strip())
+        self._exact = {source.lower(): level for source, level in log_levels.items()}
+        self._log_patterns = [
+            (pattern, log_levels[pattern])
+            for pattern in _by_specificity(log_levels)
+            if "*" in pattern or "?" in pattern
+        ]
+        self._error_patterns = _by_specificity(error_off)
+        #: Key patterns to add to the local data exclusions.
+        self.data_exclusions: tuple[str, ...] = tuple(exclusions)
+        #: Whether any ``@@log:*`` setting exists (the caller skips the lookup when not).
+        self.has_log_levels = bool(log_levels)
+        self.has_error_rules = bool(error_off)
+        self._levels: dict[str | None, int | None] = {}
+        self._errors: dict[tuple[str, ...], bool] = {}
+
+    def __repr__(self) -> str:
+        return f"<ServerSettings v{self.version} {len(self.settings)} settings>"
+
+    def log_level(self, source: str | None) -> int | None:
+        """The lowest level sent for ``source``, or ``None`` when the service says nothing."""
+        found = self._levels.get(source, -1)
+        if found != -1:
+            return found
+        name = source or ""
+        level = self._exact.get(name.lower())
+        if level is None:
+            for pattern, candidate in self._log_patterns:
+                if _matches(pattern, name):
+                    level = candidate
+                    break
+        if len(self._levels) < _CACHE_LIMIT:
+            self._levels[source] = level
+        return level
+
+    def drops_error(self, type_names: tuple[str, ...]) -> bool:
+        """Whether an error whose chain has these exception type names is turned off."""
+        if not self._error_patterns:
+            return False
+        found = self._errors.get(type_names)
+        if found is not None:
+            return found
+        names = [*type_names, *(name.rpartition(".")[2] for name in type_names)]
+        dropped = any(_matches(pattern, name) for pattern in self._error_patterns for name in names)
+        if len(self._errors) < _CACHE_LIMIT:
+            self._errors[type_names] = dropped
+        return dropped
+
+
+def _level(value: str) -> int | None:
+    text = value.strip().lower()
+    if text in _FALSE:
+        return OFF
+    if text in ("true", "on", "yes"):
+        return None
+    return NUMBERS.get(text)
+
+
+def error_type_names(event: Mapping[str, Any]) -> tuple[str, ...]:
+    """The exception type names of an error event's ``@simple_error`` chain."""
+    names: list[str] = []
+    error = event.get("@simple_error")
+    depth = 0
+    while isinstance(error, Mapping) and depth < 10:
+        name = error.get("type")
+        if isinstance(name, str):
+            names.append(name)
+        error = error.get("inner")
+        depth += 1
+    return tuple(names)
+
+
+#: Before anything was fetched: the service says nothing.
+EMPTY = ServerSettings()

@@ -1,0 +1,323 @@
+"""The engine's traffic with the durable spool (:mod:`eventlog_handler.delivery._spool`).
+
+Events go to disk when they can't be delivered promptly: while the service is failing (a
+backoff is under way), when the memory buffer is half full, at exit, and always first with
+``spool_all``. From disk they are sent oldest first when they are due; files of processes that
+ended are claimed and replayed.
+
+The disk may fail too, and memory stays bounded whatever it does:
+
+- **Full.** What fits is written and kept; what does not stays in memory, in flight (said once
+  on stderr), and for :data:`FULL_BACKOFF` seconds nothing more is sent to disk: events wait in
+  the bounded memory buffer, where the oldest logs are evicted as ``queue_full`` when it fills.
+  (``spool_full`` counts what the ``spool_max_bytes`` bound evicts, and unreadable files.)
+- **Corrupt.** A file that can't be read is moved into ``quarantine/`` by the spool layer; its
+  events are counted as dropped (``spool_full``) and stderr says so once per file.
+
+Only the worker (or, at exit, the exiting thread) runs this code.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eventlog_handler.delivery._batches import Part
+from eventlog_handler.delivery._delivery import EXPIRY_MARGIN_SECONDS, engine_say
+from eventlog_handler.delivery._spool import Spool, SpoolCorrupt, SpoolFile
+from eventlog_handler.wire._events import MAX_AGE_SECONDS, fit
+from eventlog_handler.wire._jsonsafe import safe_str
+
+if TYPE_CHECKING:
+    from eventlog_handler.delivery._engine import Engine
+
+#: Disk bytes a spooled event takes per byte of its JSON (row, page and journal overhead).
+SPOOL_OVERHEAD = 1.4
+#: Seconds without writes to the spool after it was found full.
+FULL_BACKOFF = 10.0
+
+_Row = tuple[float, bool, bytes, int]  # created, is_error, JSON, weight
+
+
+def is_serious(event: dict[str, Any]) -> bool:
+    """Errors, and logs at ``Error``/``Fatal``: kept longest when room runs out."""
+    return event.get("type") == "error" or event.get("@level") in ("Error", "Fatal")
+
+
+class SpoolTraffic:
+    """Spill, bound and replay for one engine (see the module docstring)."""
+
+    def __init__(self, engine: Engine, spool: Spool) -> None:
+        self.engine = engine
+        self.spool = spool
+        self.settings = engine.settings
+        self.ledger = engine.ledger
+        self.orphans: list[SpoolFile] = []
+        self.next_scan = 0.0
+        #: When this process's own rows are next due for sending.
+        self.due = math.inf
+        self._full_until = 0.0
+        self._full_said = False
+
+    def is_own(self, file: SpoolFile) -> bool:
+        return file is self.spool.own_file
+
+    def accepting(self) -> bool:
+        """Whether events may go to disk now (not while the disk is known to be full)."""
+        return time.monotonic() >= self._full_until
+
+    def should_spill(self) -> bool:
+        """Whether in-memory events go to disk now rather than to the service."""
+        if not self.accepting():
+            return False
+        engine = self.engine
+        return (
+            self.settings.spool_all
+            or engine.intake.retrying
+            or len(engine.intake.buffer) > self.settings.queue_size // 2
+        )
+
+    def due_at(self, now: float) -> float:
+        """When the spool next has work: replaying other files, or sending our own rows."""
+        due = self.next_scan
+        engine = self.engine
+        if self.orphans and not engine.intake.retrying:
+            due = now
+        if self.ledger.spooled:
+            due = min(due, now if (engine.flushing or engine.closing) else self.due)
+        return due
+
+    # -- sending from disk --------------------------------------------------------------------
+
+    def work(self) -> None:
+        """Look for files of ended processes now and then; send spooled events when due."""
+        now = time.monotonic()
+        if now >= self.next_scan:
+            self.next_scan = now + self.settings.spool_scan_interval
+            try:
+                self.orphans.extend(self.spool.claim_orphans())
+            except (OSError, sqlite3.Error) as exc:
+                self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+        self._say_quarantined()
+        for orphan in list(self.orphans):
+            if not self.send_file(orphan):
+                return
+            orphan.close()
+            self.orphans.remove(orphan)
+        own = self.spool.own_file
+        due = own is not None and self.ledger.spooled and self.due_at(now) <= now
+        if due and own is not None and self.send_file(own):
+            with self.ledger.lock:
+                self.due = math.inf
+
+    def send_file(self, file: SpoolFile) -> bool:
+        """Send a spool file's events, oldest first; ``False`` if the service failed."""
+        delivery = self.engine.delivery
+        oldest_allowed = time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS
+        while file.count > 0 and not self.engine.intake.finished:
+            try:
+                rows = file.oldest(self.settings.batch_size, self.settings.max_raw_batch_bytes)
+            except SpoolCorrupt:
+                self._lost(file)
+                return True
+            except sqlite3.Error as exc:
+                self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+                return False
+            if not rows:
+                return True
+            expired = [row for row in rows if row.created < oldest_allowed]
+            if expired:
+                delivery.settle_part(Part.from_rows(file, expired), "expired")
+            fresh = [row for row in rows if row.created >= oldest_allowed]
+            if not fresh:
+                continue
+            file.reserved.update(row.id for row in fresh)
+            try:
+                sent = delivery.deliver(deque([Part.from_rows(file, fresh)]))
+            finally:
+                file.reserved.difference_update(row.id for row in fresh)
+                self._lost(file)
+            if not sent:
+                with self.ledger.lock:
+                    self.due = time.monotonic()
+                return False
+        return True
+
+    def _lost(self, file: SpoolFile) -> None:
+        """Count the rows a file lost when it was found corrupt (the spool moved it aside)."""
+        rows = file.take_lost()
+        if rows:
+            with self.ledger.lock:
+                if self.is_own(file):
+                    self.ledger.spooled = max(0, self.ledger.spooled - rows)
+                    self.ledger.dropped["spool_full"] += rows
+                else:
+                    self.ledger.replayed["dropped"] += rows
+        if file.quarantined is not None and file in self.orphans:
+            self.orphans.remove(file)
+        self._say_quarantined()
+
+    def _say_quarantined(self) -> None:
+        for path in self.spool.take_quarantined():
+            engine_say(
+                f"eventlog_handler: the spool file {Path(path).name} could not be read and was "
+                f"moved to {path}; its events are lost."
+            )
+
+    # -- writing to disk ----------------------------------------------------------------------
+
+    def spill_events(
+        self, events: list[dict[str, Any]], created: list[float], weights: list[int] | None
+    ) -> bool:
+        """Move finished in-flight events from memory to this process's spool file; what the
+        disk has no room for is delivered from memory, like any batch. ``False``: the spool
+        can't be used now (nothing was done)."""
+        if not self.accepting():
+            return False
+        fitted = [fit(event) for event in events]
+        part = Part(
+            [pair[0] for pair in fitted],
+            [pair[1] for pair in fitted],
+            list(created),
+            weights=weights,
+        )
+        parts = deque([part])
+        if not self.spill_parts(parts) and parts:  # the disk is full (or failing)
+            self.engine.delivery.send_parts(parts)
+        return True
+
+    def spill_parts(self, parts: deque[Part]) -> bool:
+        """Write in-memory parts to the spool; they stop being in flight and become spooled.
+        ``False`` when the spool can't take them all now: what it could not take is left in
+        ``parts`` (the parts as they were, or one part of what a full disk had no room for)."""
+        if not self.accepting():
+            return False
+        rows: list[_Row] = []
+        has_error = False
+        for part in parts:
+            bodies = part.per_event()
+            for index, body in enumerate(bodies):
+                serious = is_serious(part.events[index]) if part.events else False
+                has_error = has_error or serious
+                weight = part.weights[index] if part.weights is not None else 1
+                rows.append((part.created[index], serious, body, weight))
+        total = sum(row[3] for row in rows)
+        try:
+            own = self.spool.own()
+            rows = self._bound(rows)  # what it drops is settled as spool_full
+            written = own.append((row[0], row[1], row[2]) for row in rows)
+        except (OSError, sqlite3.Error) as exc:
+            self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+            self._full_until = time.monotonic() + FULL_BACKOFF
+            return False
+        parts.clear()
+        left = rows[written:]
+        if left:  # no room on the disk: these stay in memory, in flight
+            parts.append(
+                Part(
+                    [],
+                    [row[2] for row in left],
+                    [row[0] for row in left],
+                    weights=[row[3] for row in left],
+                )
+            )
+        stored = sum(row[3] for row in rows[:written])
+        unwritten = sum(row[3] for row in left)
+        now = time.monotonic()
+        ledger = self.ledger
+        with ledger.lock:
+            ledger.in_flight = max(0, ledger.in_flight - (total - unwritten))
+            ledger.spooled += stored
+            delay = self.settings.error_delay if has_error else self.settings.flush_interval
+            if stored:
+                self.due = min(self.due, now + delay)
+            ledger.changed.notify_all()
+        self._lost(own)
+        if own.full or left:
+            self._disk_full(own, unwritten)
+        else:
+            self._full_said = False
+            try:
+                self._bound_disk(own)
+            except (OSError, sqlite3.Error) as exc:
+                ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+        return not left
+
+    def _disk_full(self, own: SpoolFile, unwritten: int) -> None:
+        self._full_until = time.monotonic() + FULL_BACKOFF
+        reason = own.full_error or "no space left"
+        self.ledger.last_error = f"spool full: {reason}"
+        if not self._full_said:
+            self._full_said = True
+            engine_say(
+                f"eventlog_handler: the spool {self.spool.directory} is out of disk space "
+                f"({reason}): what was written is kept; {unwritten} event(s) could not be "
+                f"written and wait in memory, with the events that follow until there is room "
+                f"(up to {self.settings.queue_size}; past that the oldest logs are dropped as "
+                f"queue_full)."
+            )
+
+    def _bound(self, rows: list[_Row]) -> list[_Row]:
+        """Make room for ``rows`` within ``spool_max_bytes`` for the whole directory, and drop
+        rows past the 3-day window. Logs go first, the oldest first (those on disk, then the
+        incoming ones); errors only when there is no log left. Returns the rows to write; the
+        ones it drops are settled here (``spool_full``)."""
+        own = self.spool.own()
+        limit = self.settings.spool_max_bytes
+        dropped = 0
+        try:
+            expired = own.expire(time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS)
+            others = max(0, self.spool.disk_bytes() - own.disk_bytes())
+            budget = int((limit - others) / SPOOL_OVERHEAD)  # bytes of JSON that fit
+            incoming = sum(len(row[2]) for row in rows)
+            evicted = (0, 0)
+            if own.bytes + incoming > budget:
+                logs_first = sorted(rows, key=lambda row: row[1])  # incoming logs, then errors
+                room = budget - own.bytes
+                if room < incoming:  # first, old logs on disk
+                    evicted = own.evict_oldest(max(0, budget - incoming), errors=False)
+                    room = budget - own.bytes
+                while logs_first and incoming > room and not logs_first[0][1]:
+                    row = logs_first.pop(0)  # then the oldest incoming logs
+                    incoming -= len(row[2])
+                    dropped += row[3]
+                if incoming > room:  # nothing but errors left: the oldest go
+                    more = own.evict_oldest(max(0, budget - incoming), errors=True)
+                    evicted = (evicted[0] + more[0], evicted[1] + more[1])
+                kept = set(map(id, logs_first))
+                rows = [row for row in rows if id(row) in kept]
+        except (OSError, sqlite3.Error) as exc:
+            self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+            return rows
+        with self.ledger.lock:
+            self.ledger.spooled = max(0, self.ledger.spooled - expired - sum(evicted))
+            self.ledger.dropped["expired"] += expired
+            self.ledger.dropped["spool_full"] += sum(evicted) + dropped
+        return rows
+
+    def _bound_disk(self, own: SpoolFile) -> None:
+        """After a write: if the files really take more than the bound, evict old logs in
+        proportion and give the space back to the file system."""
+        limit = self.settings.spool_max_bytes
+        total = self.spool.disk_bytes()
+        if total <= limit:
+            return
+        others = total - own.disk_bytes()
+        share = max(0.0, (limit - others) / max(1, total - others))
+        evicted = own.evict_oldest(int(own.bytes * share * 0.85))
+        own.compact()
+        with self.ledger.lock:
+            self.ledger.spooled = max(0, self.ledger.spooled - sum(evicted))
+            self.ledger.dropped["spool_full"] += sum(evicted)
+
+    # -- exit ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for orphan in self.orphans:
+            orphan.close()
+        self.orphans = []
+        self.spool.close()

@@ -1,0 +1,170 @@
+"""The delivery worker: a daemon thread that waits until something is due, takes it and sends it.
+
+What is due, earliest first:
+
+- the service's settings, once at start and whenever an answer says there is a newer version;
+- a batch from memory: a whole batch is ready, an error has waited ``error_delay``, a log has
+  waited ``flush_interval``, or someone flushes or the program exits;
+- a roll-up whose window ended (:mod:`eventlog_handler.delivery._rollup`);
+- spool work: rows of this process due for sending, files of ended processes to replay.
+
+When nothing is due the worker sleeps on the engine's condition with no timeout at all (it
+costs nothing while the program is idle), and the logging thread wakes it when the event it
+adds is due before the worker would wake by itself (:mod:`eventlog_handler.delivery._intake`). A taken
+batch goes through the :class:`~eventlog_handler.delivery._pipeline.Pipeline`, then to disk (when the
+spool should take it) or to :class:`~eventlog_handler.delivery._delivery.Delivery`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from eventlog_handler.delivery._buffer import Entry
+from eventlog_handler.delivery._delivery import engine_say
+from eventlog_handler.delivery._intake import BUSY
+from eventlog_handler.wire._jsonsafe import safe_str
+
+if TYPE_CHECKING:
+    from eventlog_handler.delivery._engine import Engine
+
+#: Threads that send (workers, or an exiting thread draining the buffer): what they log is
+#: never captured, so the HTTP library's own logs can't feed back into the engine.
+SENDER_THREADS: set[int] = set()
+
+
+def is_sender_thread() -> bool:
+    """Whether the calling thread is sending events for some engine."""
+    return threading.get_ident() in SENDER_THREADS
+
+
+class Worker:
+    """The worker thread of one engine in one process (see the module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.thread: threading.Thread | None = None
+        self.ident: int | None = None
+        #: Set by ``close()``: the worker ends once nothing is pending.
+        self.stop = False
+
+    def start(self) -> bool:
+        """Start the thread (the lock is held). ``False`` when threads can't start any more."""
+        engine = self.engine
+        if engine.intake.finished:
+            return False
+        thread = threading.Thread(target=self._run, name="eventlog-handler-worker", daemon=True)
+        self.stop = False
+        try:
+            thread.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            self.thread = None
+            engine.intake.worker_running = False
+            return False
+        self.thread = thread
+        engine.intake.worker_running = True
+        return True
+
+    def is_current(self) -> bool:
+        return self.thread is not None and self.ident == threading.get_ident()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        engine = self.engine
+        ident = threading.get_ident()
+        self.ident = ident
+        SENDER_THREADS.add(ident)
+        try:
+            while True:
+                engine.refresh_server_settings()
+                if engine.spooling is not None:
+                    engine.spooling.work()
+                batch = self._next()
+                if batch is None:
+                    return
+                self._process(batch)
+        except BaseException as exc:  # pragma: no cover - the worker must not die silently
+            engine.ledger.last_error = f"worker failed: {type(exc).__name__}: {safe_str(exc)}"
+            engine_say(f"eventlog_handler: the delivery worker stopped: {engine.ledger.last_error}")
+        finally:
+            SENDER_THREADS.discard(ident)
+            with engine.ledger.lock:
+                if self.thread is not None and self.thread.ident == ident:
+                    self.thread = None
+                    engine.intake.worker_running = False
+                engine.ledger.changed.notify_all()
+
+    def _next(self) -> list[Entry] | None:
+        """Wait until a batch (or other work) is due and take it; ``None`` to stop.
+
+        An empty list means: nothing from memory, but other work is due.
+        """
+        engine = self.engine
+        intake, ledger = engine.intake, engine.ledger
+        rollup = engine.pipeline.rollup
+        with ledger.lock:
+            try:
+                while True:
+                    if intake.finished or not engine.same_process():
+                        return None
+                    now = time.monotonic()
+                    if engine.config_wanted:
+                        return []
+                    other = rollup.due()
+                    if engine.spooling is not None:
+                        other = min(other, engine.spooling.due_at(now))
+                    if rollup.held and (engine.flushing or engine.closing):
+                        other = now
+                    buffer = intake.buffer
+                    if not buffer:
+                        if other <= now:
+                            return []
+                        ledger.changed.notify_all()  # idle: wake flush() waiters
+                        if self.stop and not ledger.spooled and not rollup.held:
+                            self.thread = None
+                            intake.worker_running = False
+                            return None
+                        self._sleep(other, now)
+                        continue
+                    due = engine.buffer_due(now)
+                    if due <= now:
+                        batch = buffer.take(engine.settings.batch_size)
+                        ledger.in_flight += len(batch)
+                        intake.taken()
+                        return batch
+                    if other <= now:
+                        return []
+                    self._sleep(min(due, other), now)
+            finally:
+                intake.wake_at = BUSY
+
+    def _sleep(self, until: float, now: float) -> None:
+        """Wait on the condition until ``until`` (``inf``: until woken); the lock is held."""
+        intake = self.engine.intake
+        intake.wake_at = until
+        self.engine.ledger.changed.wait(None if until == math.inf else max(0.0, until - now))
+        intake.wake_at = BUSY
+
+    def _process(self, batch: list[Entry]) -> None:
+        engine = self.engine
+        pipeline = engine.pipeline
+        events, created, weights = pipeline.run(batch) if batch else ([], [], None)
+        if not batch:  # woken for other work: roll-ups due, or all of them to flush or exit
+            more, when, counts = pipeline.pending_rollups(bool(engine.flushing or engine.closing))
+            if more:
+                weights = (weights or [1] * len(events)) + (counts or [])
+                events = events + more
+                created = created + when
+        if not events:
+            return
+        spooling = engine.spooling
+        if (
+            spooling is not None
+            and spooling.should_spill()
+            and spooling.spill_events(events, created, weights)
+        ):
+            return
+        engine.delivery.send_events(events, created, weights)

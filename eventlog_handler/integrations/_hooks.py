@@ -1,0 +1,291 @@
+"""Uncaught exceptions as error events: ``sys.excepthook``, ``threading.excepthook``,
+``sys.unraisablehook`` and asyncio's exception handler.
+
+:func:`install_hooks` wraps all four. When an exception goes uncaught, the wrapper queues
+an error event and waits briefly (``min(shutdown_timeout, 2)`` seconds at most) until the
+service has it, because the process, or the thread, is about to end. Then it calls the hook
+that was there before, so the traceback is still printed and the exit status is unchanged.
+
+- Main thread: ``@level`` ``Fatal``, ``data["@submission_method"]`` ``unhandled_exception``.
+- Other threads: ``@level`` ``Error``, ``data["@submission_method"]``
+  ``unhandled_thread_exception``, ``@environment`` naming the thread.
+- Exceptions Python can't raise anywhere (in ``__del__``, a weakref callback, a generator
+  closed by the garbage collector: ``sys.unraisablehook``): ``@level`` ``Error``,
+  ``unraisable_exception``, with what Python says about them in ``data["@unraisable"]``. They
+  are queued, not waited for: the program goes on.
+- Exceptions of asyncio tasks and callbacks that nobody retrieved (the event loop's exception
+  handler, also one set with ``loop.set_exception_handler``): ``@level`` ``Error``,
+  ``unhandled_async_exception``, with the loop's message and the task in ``data["@asyncio"]``;
+  queued, not waited for.
+- ``KeyboardInterrupt`` (and ``SystemExit`` in a thread) is not reported, only passed on.
+- An exception that was already sent (for instance by ``logger.exception`` before it was
+  re-raised) is not sent again.
+- In an interactive session (``python -i``, the REPL, IPython) the hooks are not installed
+  unless ``force=True``: an exception typed at the prompt is not a crash.
+
+:meth:`ExceptionHooks.uninstall` puts back the previous hook only where ours is still the one
+installed; where another library wrapped ours since, ours stays in the chain but does nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from eventlog_handler.capture._records import build_event, exception_filtered, was_reported
+from eventlog_handler.delivery._engine import get_engine, is_sender_thread
+from eventlog_handler.settings import Settings
+from eventlog_handler.wire._jsonsafe import safe_repr
+
+#: The longest an uncaught exception waits for its event to be delivered.
+MAX_HOOK_FLUSH = 2.0
+
+_SysHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
+_ThreadHook = Callable[[Any], Any]
+
+
+def is_interactive() -> bool:
+    """Whether Python runs an interactive session (a prompt, ``-i``)."""
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive)
+
+
+class ExceptionHooks:
+    """The pair of wrapped hooks of one configuration (see the module docstring)."""
+
+    def __init__(self, settings: Settings, *, source: str | None = None) -> None:
+        self.settings = settings
+        self.source = source
+        self.active = False
+        self._previous_sys: _SysHook | None = None
+        self._previous_thread: _ThreadHook | None = None
+        self._sys_hook: _SysHook | None = None
+        self._thread_hook: _ThreadHook | None = None
+        self._previous_unraisable: _ThreadHook | None = None
+        self._unraisable_hook: _ThreadHook | None = None
+
+    @property
+    def flush_timeout(self) -> float:
+        return min(self.settings.shutdown_timeout, MAX_HOOK_FLUSH)
+
+    def install(self) -> None:
+        """Wrap the current ``sys.excepthook`` and ``threading.excepthook``."""
+        if self.active:
+            return
+        previous_sys: _SysHook = sys.excepthook
+        previous_thread: _ThreadHook = threading.excepthook
+
+        def sys_hook(
+            exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+        ) -> Any:
+            self._on_main(exc_type, exc, tb)
+            return previous_sys(exc_type, exc, tb)
+
+        def thread_hook(args: Any) -> Any:
+            self._on_thread(args)
+            return previous_thread(args)
+
+        previous_unraisable: _ThreadHook = sys.unraisablehook
+
+        def unraisable_hook(args: Any) -> Any:
+            self._on_unraisable(args)
+            return previous_unraisable(args)
+
+        sys_hook.__eventlog_hooks__ = self  # type: ignore[attr-defined]
+        thread_hook.__eventlog_hooks__ = self  # type: ignore[attr-defined]
+        unraisable_hook.__eventlog_hooks__ = self  # type: ignore[attr-defined]
+        self._previous_sys, self._previous_thread = previous_sys, previous_thread
+        self._sys_hook, self._thread_hook = sys_hook, thread_hook
+        self._previous_unraisable, self._unraisable_hook = previous_unraisable, unraisable_hook
+        sys.excepthook = sys_hook
+        threading.excepthook = thread_hook
+        sys.unraisablehook = unraisable_hook
+        _asyncio_hooks.add(self)
+        _patch_asyncio()
+        self.active = True
+
+    def uninstall(self) -> None:
+        """Stop reporting; restore each previous hook where ours is still the installed one."""
+        self.active = False
+        if self._sys_hook is not None and sys.excepthook is self._sys_hook:
+            assert self._previous_sys is not None
+            sys.excepthook = self._previous_sys
+        if self._thread_hook is not None and threading.excepthook is self._thread_hook:
+            assert self._previous_thread is not None
+            threading.excepthook = self._previous_thread
+        if self._unraisable_hook is not None and sys.unraisablehook is self._unraisable_hook:
+            assert self._previous_unraisable is not None
+            sys.unraisablehook = self._previous_unraisable
+        _asyncio_hooks.discard(self)
+
+    # -- reporting --------------------------------------------------------------------------------
+
+    def _on_main(
+        self, exc_type: type[BaseException], exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if not self.active or exc is None or issubclass(exc_type, KeyboardInterrupt):
+                return
+            if exc.__traceback__ is None and tb is not None:
+                exc = exc.with_traceback(tb)
+            self.report(exc, level="Fatal", submission_method="unhandled_exception")
+        except Exception:  # pragma: no cover - a hook must not fail
+            pass
+
+    def _on_thread(self, args: Any) -> None:
+        try:
+            exc_type = args.exc_type
+            exc = args.exc_value
+            if (
+                not self.active
+                or exc is None
+                or issubclass(exc_type, (KeyboardInterrupt, SystemExit))
+                or is_sender_thread()
+            ):
+                return
+            if exc.__traceback__ is None and args.exc_traceback is not None:
+                exc = exc.with_traceback(args.exc_traceback)
+            thread = args.thread
+            data = {"thread": getattr(thread, "name", None)} if thread is not None else None
+            self.report(
+                exc,
+                level="Error",
+                submission_method="unhandled_thread_exception",
+                data=data,
+            )
+        except Exception:  # pragma: no cover - a hook must not fail
+            pass
+
+    def _on_unraisable(self, args: Any) -> None:
+        try:
+            exc = args.exc_value
+            if not self.active or exc is None or is_sender_thread():
+                return
+            if exc.__traceback__ is None and args.exc_traceback is not None:
+                exc = exc.with_traceback(args.exc_traceback)
+            about = {"message": args.err_msg or "Exception ignored in"}
+            if args.object is not None:
+                about["object"] = safe_repr(args.object)[:500]
+            self.report(
+                exc,
+                level="Error",
+                submission_method="unraisable_exception",
+                data={"@unraisable": about},
+                wait=False,
+            )
+        except Exception:  # pragma: no cover - a hook must not fail
+            pass
+
+    def on_asyncio(self, context: dict[str, Any]) -> None:
+        """An asyncio loop's exception handler was called with ``context``."""
+        try:
+            exc = context.get("exception")
+            if not self.active or not isinstance(exc, BaseException) or is_sender_thread():
+                return
+            about: dict[str, Any] = {"message": str(context.get("message") or "")}
+            for name in ("task", "future", "handle"):
+                if context.get(name) is not None:
+                    about[name] = safe_repr(context[name])[:500]
+            self.report(
+                exc,
+                level="Error",
+                submission_method="unhandled_async_exception",
+                data={"@asyncio": about},
+                wait=False,
+            )
+        except Exception:  # pragma: no cover - a hook must not fail
+            pass
+
+    def report(
+        self,
+        exc: BaseException,
+        *,
+        level: str,
+        submission_method: str,
+        data: dict[str, Any] | None = None,
+        wait: bool = True,
+    ) -> bool:
+        """Send ``exc`` (queue it, then, with ``wait``, flush for a moment, because the process
+        or thread is about to end); ``False`` if it was skipped."""
+        if was_reported(exc):
+            return False
+        engine = get_engine(self.settings)
+        if exception_filtered(exc, self.settings, engine.server):
+            engine.count_filtered()
+            return False
+        event = build_event(
+            self.settings,
+            message=None,
+            levelno=0,
+            level=level,
+            source=self.source,
+            created=time.time(),
+            data=data,
+            exc=exc,
+            submission_method=submission_method,
+        )
+        engine.enqueue(event)
+        if wait:
+            engine.flush(self.flush_timeout)
+        return True
+
+
+def install_hooks(
+    api_key: str | None = None,
+    server_url: str | None = None,
+    *,
+    force: bool = False,
+    **options: Any,
+) -> ExceptionHooks | None:
+    """Report uncaught exceptions of the main thread and other threads (see the module doc).
+
+    Takes the options of :class:`~eventlog_handler.EventLogHandler`. Returns the installed
+    :class:`ExceptionHooks` (call ``.uninstall()`` to stop), or ``None`` in an interactive
+    session unless ``force=True``.
+    """
+    settings = Settings.from_options({"api_key": api_key, "server_url": server_url, **options})
+    return install_with(settings, force=force)
+
+
+def install_with(settings: Settings, *, force: bool = False) -> ExceptionHooks | None:
+    """:func:`install_hooks` with ready settings."""
+    if not force and is_interactive():
+        return None
+    hooks = ExceptionHooks(settings)
+    hooks.install()
+    return hooks
+
+
+# -- asyncio ------------------------------------------------------------------------------------
+
+#: The installed hooks that want asyncio's unhandled exceptions.
+_asyncio_hooks: set[ExceptionHooks] = set()
+_asyncio_patched = False
+
+
+def _patch_asyncio() -> None:
+    """Report what every asyncio loop passes to its exception handler (default or custom).
+
+    ``BaseEventLoop.call_exception_handler`` is where every loop of the standard library sends
+    an exception nobody retrieved; it is wrapped once, on first install, and the wrapper then
+    calls the original, so the loop's own handler (and its console output) still runs.
+    """
+    global _asyncio_patched
+    if _asyncio_patched:
+        return
+    import asyncio.base_events
+
+    loop_class: Any = asyncio.base_events.BaseEventLoop
+    original = loop_class.call_exception_handler
+
+    def call_exception_handler(loop: Any, context: dict[str, Any]) -> Any:
+        for hooks in list(_asyncio_hooks):
+            hooks.on_asyncio(context)
+        return original(loop, context)
+
+    call_exception_handler.__wrapped__ = original  # type: ignore[attr-defined]
+    loop_class.call_exception_handler = call_exception_handler
+    _asyncio_patched = True

@@ -1,0 +1,134 @@
+"""The error loggers of web servers that don't propagate to the root logger.
+
+uvicorn and gunicorn log the exceptions of the applications they serve, and their own failures,
+on ``uvicorn.error`` and ``gunicorn.error``, which they configure not to propagate to the root
+logger: a handler on the root logger never sees those records. :func:`attach` (called by
+:func:`~eventlog_handler.setup`) adds a small forwarding handler to each of these loggers that
+hands their records to the setup's handler.
+
+- Only the *error* loggers: ``uvicorn.access`` and ``gunicorn.access`` write one ``INFO`` line
+  per request, which would make every request an event (the service's quotas count events) and
+  says nothing an error report needs. Attach a handler to them yourself if you want them.
+- Secret query values in the URLs these loggers print (gunicorn's ``Error handling request
+  GET /path?token=...``) are masked in what is sent, like the query of ``@request``.
+- Never twice: a forwarder passes a record on only when the record would not reach the
+  handler anyway, by propagation (``uvicorn.run(app, log_config=None)`` leaves uvicorn's
+  loggers propagating to the root).
+- Loggers are not created here: a logger that does not exist yet (the server is not imported)
+  is attached to when it appears, at the next :func:`ensure_attached`. The web middlewares call
+  it at the start of each request and of the ASGI lifespan, so the forwarders are back after
+  a server configured its logging (``uvicorn.run`` applies a ``dictConfig`` that removes the
+  handlers of its loggers) after ``setup()`` ran.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, TypeGuard
+
+#: The servers' error loggers that are configured not to propagate (see the module docstring).
+SERVER_LOGGERS: tuple[str, ...] = ("uvicorn.error", "gunicorn.error")
+
+
+class ServerLogForwarder(logging.Handler):
+    """Passes the records of one server logger to ``target`` unless they reach it anyway."""
+
+    def __init__(self, target: logging.Handler, logger_name: str) -> None:
+        super().__init__(logging.NOTSET)
+        self.target = target
+        self.logger_name = logger_name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.logger_name} -> {self.target!r}>"
+
+    def handle(self, record: logging.LogRecord) -> Any:
+        """Forward ``record`` (no lock of this handler is taken). Never raises."""
+        try:
+            if record.levelno < self.target.level or self._reaches_target():
+                return False
+            return self.target.handle(self._without_secrets(record))
+        except Exception:  # pragma: no cover - the target's handle never raises
+            return False
+
+    def _without_secrets(self, record: logging.LogRecord) -> logging.LogRecord:
+        """``record``, or a copy whose URL arguments (gunicorn's ``Error handling request
+        GET /path?token=...``) have their secret query values masked."""
+        args = record.args
+        if not isinstance(args, tuple) or not any(_is_url(arg) for arg in args):
+            return record
+        from eventlog_handler.integrations._request import clean_url
+
+        settings = getattr(self.target, "settings", None)
+        exclusions = getattr(settings, "data_exclusions", ())
+        copy = logging.makeLogRecord(record.__dict__)
+        copy.args = tuple(clean_url(arg, exclusions) if _is_url(arg) else arg for arg in args)
+        return copy
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.handle(record)
+
+    def _reaches_target(self) -> bool:
+        """Whether a record of this logger reaches ``target`` by propagation."""
+        logger = _existing_logger(self.logger_name)
+        while logger is not None:
+            if self.target in logger.handlers:
+                return True
+            if not logger.propagate:
+                return False
+            logger = logger.parent
+        return False
+
+
+_LOCK = threading.Lock()
+#: The forwarders of each attached handler, by logger name.
+_ATTACHED: dict[logging.Handler, dict[str, ServerLogForwarder]] = {}
+
+
+def attach(handler: logging.Handler) -> None:
+    """Forward the records of the servers' error loggers (:data:`SERVER_LOGGERS`) to
+    ``handler`` from now on (see the module docstring). Calling it again does nothing."""
+    with _LOCK:
+        if handler not in _ATTACHED:
+            _ATTACHED[handler] = {
+                name: ServerLogForwarder(handler, name) for name in SERVER_LOGGERS
+            }
+    ensure_attached()
+
+
+def detach(handler: logging.Handler) -> None:
+    """Stop forwarding to ``handler``: remove its forwarders from the server loggers."""
+    with _LOCK:
+        forwarders = _ATTACHED.pop(handler, {})
+    for name, forwarder in forwarders.items():
+        logger = _existing_logger(name)
+        if logger is not None:
+            logger.removeHandler(forwarder)
+
+
+def ensure_attached() -> None:
+    """Attach the forwarders to the server loggers that exist now and lack them. Cheap (a few
+    lookups) when nothing changed; never raises."""
+    try:
+        for forwarders in list(_ATTACHED.values()):
+            for name, forwarder in forwarders.items():
+                logger = _existing_logger(name)
+                if logger is not None and forwarder not in logger.handlers:
+                    logger.addHandler(forwarder)
+    except Exception:  # pragma: no cover - a broken logging configuration
+        pass
+
+
+def attached_handlers() -> list[logging.Handler]:
+    """The handlers the server loggers are forwarded to."""
+    return list(_ATTACHED)
+
+
+def _is_url(value: Any) -> TypeGuard[str]:
+    """Whether ``value`` is a URL or request target with a query (``/path?a=b``)."""
+    return type(value) is str and "?" in value and (value.startswith("/") or "://" in value)
+
+
+def _existing_logger(name: str) -> logging.Logger | None:
+    logger = logging.Logger.manager.loggerDict.get(name)
+    return logger if isinstance(logger, logging.Logger) else None

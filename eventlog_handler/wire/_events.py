@@ -1,0 +1,521 @@
+"""The wire forms of an event: builders, the date format, reference ids and size limits.
+
+The three forms of the service's interface document::
+
+    {"message": "Disk space is low"}
+    {"type": "log", "message": "User logged in", "date": "2030-01-01T12:00:00.0000000-05:00",
+     "@user": {"identity": "u-42", "name": "Ann"}}
+    {"type": "error", "date": "2030-01-01T12:00:00.0000000-05:00",
+     "@simple_error": {"message": "division by zero", "type": "ZeroDivisionError",
+                       "stack_trace": "Traceback (most recent call last): ..."}}
+
+Every builder adds one field to these: a unique ``reference_id``, which makes a retried batch
+safe (the service discards a second event with the same id within 24 hours). Optional fields
+(``source``, ``tags``, ``data``, ``@level``, ``@user``) appear only when given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import itertools
+import json
+import os
+import platform
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK
+from eventlog_handler.wire._jsonsafe import is_excluded, safe_str, to_jsonable, truncate
+from eventlog_handler.wire._simple_error import simple_error
+
+#: ``message`` and ``source`` are cut by the service past this many characters.
+MAX_MESSAGE = 2_000
+MAX_SOURCE = 2_000
+#: Tags the service keeps per event, and the longest tag it keeps.
+MAX_TAGS = 50
+MAX_TAG_LENGTH = 100
+#: Bytes of JSON one event may take. Below the service's 200,000-byte request limit even if
+#: it would not compress at all, so any single event can always be sent.
+MAX_EVENT_BYTES = 180_000
+#: Events older than this are discarded by the service.
+MAX_AGE_SECONDS = 3 * 24 * 3600
+
+LEVELS = ("Trace", "Debug", "Info", "Warn", "Error", "Fatal")
+
+
+# -- date -----------------------------------------------------------------------------------
+
+
+def format_date(when: float | _dt.datetime | None = None) -> str:
+    """ISO 8601 with 7 fractional digits and the local UTC offset.
+
+    ``when`` is a POSIX timestamp (as in ``LogRecord.created``), an aware or naive (local)
+    datetime, or ``None`` for now: ``2030-01-01T12:00:00.1234567-05:00``.
+    """
+    if when is None:
+        when = time.time()
+    if isinstance(when, _dt.datetime):
+        aware = when if when.tzinfo is not None else when.astimezone()
+        offset = aware.utcoffset() or _dt.timedelta(0)
+        return _compose(
+            f"{aware.year:04d}-{aware:%m-%dT%H:%M:%S}",
+            aware.microsecond * 10,
+            int(offset.total_seconds()),
+        )
+    seconds = int(when // 1)
+    fraction = int((when - seconds) * 10_000_000 + 0.5)
+    if fraction >= 10_000_000:
+        seconds, fraction = seconds + 1, fraction - 10_000_000
+    cached = _last_second
+    # Once per second (or after time.tzset(), which makes a new tzname tuple): anew.
+    if cached[0] != seconds or cached[3] is not time.tzname:
+        zone = time.tzname
+        local = time.localtime(seconds)
+        head = f"{local.tm_year:04d}-" + time.strftime("%m-%dT%H:%M:%S", local) + "."
+        cached = (seconds, head, _offset(local.tm_gmtoff), zone)
+        _remember(cached)
+    return cached[1] + _FRACTION % fraction + cached[2]
+
+
+_FRACTION = "%07d"
+
+
+# Most records of a process share their second: keep its formatted head and offset (and the
+# time zone's names they were made with: time.tzset() replaces them).
+_last_second: tuple[int, str, str, Any] = (-1, "", "", None)
+
+
+def _remember(cached: tuple[int, str, str, Any]) -> None:
+    global _last_second
+    _last_second = cached
+
+
+def _offset(offset_seconds: int) -> str:
+    sign = "-" if offset_seconds < 0 else "+"
+    minutes = abs(offset_seconds) // 60
+    return f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _compose(base: str, fraction: int, offset_seconds: int) -> str:
+    return f"{base}.{fraction:07d}{_offset(offset_seconds)}"
+
+
+def parse_date(text: str) -> _dt.datetime:
+    """Parse a date of the service (7 fractional digits, ``Z`` or an offset) into an aware datetime.
+
+    Naive values are taken as UTC, as the service writes ``created_utc``.
+    """
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    head, sep, rest = value.partition(".")
+    if sep:
+        digits = "".join(itertools.takewhile(str.isdigit, rest))
+        value = f"{head}.{(digits + '000000')[:6]}{rest[len(digits) :]}"
+    parsed = _dt.datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=_dt.timezone.utc)
+
+
+# -- reference ids --------------------------------------------------------------------------
+
+
+class _ReferenceIds:
+    """``<16 random hex>-<counter>``: unique across processes (the prefix is re-drawn after a
+    fork) and cheap enough to make one per event."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.prefix = secrets.token_hex(8)
+        self.head = self.prefix + "-"
+        self.counter = itertools.count(1)
+
+    def __call__(self) -> str:
+        return self.head + hex(next(self.counter))[2:]
+
+
+new_reference_id = _ReferenceIds()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=new_reference_id.reset)
+
+
+def is_valid_reference_id(value: object) -> bool:
+    """What the service accepts: 8 to 100 letters, digits and ``-``."""
+    return (
+        isinstance(value, str)
+        and 8 <= len(value) <= 100
+        and all(ch.isascii() and (ch.isalnum() or ch == "-") for ch in value)
+    )
+
+
+# -- builders -------------------------------------------------------------------------------
+
+
+def user_info(
+    identity: Any = None, name: Any = None, data: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The ``@user`` object, or ``None`` when neither identity nor name is given."""
+    if identity is None and name is None:
+        return None
+    user: dict[str, Any] = {}
+    if identity is not None:
+        user["identity"] = truncate(safe_str(identity), 1000)
+    if name is not None:
+        user["name"] = truncate(safe_str(name), 1000)
+    if data:
+        user["data"] = to_jsonable(dict(data))
+    return user
+
+
+def message_event(message: Any, *, reference_id: str | None = None) -> dict[str, Any]:
+    """The message form: ``{"message": ...}`` (plus its ``reference_id``)."""
+    return {
+        "message": truncate(safe_str(message), MAX_MESSAGE),
+        "reference_id": reference_id or new_reference_id(),
+    }
+
+
+def log_event(
+    message: Any,
+    *,
+    date: float | _dt.datetime | None = None,
+    user: Mapping[str, Any] | None = None,
+    level: str | None = None,
+    source: str | None = None,
+    tags: Iterable[str] = (),
+    data: Mapping[str, Any] | None = None,
+    exclusions: Collection[str] = (),
+    reference_id: str | None = None,
+) -> dict[str, Any]:
+    """The log form: ``type`` = ``log``, ``message``, ``date`` and, when known, ``@user``."""
+    event: dict[str, Any] = {
+        "type": "log",
+        "message": truncate(safe_str(message), MAX_MESSAGE),
+        "date": format_date(date),
+    }
+    _add_common(event, user, level, source, tags, data, exclusions, reference_id)
+    return event
+
+
+def error_event(
+    exc: BaseException,
+    *,
+    message: Any = None,
+    date: float | _dt.datetime | None = None,
+    user: Mapping[str, Any] | None = None,
+    level: str | None = None,
+    source: str | None = None,
+    tags: Iterable[str] = (),
+    data: Mapping[str, Any] | None = None,
+    exclusions: Collection[str] = (),
+    reference_id: str | None = None,
+) -> dict[str, Any]:
+    """The error form: ``type`` = ``error``, ``date`` and ``@simple_error`` (with ``inner``).
+
+    ``message`` (for instance the text of ``logger.exception("...")``) is added when given.
+    """
+    event: dict[str, Any] = {"type": "error", "date": format_date(date)}
+    if message is not None:
+        event["message"] = truncate(safe_str(message), MAX_MESSAGE)
+    event["@simple_error"] = simple_error(exc, exclusions)
+    _add_common(event, user, level, source, tags, data, exclusions, reference_id)
+    return event
+
+
+def _add_common(
+    event: dict[str, Any],
+    user: Mapping[str, Any] | None,
+    level: str | None,
+    source: str | None,
+    tags: Iterable[str],
+    data: Mapping[str, Any] | None,
+    exclusions: Collection[str],
+    reference_id: str | None,
+) -> None:
+    if user:
+        event["@user"] = user_with_exclusions(user, exclusions)
+    if level is not None:
+        event["@level"] = level
+    if source:
+        event["source"] = truncate(safe_str(source), MAX_SOURCE)
+    clean_tags = normalize_tags(tags)
+    if clean_tags:
+        event["tags"] = clean_tags
+    if data:
+        converted = to_jsonable(dict(data), exclusions)
+        if converted:
+            event["data"] = converted
+    event["reference_id"] = reference_id or new_reference_id()
+
+
+def user_with_exclusions(user: Mapping[str, Any], exclusions: Collection[str]) -> Any:
+    """``@user`` as JSON: identity and name as given, its ``data`` under the exclusions."""
+    result = to_jsonable({key: value for key, value in user.items() if key != "data"}, ())
+    if isinstance(result, dict) and user.get("data") is not None:
+        result["data"] = to_jsonable(user["data"], exclusions)
+    return result
+
+
+def normalize_tags(tags: Iterable[Any]) -> list[str]:
+    """Distinct non-empty tags of at most 100 characters, 50 at most, in order."""
+    result: list[str] = []
+    for tag in tags:
+        text = safe_str(tag).strip()
+        if text and len(text) <= MAX_TAG_LENGTH and text not in result:
+            result.append(text)
+            if len(result) == MAX_TAGS:
+                break
+    return result
+
+
+# -- environment ----------------------------------------------------------------------------
+
+_ENVIRONMENT: dict[str, Any] | None = None
+
+
+def environment_info() -> dict[str, Any]:
+    """``@environment`` of this process (computed once per process), without thread fields."""
+    global _ENVIRONMENT
+    pid = os.getpid()
+    if _ENVIRONMENT is None or _ENVIRONMENT.get("process_id") != str(pid):
+        uname = platform.uname()
+        _ENVIRONMENT = {
+            "machine_name": socket.gethostname(),
+            "process_id": str(pid),
+            "process_name": os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python",
+            "command_line": truncate(" ".join(mask_arguments(sys.argv)), 1000),
+            "o_s_name": uname.system,
+            "o_s_version": uname.release,
+            "architecture": uname.machine,
+            "runtime_version": f"{platform.python_implementation()} {platform.python_version()}",
+            "processor_count": os.cpu_count() or 1,
+        }
+    return _ENVIRONMENT
+
+
+def mask_arguments(
+    argv: list[str], exclusions: Collection[str] = DEFAULT_DATA_EXCLUSIONS
+) -> list[str]:
+    """``argv`` with the values of secret-looking options masked: ``--api-key X``,
+    ``--password=X``, ``token=X`` (the option names matched like data exclusions)."""
+    masked: list[str] = []
+    hide_next = False
+    for arg in argv:
+        text = safe_str(arg)
+        if hide_next:
+            masked.append(MASK)
+            hide_next = False
+            continue
+        name, sep, _value = text.partition("=")
+        if is_excluded(name.lstrip("-"), exclusions):
+            if sep:
+                masked.append(f"{name}={MASK}")
+                continue
+            hide_next = text.startswith("-")
+        masked.append(text)
+    return masked
+
+
+def thread_info() -> dict[str, Any]:
+    """The calling thread's name and id, for ``@environment``."""
+    thread = threading.current_thread()
+    return {"thread_name": thread.name, "thread_id": str(threading.get_ident())}
+
+
+# -- encoding and limits --------------------------------------------------------------------
+
+
+_orjson: Any = None
+with contextlib.suppress(ImportError):  # the optional fast encoder (the ``fast`` extra)
+    import orjson as _orjson
+
+
+def _stdlib_encode(value: Any) -> bytes:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8", "replace")
+
+
+def encode(event: Mapping[str, Any]) -> bytes:
+    """Compact UTF-8 JSON of a JSON-ready event (lone surrogates become ``?``)."""
+    if _orjson is not None:
+        try:
+            return bytes(_orjson.dumps(event))
+        except (TypeError, ValueError):  # lone surrogates, huge ints: the standard library's way
+            pass
+    return _stdlib_encode(event)
+
+
+def encode_batch(events: list[dict[str, Any]]) -> bytes:
+    """Compact UTF-8 JSON array of JSON-ready events, in one pass.
+
+    With ``orjson`` installed (the ``fast`` extra) about 8 times faster than :mod:`json`, with
+    the same JSON values; :mod:`json` whenever ``orjson`` refuses a value.
+    """
+    if _orjson is not None:
+        try:
+            return bytes(_orjson.dumps(events))
+        except (TypeError, ValueError):
+            pass
+    return _stdlib_encode(events)
+
+
+def fit(event: dict[str, Any], max_bytes: int = MAX_EVENT_BYTES) -> tuple[dict[str, Any], bytes]:
+    """``event`` and its JSON, shrunk until the JSON is at most ``max_bytes``.
+
+    An event that fits is returned as it is. Otherwise cuts, in order, until it fits: long
+    strings in ``data``, the inner errors, a stack trace longer than the package itself writes
+    (:data:`~eventlog_handler.wire._simple_error.MAX_STACK_TRACE`), ``data`` itself (keeping the small
+    keys the service reads: ``@stack``, ``@version``, ``@level``, ``@submission_method``), the
+    message and the user, then the stack trace, then the rest of ``data`` and the tags. What
+    was cut is listed in ``data["@trimmed"]``; the caller's event is not modified.
+
+    The stack trace, whose hash decides the error's stack, is cut only when all else was not
+    enough, and then by :func:`~eventlog_handler.wire._simple_error.trim_stack_trace`, which keeps
+    whole frames by a fixed ladder: the same input always gives the same output.
+    """
+    body = encode(event)
+    if len(body) <= max_bytes:
+        return event, body
+    trimmed: list[str] = []
+    event = dict(event)
+    for step in (
+        _trim_data_strings,
+        _trim_inner,
+        _trim_long_stack,
+        _trim_data,
+        _trim_message,
+        _trim_stack,
+        _trim_all_data,
+    ):
+        name = step(event, max_bytes)
+        if name:
+            if name not in trimmed:
+                trimmed.append(name)
+            data = dict(event.get("data") or {})
+            data["@trimmed"] = trimmed
+            event["data"] = data
+            body = encode(event)
+            if len(body) <= max_bytes:
+                return event, body
+    return event, body
+
+
+#: ``data`` keys the service reads that :func:`fit` keeps (when small) after dropping the rest
+#: of ``data``: manual stacking, the version, the level and how the event was captured.
+_KEPT_DATA_KEYS = ("@stack", "@version", "@level", "@submission_method")
+_KEPT_VALUE_BYTES = 4_096
+
+
+def _kept_data(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {}
+    return {
+        key: data[key]
+        for key in _KEPT_DATA_KEYS
+        if key in data and len(encode({key: data[key]})) <= _KEPT_VALUE_BYTES
+    }
+
+
+def _trim_data_strings(event: dict[str, Any], max_bytes: int) -> str | None:
+    data = event.get("data")
+    if not data or not isinstance(data, dict):
+        return None
+    kept = _kept_data(data)
+    rest = {key: value for key, value in data.items() if key not in kept}
+    shortened = to_jsonable(rest, max_string=max(64, max_bytes // 200), max_items=50)
+    event["data"] = {**(shortened if isinstance(shortened, dict) else {}), **kept}
+    return "data values"
+
+
+def _trim_inner(event: dict[str, Any], max_bytes: int) -> str | None:
+    error = event.get("@simple_error")
+    if not isinstance(error, dict) or "inner" not in error:
+        return None
+    event["@simple_error"] = {key: value for key, value in error.items() if key != "inner"}
+    return "inner errors"
+
+
+def _trim_data(event: dict[str, Any], max_bytes: int) -> str | None:
+    data = _without_marker(event.get("data"))
+    kept = _kept_data(data)
+    error = event.get("@simple_error")
+    error_data = isinstance(error, dict) and "data" in error
+    if data == kept and not error_data:
+        return None
+    event["data"] = kept
+    if isinstance(error, dict) and error_data:
+        event["@simple_error"] = {key: value for key, value in error.items() if key != "data"}
+    return "data"
+
+
+def _without_marker(data: Any) -> dict[str, Any]:
+    """``data`` without the ``@trimmed`` list that :func:`fit` keeps in it."""
+    if not isinstance(data, dict):
+        return {}
+    return {key: value for key, value in data.items() if key != "@trimmed"}
+
+
+def _trim_message(event: dict[str, Any], max_bytes: int) -> str | None:
+    changed = event.pop("@user", None) is not None
+    for key in ("message", "source"):
+        value = event.get(key)
+        if isinstance(value, str) and len(value) > 200:
+            event[key] = truncate(value, 200)
+            changed = True
+    error = event.get("@simple_error")
+    message = error.get("message") if isinstance(error, dict) else None
+    if isinstance(error, dict) and isinstance(message, str) and len(message) > 200:
+        event["@simple_error"] = {**error, "message": truncate(message, 200)}
+        changed = True
+    return "message" if changed else None
+
+
+def _trim_long_stack(event: dict[str, Any], max_bytes: int) -> str | None:
+    from eventlog_handler.wire._simple_error import MAX_STACK_TRACE, trim_stack_trace
+
+    error = event.get("@simple_error")
+    if not isinstance(error, dict) or not isinstance(error.get("stack_trace"), str):
+        return None
+    text = error["stack_trace"]
+    trimmed = trim_stack_trace(text, MAX_STACK_TRACE)
+    if trimmed == text:
+        return None
+    event["@simple_error"] = {**error, "stack_trace": trimmed}
+    return "stack trace"
+
+
+def _trim_stack(event: dict[str, Any], max_bytes: int) -> str | None:
+    from eventlog_handler.wire._simple_error import trim_stack_trace
+
+    error = event.get("@simple_error")
+    if not isinstance(error, dict) or not isinstance(error.get("stack_trace"), str):
+        return None
+    text = error["stack_trace"]
+    data = dict(event.get("data") or {})
+    data["@trimmed"] = [*data.get("@trimmed", ()), "stack trace"]
+    without = {**event, "data": data, "@simple_error": {**error, "stack_trace": ""}}
+    trimmed = trim_stack_trace(text, max(0, max_bytes - len(encode(without))), _json_size)
+    if trimmed == text:
+        return None
+    event["@simple_error"] = {**error, "stack_trace": trimmed}
+    return "stack trace"
+
+
+def _json_size(text: str) -> int:
+    """Bytes that ``text`` adds to an event's JSON (its encoding, without the quotes)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "replace")) - 2
+
+
+def _trim_all_data(event: dict[str, Any], max_bytes: int) -> str | None:
+    if not _without_marker(event.get("data")) and not event.get("tags"):
+        return None
+    event["data"] = {}
+    event.pop("tags", None)
+    return "all data"

@@ -1,0 +1,454 @@
+"""Secrets in text: masked in every string an event carries, before it is stored or sent.
+
+Data exclusions (:func:`eventlog_handler.wire._jsonsafe.is_excluded`) mask values by their *key*.
+Secrets also travel inside text: a database URL in an exception message, a signed URL in
+``@request``, an ``Authorization`` header pasted into a log line, the handler's own API key in a
+stack trace. A :class:`Scrubber` masks, in any string:
+
+- URL credentials, any scheme: ``postgres://admin:hunter2@db/x`` →
+  ``postgres://admin:[excluded]@db/x`` (the user name stays, the password goes);
+- values of secret-named assignments: ``?api_key=abc&page=2`` → ``?api_key=[excluded]&page=2``,
+  ``password: hunter2``, ``"token": "abc"``, ``Password=abc;Host=db`` (the name matched like a
+  data key, so ``page=2`` or ``author: ann`` stay as they are);
+- authentication headers written as text: ``Authorization: Bearer abc`` →
+  ``Authorization: Bearer [excluded]``, and a lone ``Bearer <token>``;
+- the given secrets themselves (the API key of the engine) wherever they appear.
+
+A quoted value is masked up to its closing quote, a ``[...]`` or ``{...}`` value up to its
+closing bracket (to the end of the line when there is none), and a bare value up to white
+space, a quote, ``&``, ``;``, ``,``, ``<``, ``>`` or a closing bracket.
+
+:meth:`Scrubber.event` applies :meth:`Scrubber.text` to every string of a JSON-ready event (its
+message, source, tags, ``data`` at any depth, ``@simple_error`` with its data, inner chain and
+stack trace, ``@request``, ``@user``, ``@environment``, ``@trace`` lines, and keys) and masks
+the values of excluded keys where keys are the user's (``data``, ``@user.data``, the headers,
+cookies and query of ``@request``, ``@simple_error.data``): exclusions that arrived after an
+event was captured, the service's ``@@DataExclusions``, still apply. The keys of the service's
+own objects (``@simple_error.type``, ``@user.name``, ...) are never masked.
+
+Scrubbing runs on the delivery worker, for every event: a string without ``:``, ``=``,
+``bearer`` or a given secret is returned as it is after a few substring checks, and what was
+found about each dict key is remembered. So is the result for the last texts that had to be
+searched (:data:`_MEMO_CHARS` characters of them at most): an error storm repeats one stack
+trace thousands of times, and a trace log line travels with up to 25 consecutive errors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
+from eventlog_handler.wire._jsonsafe import ExclusionMatcher, exclusion_matcher
+
+#: Dict keys a scrubber remembers what it found about.
+_CACHE_KEYS = 10_000
+#: Texts whose scrubbed result a scrubber remembers, at most (and characters of them, at most);
+#: past either bound the memo starts over. Texts longer than :data:`_MEMO_LONGEST` are not kept.
+_MEMO_TEXTS = 4_096
+_MEMO_CHARS = 2_000_000
+_MEMO_LONGEST = 100_000
+#: Given secrets shorter than this are not searched for in text (they would mask common words).
+MIN_SECRET_LENGTH = 6
+
+#: After ``://``: ``user:password@``; the user ends at the first ``:`` (it may hold an ``@``, an
+#: e-mail address), the password runs to the last ``@`` of the authority.
+_USERINFO = re.compile(r"[^\s:/?#\"'<>]*:(?P<password>[^\s/?#\"'<>]+)@")
+#: Between a name's separator and its value: blanks, and an auth scheme (``Bearer``, ...).
+_LEAD = re.compile(r"[ \t]*(?:(?i:bearer|basic|token|digest|negotiate|ntlm|apikey)[ \t]+(?=\S))?")
+#: A quoted value (the group is what is masked), or a bare one (up to a terminator).
+_DOUBLE_QUOTED = re.compile(r"\"((?:[^\"\\\n]|\\.)*)\"")
+_SINGLE_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.)*)'")
+_BARE = re.compile(r"[^\s\"'&;,<>)\]}]+")
+#: Characters a bracketed value (``[...]``, ``{...}``) is searched for its end in, at most.
+_MAX_BRACKETED = 20_000
+#: A lone ``Bearer <token>``.
+_BEARER = re.compile(r"(?<![\w\-])(?P<scheme>[Bb]earer|BEARER)[ \t]+(?P<token>[\w\-.~+/]{8,}=*)")
+
+#: Top-level fields of an event that carry no free text.
+_NOT_TEXT = frozenset(("type", "date", "reference_id", "count", "value", "@level"))
+
+
+class Scrubber:
+    """Masks secrets in text and in JSON-ready events.
+
+    ``secrets``: strings to mask wherever they appear (the API key; ``None`` and strings shorter
+    than :data:`MIN_SECRET_LENGTH` are ignored). ``exclusions``: the words and ``*`` patterns
+    that name secret keys (data keys, and the names in ``name=value`` text). Build one per
+    engine, and a new one when the exclusions change (construction is cheap: the key matcher
+    of each exclusions tuple is cached).
+    """
+
+    __slots__ = ("_excluded", "_key_info", "_memo", "_memo_chars", "_secrets")
+
+    def __init__(
+        self,
+        secrets: Iterable[str | None] = (),
+        exclusions: Collection[str] = DEFAULT_DATA_EXCLUSIONS,
+    ) -> None:
+        found = {secret for secret in secrets if secret and len(secret) >= MIN_SECRET_LENGTH}
+        self._secrets: tuple[str, ...] = tuple(sorted(found, key=len, reverse=True))
+        self._excluded: ExclusionMatcher = exclusion_matcher(tuple(exclusions))
+        self._key_info: dict[str, tuple[int, str | None]] = {}
+        #: Texts that had to be searched, with their result (``None``: nothing to mask).
+        self._memo: dict[str, str | None] = {}
+        self._memo_chars = 0
+
+    @classmethod
+    def for_settings(
+        cls,
+        settings: Settings,
+        secrets: Iterable[str | None] = (),
+        exclusions: Collection[str] | None = None,
+    ) -> Scrubber:
+        """The scrubber of an engine: its API key plus ``secrets``, and its data exclusions
+        (or ``exclusions``: the local ones with the service's ``@@DataExclusions``)."""
+        chosen = settings.data_exclusions if exclusions is None else exclusions
+        return cls((settings.api_key, *secrets), chosen)
+
+    def __repr__(self) -> str:
+        return f"<Scrubber secrets={len(self._secrets)}>"
+
+    # -- text ---------------------------------------------------------------------------------
+
+    def text(self, text: str) -> str:
+        """``text`` with its secrets masked (the same object when there is nothing to mask)."""
+        if ":" not in text and "=" not in text:
+            return self._search(text)  # a few substring checks: nothing worth remembering
+        memo = self._memo
+        known = memo.get(text, text)
+        if known is not text:
+            return text if known is None else known
+        scrubbed = self._search(text)
+        size = len(text)
+        if size <= _MEMO_LONGEST:
+            if len(memo) >= _MEMO_TEXTS or self._memo_chars + size > _MEMO_CHARS:
+                memo.clear()
+                self._memo_chars = 0
+            memo[text] = None if scrubbed is text else scrubbed
+            self._memo_chars += size
+        return scrubbed
+
+    def _search(self, text: str) -> str:
+        """:meth:`text`, searched for (not remembered)."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        if ":" in text:
+            if "@" in text and "://" in text:
+                text = _url_passwords(text)
+            text = self._assignments(text)
+        elif "=" in text:
+            text = self._assignments(text)
+        if "earer" in text or "EARER" in text:
+            text = _BEARER.sub(_mask_bearer, text)
+        return text
+
+    def _assignments(self, text: str) -> str:
+        """Mask the values after secret names: ``name=value``, ``"name": "value"``, ..."""
+        pieces: list[str] = []
+        done = 0
+        excluded = self._excluded
+        colon, equals = text.find(":"), text.find("=")
+        while colon >= 0 or equals >= 0:  # each separator, left to right (str.find is fast)
+            if equals < 0 or 0 <= colon < equals:
+                at, colon = colon, text.find(":", colon + 1)
+            else:
+                at, equals = equals, text.find("=", equals + 1)
+            after = at + 1
+            if text.startswith(">", after) and text[at] == "=":  # ``=>``
+                after += 1
+            if at < done or text.startswith("=", after):  # masked already, or ``==``, ``:=``
+                continue
+            end = at  # the name ends before blanks and a closing quote
+            while end > done and text[end - 1] in " \t":
+                end -= 1
+            if end > done and text[end - 1] in "\"'":
+                end -= 1
+            start = end
+            while start > done and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+                start -= 1
+            if start == end or not excluded(text[start:end]):
+                continue
+            span = _value_span(text, after)
+            if span is None:
+                continue
+            pieces.append(text[done : span[0]])
+            pieces.append(MASK)
+            done = span[1]
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def event(self, event: dict[str, Any], *, copy: bool = False) -> dict[str, Any]:
+        """Mask the secrets of a JSON-ready event, in place (the default) or in a copy.
+
+        With ``copy=True`` the given event is left as it was; the copy shares the parts that
+        had nothing to mask.
+        """
+        result = dict(event) if copy else event
+        text = self.text
+        for key, value in event.items():
+            if key in _NOT_TEXT:
+                continue
+            if type(value) is str:
+                scrubbed: Any = text(value)
+            else:
+                shape = _TOP_SHAPES.get(key, _PLAIN)
+                scrubbed = self._dict(value, copy, 1, shape, shape in _USER_DATA)
+            if scrubbed is not value:
+                result[key] = scrubbed
+        return result
+
+    def flat_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`event` (in place) for the common log event: its message, source and the
+        plain values of a flat ``data``. Anything else (a user, tags, nested data) goes
+        through :meth:`event`. About a third of the cost for the same result."""
+        if "@user" in event or "tags" in event or len(event) > 7:
+            return self.event(event)
+        data = event.get("data")
+        excluded = self._excluded
+        text = self.text
+        if data is not None:
+            if type(data) is not dict:
+                return self.event(event)
+            for key, value in data.items():
+                kind = type(value)
+                if kind is str:
+                    if excluded(key):
+                        data[key] = MASK
+                    else:
+                        scrubbed = text(value)
+                        if scrubbed is not value:
+                            data[key] = scrubbed
+                elif kind is dict or kind is list:
+                    return self.event(event)
+                elif value is not None and excluded(key):
+                    data[key] = MASK
+        message = event.get("message")
+        if type(message) is str:
+            event["message"] = text(message)
+        source = event.get("source")
+        if type(source) is str:
+            event["source"] = text(source)
+        return event
+
+    def data(self, value: Any) -> Any:
+        """A copy of a JSON value with its text scrubbed and the values of excluded keys
+        masked at any depth (parts with nothing to mask are shared, not copied)."""
+        return self._any(value, True, True, 0)
+
+    def _any(self, value: Any, copy: bool, keyed: bool, depth: int) -> Any:
+        """Any JSON value: strings scrubbed; when ``keyed``, values of excluded keys masked."""
+        kind = type(value)
+        if kind is str:
+            return self.text(value)
+        if kind is dict:
+            return self._dict(value, copy, depth, _KEYED if keyed else _PLAIN, keyed)
+        if kind is list or kind is tuple:
+            if depth > _MAX_DEPTH:
+                return MASK
+            items: Any = value
+            for index, item in enumerate(value):
+                scrubbed = self._any(item, copy, keyed, depth + 1)
+                if scrubbed is not item:
+                    if items is value and (copy or kind is tuple):
+                        items = list(value)
+                    items[index] = scrubbed
+            return tuple(items) if kind is tuple and items is not value else items
+        return value
+
+    def _dict(self, mapping: Any, copy: bool, depth: int, shape: int, keyed: bool) -> Any:
+        """A dict of a known ``shape``: its strings scrubbed, its keys scrubbed as text, the
+        values of excluded keys masked where the shape holds user data; updated in place, or
+        copied when ``copy`` and something changed. Not a dict: as any value."""
+        if type(mapping) is not dict:
+            return self._any(mapping, copy, keyed, depth)
+        if depth > _MAX_DEPTH:
+            return MASK
+        text = self.text
+        keys = self._key_info
+        changes: dict[Any, Any] | None = None
+        renames: dict[str, str] | None = None
+        for key, value in mapping.items():
+            if type(key) is str:  # (a key that is not a string is matched like no key)
+                info = keys.get(key) or self._learn_key(key)
+                if info[1] is not None:
+                    if renames is None:
+                        renames = {}
+                    renames[key] = info[1]
+                if shape == _DATA and info[0] == _AT_KEY:
+                    inner = _DATA_SHAPES.get(key, _KEYED)
+                    scrubbed = self._dict(value, copy, depth + 1, inner, inner in _USER_DATA)
+                    if scrubbed is not value:
+                        if changes is None:
+                            changes = {}
+                        changes[key] = scrubbed
+                    continue
+                if keyed and info[0] == _EXCLUDED:
+                    if value != MASK:
+                        if changes is None:
+                            changes = {}
+                        changes[key] = MASK
+                    continue
+            kind = type(value)
+            if kind is str:
+                scrubbed = text(value)
+            elif kind is dict or kind is list or kind is tuple:
+                inner_shape = _INNER_SHAPES.get((shape, key))
+                if inner_shape is None:
+                    scrubbed = self._any(value, copy, keyed, depth + 1)
+                else:
+                    scrubbed = self._dict(
+                        value, copy, depth + 1, inner_shape, inner_shape in _USER_DATA
+                    )
+            else:
+                continue
+            if scrubbed is not value:
+                if changes is None:
+                    changes = {}
+                changes[key] = scrubbed
+        if changes is None and renames is None:
+            return mapping
+        return _updated(mapping, changes, renames, copy)
+
+    def _learn_key(self, key: str) -> tuple[int, str | None]:
+        """What a dict key is (excluded, a known ``@`` key, or neither) and its scrubbed text
+        when that differs; remembered (keys repeat endlessly)."""
+        kind = _AT_KEY if key.startswith("@") else _EXCLUDED if self._excluded(key) else _OTHER
+        scrubbed = self.text(key)
+        info = (kind, None if scrubbed == key else scrubbed)
+        if len(self._key_info) < _CACHE_KEYS:
+            self._key_info[key] = info
+        return info
+
+
+def _updated(
+    mapping: dict[Any, Any],
+    changes: dict[Any, Any] | None,
+    renames: dict[str, str] | None,
+    copy: bool,
+) -> dict[Any, Any]:
+    """``mapping`` with ``changes`` and ``renames`` applied: in place, or to a copy."""
+    if changes is None and renames is None:
+        return mapping
+    target = dict(mapping) if copy else mapping
+    if changes:
+        target.update(changes)
+    if renames:
+        for key, new_key in renames.items():
+            target[new_key] = target.pop(key)
+    return target
+
+
+# The shapes of what an event holds. Keys are matched against the exclusions where a shape holds
+# user data (``_KEYED``, and ``data`` but its known ``@`` keys); the keys of the service's own
+# objects (``@simple_error``, ``@user``, ``@request``, ``@environment``) are not.
+_PLAIN, _KEYED, _DATA, _ERROR, _USER, _REQUEST = range(6)
+#: What a key is: excluded (its value is masked where keys are the user's), ``@...``, neither.
+_EXCLUDED, _AT_KEY, _OTHER = range(3)
+#: Shapes whose keys are the user's: matched against the exclusions.
+_USER_DATA = (_KEYED, _DATA)
+#: Top-level fields of an event, by shape.
+_TOP_SHAPES = {"data": _DATA, "@simple_error": _ERROR, "@user": _USER, "@request": _REQUEST}
+#: The known keys of ``data``, by shape (other ``@`` keys hold user data).
+_DATA_SHAPES = {
+    "@simple_error": _ERROR,
+    "@user": _USER,
+    "@request": _REQUEST,
+    "@environment": _PLAIN,
+    "@trace": _PLAIN,
+    "@stack": _PLAIN,
+}
+#: The parts of the service's objects that are shaped themselves.
+_INNER_SHAPES = {
+    (_ERROR, "data"): _KEYED,
+    (_ERROR, "inner"): _ERROR,
+    (_USER, "data"): _KEYED,
+    **{(_REQUEST, part): _KEYED for part in ("headers", "cookies", "query_string", "post_data")},
+    (_REQUEST, "data"): _KEYED,
+}
+
+#: Nesting past which containers are replaced by the mask rather than walked (JSON-safe events
+#: are at most 10 deep; this only guards against hand-made cycles and recursion limits).
+_MAX_DEPTH = 64
+
+
+def _url_passwords(text: str) -> str:
+    """Mask the password of every ``scheme://user:password@host`` in ``text``."""
+    pieces: list[str] = []
+    done = 0
+    at = text.find("://")
+    while at >= 0:
+        found = _USERINFO.match(text, at + 3)
+        if found is not None and found.group("password") != MASK:
+            pieces.append(text[done : found.start("password")])
+            pieces.append(MASK)
+            done = found.end("password")
+        at = text.find("://", max(at + 3, done))
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _value_span(text: str, at: int) -> tuple[int, int] | None:
+    """Where the value after a separator at ``at`` is (what to mask), or ``None`` when there is
+    no value or it is masked already. A quoted value is its content; a bracketed one runs to
+    its closing bracket (or, unbalanced, to the end of the line); a bare one to a terminator."""
+    lead = _LEAD.match(text, at)
+    start = at if lead is None else lead.end()
+    first = text[start : start + 1]
+    if first == '"' or first == "'":
+        quoted = (_DOUBLE_QUOTED if first == '"' else _SINGLE_QUOTED).match(text, start)
+        if quoted is None:
+            return None
+        span = quoted.span(1)
+    elif first == "[" or first == "{":
+        if text.startswith(MASK, start):
+            return None
+        span = (start, _closing_bracket(text, start))
+    else:
+        bare = _BARE.match(text, start)
+        if bare is None:
+            return None
+        span = bare.span()
+    if span[0] == span[1] or text[span[0] : span[1]] == MASK:
+        return None
+    return span
+
+
+def _closing_bracket(text: str, start: int) -> int:
+    """The end of the bracketed value at ``start`` (quotes respected), or of its line."""
+    depth = 0
+    quote = False
+    index = start
+    limit = min(len(text), start + _MAX_BRACKETED)
+    while index < limit:
+        char = text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quote = False
+        elif char == '"':
+            quote = True
+        elif char == "[" or char == "{":
+            depth += 1
+        elif char == "]" or char == "}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+        index += 1
+    end = text.find("\n", start)
+    return len(text) if end < 0 else end
+
+
+def _mask_bearer(found: re.Match[str]) -> str:
+    if found.group("token") == MASK:
+        return found.group(0)
+    return f"{found.group('scheme')} {MASK}"
