@@ -58,13 +58,7 @@ __all__ = [
 #: Names this module exported before they moved to the sub-package that owns them.
 _MOVED = {
     **dict.fromkeys(
-        (
-            "ApiError AuthenticationError BadRequestError IncompleteListWarning "
-            "InsecureTransportWarning NotFoundError PayloadTooLargeError PaymentRequiredError "
-            "PermissionDeniedError Project ProjectConfig RateLimitedError ServerError "
-            "ServiceUnavailableError SubmitResult Token TokenCreationRefusedError TransportError "
-            "ValidationError"
-        ).split(),
+        ["ApiError", "AuthenticationError", "BadRequestError", "IncompleteListWarning", "InsecureTransportWarning", "NotFoundError", "PayloadTooLargeError", "PaymentRequiredError", "PermissionDeniedError", "Project", "ProjectConfig", "RateLimitedError", "ServerError", "ServiceUnavailableError", "SubmitResult", "Token", "TokenCreationRefusedError", "TransportError", "ValidationError"],
         "eventlog_handler.api",
     ),
     **dict.fromkeys(("error_event", "log_event", "message_event"), "eventlog_handler.wire"),

@@ -6,6 +6,7 @@ import logging
 import threading
 from typing import Any
 
+from eventlog_handler.capture import _exceptions as exception_capture
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._engine import Engine, get_engine
 from eventlog_handler.handler import (
@@ -66,6 +67,8 @@ class EventLogSetup:
         if self.closed:
             return
         self.closed = True
+        if exception_capture.current_settings() is self.handler.settings:
+            exception_capture.set_active(None)
         if self.hooks is not None:
             self.hooks.uninstall()
         if self.sigterm:
@@ -163,6 +166,7 @@ def setup(
         _CURRENT = EventLogSetup(
             handler, hooks, root, previous_level if lowered else None, level_number
         )
+        exception_capture.set_active(handler.settings)
         _CURRENT.sigterm = sigterm
         _CURRENT.trace_handler = trace_handler
         return _CURRENT

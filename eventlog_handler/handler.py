@@ -36,9 +36,11 @@ import logging
 import math
 from typing import Any
 
+from eventlog_handler.capture import _admit as admit
 from eventlog_handler.capture import _records as records
 from eventlog_handler.capture import _tracelog as tracelog
-from eventlog_handler.capture._records import capture_record, is_ignored_logger, note_sent, was_sent
+from eventlog_handler.capture._admit import is_ignored_logger, note_sent, was_sent
+from eventlog_handler.capture._records import capture_record
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
 from eventlog_handler.settings import Settings
 
@@ -168,11 +170,11 @@ class EventLogHandler(logging.Handler):
             server = engine.server
             if record.exc_info:
                 exc = records.exception_of(record.exc_info)
-                if exc is not None and records.was_reported(exc):
+                if exc is not None and admit.was_reported(exc):
                     if self._trace:
                         tracelog.note(record)
                     return  # sent already (middleware, a hook, an earlier log call): once only
-                if exc is not None and records.exception_filtered(exc, settings, server):
+                if exc is not None and admit.exception_filtered(exc, settings, server):
                     engine.count_filtered()
                     if self._trace:
                         tracelog.note(record)
@@ -183,12 +185,12 @@ class EventLogHandler(logging.Handler):
                     if self._trace:
                         tracelog.note(record)
                     return
-            if records._processors_exist:
+            if admit._processors_exist:
                 # A structlog processor may have sent this record already; note ours for it.
                 key = settings.engine_key
-                if was_sent(records.PROCESSOR, record.msg, record.created, key):
+                if was_sent(admit.PROCESSOR, record.msg, record.created, key):
                     return
-                note_sent(records.HANDLER, (record.msg,), record.created, key)
+                note_sent(admit.HANDLER, (record.msg,), record.created, key)
             entry = capture_record(record, settings, self.formatter)
             engine.submit(entry)
             if self._trace:

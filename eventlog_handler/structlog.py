@@ -57,22 +57,21 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
-from eventlog_handler.capture import _records as records
+from eventlog_handler.capture import _admit as admit
 from eventlog_handler.capture import _tracelog as tracelog
-from eventlog_handler.capture._records import (
-    build_event,
+from eventlog_handler.capture._admit import (
     exception_filtered,
-    exception_of,
     is_ignored_logger,
     note_sent,
-    tags_from,
-    user_from,
     was_reported,
     was_sent,
 )
+from eventlog_handler.capture._records import build_event, exception_of
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
 from eventlog_handler.handler import check_level
 from eventlog_handler.settings import Settings
+from eventlog_handler.wire import _extras as extras
+from eventlog_handler.wire._extras import tags_from, user_from
 from eventlog_handler.wire._jsonsafe import safe_str
 from eventlog_handler.wire._stacking import EXTRA_KEY as STACK_KEY
 from eventlog_handler.wire._stacking import manual_stack
@@ -107,8 +106,8 @@ RESERVED_KEYS = frozenset(
         "timestamp",
         "exc_info",
         "positional_args",
-        records.TAGS_KEY,
-        records.USER_KEY,
+        extras.TAGS_KEY,
+        extras.USER_KEY,
         "_record",
         "_from_structlog",
     }
@@ -155,7 +154,7 @@ class EventLogProcessor:
         self.errors = 0
         if self.settings.trace_size:
             tracelog.want(self.settings.trace_size)
-        records.processors_exist()
+        admit.processors_exist()
 
     def __repr__(self) -> str:
         return (
@@ -218,8 +217,8 @@ class EventLogProcessor:
                 return
         key = settings.engine_key
         if record is not None and (
-            was_sent(records.HANDLER, record.msg, record.created, key)
-            or was_sent(records.PROCESSOR, record.msg, record.created, key)
+            was_sent(admit.HANDLER, record.msg, record.created, key)
+            or was_sent(admit.PROCESSOR, record.msg, record.created, key)
         ):
             return
 
@@ -229,13 +228,13 @@ class EventLogProcessor:
         for name, value in event_dict.items():
             if name not in RESERVED_KEYS:
                 data[name if isinstance(name, str) else safe_str(name)] = value
-        if records.TAGS_KEY in event_dict:
-            tags = tags_from(event_dict[records.TAGS_KEY])
-        if records.USER_KEY in event_dict:
-            user = user_from(event_dict[records.USER_KEY])
+        if extras.TAGS_KEY in event_dict:
+            tags = tags_from(event_dict[extras.TAGS_KEY])
+        if extras.USER_KEY in event_dict:
+            user = user_from(event_dict[extras.USER_KEY])
         stack = manual_stack(data.pop(STACK_KEY)) if STACK_KEY in data else None
-        if not records.KNOWN_DATA_KEYS.isdisjoint(data):
-            records.reserve_known_keys(data)
+        if not extras.KNOWN_DATA_KEYS.isdisjoint(data):
+            extras.reserve_known_keys(data)
         event = build_event(
             settings,
             message=message if message is not None else "",
@@ -252,11 +251,11 @@ class EventLogProcessor:
         if trace:
             tracelog.note_event(created, levelno, source, message)
         if record is not None:
-            note_sent(records.PROCESSOR, (record.msg,), record.created, key)
+            note_sent(admit.PROCESSOR, (record.msg,), record.created, key)
         elif isinstance(logger, logging.Logger):
             # Through the stdlib bridge the record's msg will be this dict
             # (wrap_for_formatter) or its "event" value (render_to_log_kwargs).
-            note_sent(records.PROCESSOR, (event_dict, message), None, key)
+            note_sent(admit.PROCESSOR, (event_dict, message), None, key)
 
     def _ignores(self, name: str) -> bool:
         return any(

@@ -18,17 +18,24 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from eventlog_handler.capture._records import build_event, was_reported
+from eventlog_handler.capture._admit import was_reported
+from eventlog_handler.capture._records import build_event
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
 from eventlog_handler.settings import Settings
+
+#: The settings of the current :func:`~eventlog_handler.setup` (it sets and clears them).
+_active: Settings | None = None
+
+
+def set_active(settings: Settings | None) -> None:
+    """Make ``settings`` the default of :func:`capture_exception` (``None``: no default)."""
+    global _active
+    _active = settings
 
 
 def current_settings() -> Settings | None:
     """The settings of the current :func:`~eventlog_handler.setup`, or ``None``."""
-    from eventlog_handler._setup import current
-
-    active = current()
-    return active.handler.settings if active is not None else None
+    return _active
 
 
 def capture_exception(

@@ -37,16 +37,13 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from itertools import islice
 from typing import Any
 
-from pythonjsonlogger.core import RESERVED_ATTRS as _JSON_LOGGER_RESERVED
-
 from eventlog_handler.capture import _tracelog as tracelog
+from eventlog_handler.capture._admit import mark_reported
 from eventlog_handler.capture._context import get_request, get_tags, get_user
 from eventlog_handler.delivery._buffer import JSON_READY, RAW, SORTED, Entry
 from eventlog_handler.settings import MASK, Settings
@@ -55,264 +52,29 @@ from eventlog_handler.wire._events import (
     error_event,
     log_event,
     thread_info,
-    user_info,
+)
+from eventlog_handler.wire._extras import (
+    KNOWN_DATA_KEYS,
+    RESERVED_ATTRS,
+    TAGS_KEY,
+    USER_KEY,
+    reserve_known_keys,
+    tags_from,
+    user_from,
 )
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
-from eventlog_handler.wire._simple_error import type_name
 from eventlog_handler.wire._stacking import EXTRA_KEY as STACK_KEY
 from eventlog_handler.wire._stacking import manual_stack
 
-__all__ = [
-    "IGNORED_LOGGERS",
-    "KNOWN_DATA_KEYS",
-    "RESERVED_ATTRS",
-    "build_event",
-    "capture_record",
-    "exception_of",
-    "is_ignored_logger",
-    "level_name",
-    "record_to_event",
-]
+__all__ = ["build_event", "capture_record", "exception_of", "record_to_event"]
 
-#: Loggers whose records never become events (nor do their children's): the HTTP stack the
-#: sender uses and this package itself, so sending can never feed back into the queue; and
-#: libraries that log every request or part they handle (the HTTP clients httpx and httpcore,
-#: HTTP/2 header frames, multipart form parts, the Flask development server's access lines and
-#: its debugger PIN).
-IGNORED_LOGGERS = frozenset(
-    {
-        "urllib3",
-        "requests",
-        "charset_normalizer",
-        "eventlog_handler",
-        "httpx",
-        "httpcore",
-        "hpack",
-        "werkzeug",
-        "multipart",
-        "python_multipart",
-    }
-)
-
-#: Record attributes that are not ``extra=`` fields: python-json-logger's list, every attribute
-#: of a fresh ``LogRecord`` of this Python (``taskName`` on 3.12+, and whatever comes later),
-#: what formatters add, and what structlog's stdlib bridge adds.
-#: How many attributes ``LogRecord.__init__`` sets (in this Python version), and the last.
 _RECORD_ATTRIBUTES = list(vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)))
 _RECORD_ATTRIBUTE_COUNT = len(_RECORD_ATTRIBUTES)
 _LAST_RECORD_ATTRIBUTE = _RECORD_ATTRIBUTES[-1]
 
-RESERVED_ATTRS: frozenset[str] = frozenset(
-    {
-        *_JSON_LOGGER_RESERVED,
-        *vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)),
-        "message",
-        "asctime",
-        "taskName",
-        "_logger",
-        "_name",
-        "_record",
-        "_from_structlog",
-    }
-)
-
-#: ``extra=`` keys with a meaning of their own (see the module docstring).
-TAGS_KEY = "tags"
-USER_KEY = "@user"
-
-#: The service's own data keys (PROTOCOL: "Known data keys") and the package's: a user's
-#: ``extra=`` value under one of these names travels as ``_<name>`` instead.
-KNOWN_DATA_KEYS = frozenset(
-    {
-        "@level",
-        "@user",
-        "@simple_error",
-        "@error",
-        "@version",
-        "@stack",
-        "@environment",
-        "@request",
-        "@trace",
-        "@submission_method",
-        "@submission_client",
-        "@user_description",
-        "@location",
-        "@stack_info",
-        "@message_args",
-        "@format_error",
-        "@trimmed",
-    }
-)
-
 #: Types whose values can't change after the call: formatting them can wait for the worker.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
-
-#: ``extra=`` keys that are not plain data (sorted out by :func:`sort_extras`).
-_SPECIAL_EXTRAS = frozenset({"tags", "@user", STACK_KEY}) | KNOWN_DATA_KEYS
-
-
-def sort_extras(
-    data: dict[str, Any],
-) -> tuple[dict[str, Any], dict[str, Any] | None, tuple[Any, ...], dict[str, Any] | None]:
-    """Extras copied from a record on the worker: ``(data, user, tags, stack)`` as
-    :func:`_extras` gives them (attributes formatters add, and special keys, sorted out)."""
-    if not RESERVED_ATTRS.isdisjoint(data):
-        data = {key: value for key, value in data.items() if key not in RESERVED_ATTRS}
-    if _SPECIAL_EXTRAS.isdisjoint(data):
-        return data, None, (), None
-    user: dict[str, Any] | None = None
-    tags: tuple[Any, ...] = ()
-    stack: dict[str, Any] | None = None
-    if TAGS_KEY in data:
-        tags = tags_from(data.pop(TAGS_KEY))
-    if USER_KEY in data:
-        user = user_from(data.pop(USER_KEY))
-    if STACK_KEY in data:
-        stack = manual_stack(data.pop(STACK_KEY))
-    if not KNOWN_DATA_KEYS.isdisjoint(data):
-        reserve_known_keys(data)
-    return data, user, tags, stack
-
-
-#: Whether a logger's records are ignored, by name (names of a program repeat).
-_IGNORED_CACHE: dict[str, bool] = {}
-
-
-def is_ignored_logger(name: str | None) -> bool:
-    """Whether records of the logger ``name`` must never become events."""
-    if not name:
-        return False
-    ignored = _IGNORED_CACHE.get(name)
-    if ignored is None:
-        ignored = name.partition(".")[0] in IGNORED_LOGGERS
-        if len(_IGNORED_CACHE) < 10_000:
-            _IGNORED_CACHE[name] = ignored
-    return ignored
-
-
-def reserve_known_keys(data: dict[str, Any]) -> None:
-    """Rename, in place, the keys of user data that are known data keys: ``@level`` →
-    ``_@level`` (the service would otherwise let the user's value win)."""
-    for key in KNOWN_DATA_KEYS.intersection(data):
-        data["_" + key] = data.pop(key)
-
-
-def user_from(value: Any) -> dict[str, Any] | None:
-    """The ``@user`` object of a per-record override: a mapping or an identity."""
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        data = value.get("data")
-        return user_info(
-            value.get("identity"),
-            value.get("name"),
-            data if isinstance(data, Mapping) else None,
-        )
-    return user_info(value)
-
-
-def tags_from(value: Any) -> tuple[Any, ...]:
-    """Tags of a per-record ``tags`` field: a string is one tag, an iterable several."""
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, Iterable) and not isinstance(value, Mapping):
-        try:
-            return tuple(value)
-        except Exception:
-            return ()
-    return (value,)
-
-
-# -- exceptions already reported --------------------------------------------------------------
-
-_REPORTED_ATTR = "_eventlog_handler_reported"
-# Exceptions that refuse attributes (``__slots__``) are remembered here instead.
-_REPORTED_FALLBACK: deque[BaseException] = deque(maxlen=32)
-
-
-def mark_reported(exc: BaseException) -> None:
-    """Remember that ``exc`` was sent, so the exception hooks don't send it again."""
-    try:
-        setattr(exc, _REPORTED_ATTR, True)
-    except Exception:
-        _REPORTED_FALLBACK.append(exc)
-
-
-def was_reported(exc: BaseException) -> bool:
-    """Whether ``exc`` was already sent as an error event by this package."""
-    try:
-        if getattr(exc, _REPORTED_ATTR, False) is True:
-            return True
-    except Exception:
-        pass
-    return any(item is exc for item in _REPORTED_FALLBACK)
-
-
-# -- records already sent by the structlog processor (or by a handler) -----------------------
-#
-# With structlog's stdlib bridge one log call passes both the processor and the handler, on
-# the same thread, one right after the other. Each notes here what it sent, keyed by an object
-# both see (the event dict, which becomes ``record.msg``; or the record's ``msg`` and
-# ``created``), so the other skips it when it goes to the same server with the same key.
-
-HANDLER = "handler"
-PROCESSOR = "processor"
-
-#: Set once a structlog processor exists; until then a handler has nothing to note or check.
-_processors_exist = False
-#: How far apart (seconds) a note without a record time and the record it matches may be.
-_MATCH_WINDOW = 1.0
-
-_Note = tuple[tuple[Any, ...], "float | None", float, tuple[str, str]]
-
-
-class _Recent(threading.local):
-    def __init__(self) -> None:
-        self.notes: dict[str, deque[_Note]] = {
-            HANDLER: deque(maxlen=8),
-            PROCESSOR: deque(maxlen=8),
-        }
-
-
-_RECENT = _Recent()
-
-
-def processors_exist() -> None:
-    """Called when a structlog processor is created: from now on, sends are noted."""
-    global _processors_exist
-    _processors_exist = True
-
-
-def note_sent(
-    by: str, objs: tuple[Any, ...], created: float | None, engine_key: tuple[str, str]
-) -> None:
-    """Remember (on this thread) that ``by`` (:data:`HANDLER` or :data:`PROCESSOR`) sent the
-    record whose ``msg`` is one of ``objs``, created at ``created`` (``None``: not known yet)."""
-    if _processors_exist:
-        _RECENT.notes[by].append((objs, created, time.time(), engine_key))
-
-
-def was_sent(by: str, obj: Any, created: float, engine_key: tuple[str, str]) -> bool:
-    """Whether ``by`` sent the record whose ``msg`` is ``obj``, created at ``created``, to the
-    engine of ``engine_key``, on this thread, just now. A note matches one record only."""
-    if not _processors_exist:
-        return False
-    notes = _RECENT.notes[by]
-    for index in range(len(notes) - 1, -1, -1):
-        objs, item_created, noted, key = notes[index]
-        if key != engine_key or not any(item is obj for item in objs):
-            continue
-        if item_created is None:
-            if abs(created - noted) > _MATCH_WINDOW:
-                continue
-        elif item_created != created:
-            continue
-        del notes[index]
-        return True
-    return False
 
 
 # -- building events -----------------------------------------------------------------------
@@ -694,47 +456,3 @@ _STRUCTLOG_KEYS = frozenset(
     {"event", "level", "logger", "logger_name", "timestamp", "exc_info", "positional_args"}
 )
 
-
-# -- exceptions the settings turn off ---------------------------------------------------------
-
-_IGNORED_TYPES: dict[tuple[type[BaseException], tuple[Any, ...]], bool] = {}
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    found: list[BaseException] = []
-    item: BaseException | None = exc
-    while item is not None and len(found) < 10 and all(item is not seen for seen in found):
-        found.append(item)
-        item = item.__cause__ or (None if item.__suppress_context__ else item.__context__)
-    return found
-
-
-def ignores_exception(exc: BaseException, ignored: tuple[Any, ...]) -> bool:
-    """Whether ``exc``'s type is one of ``ignored`` (classes, or names of the type or of a base
-    class, qualified like ``myapp.PaymentError`` or not)."""
-    if not ignored:
-        return False
-    kind = type(exc)
-    key = (kind, ignored)
-    found = _IGNORED_TYPES.get(key)
-    if found is None:
-        found = False
-        for base in kind.__mro__:
-            names = {base.__name__, type_name(base)}
-            for item in ignored:
-                if base is item or (isinstance(item, str) and item in names):
-                    found = True
-        if len(_IGNORED_TYPES) < 10_000:
-            _IGNORED_TYPES[key] = found
-    return found
-
-
-def exception_filtered(exc: BaseException, settings: Settings, server: Any) -> bool:
-    """Whether the settings (``ignore_exceptions``) or the service (``@@error:*``) turn the
-    error ``exc`` off."""
-    if settings.ignore_exceptions and ignores_exception(exc, settings.ignore_exceptions):
-        return True
-    if server.has_error_rules:
-        names = tuple(type_name(type(item)) for item in _chain(exc))
-        return bool(server.drops_error(names))
-    return False

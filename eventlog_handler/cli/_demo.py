@@ -25,7 +25,7 @@ from typing import Any
 from eventlog_handler._setup import setup
 from eventlog_handler.api._client import Client
 from eventlog_handler.capture._context import user_context
-from eventlog_handler.cli._main import format_table
+from eventlog_handler.cli._table import format_table
 from eventlog_handler.collector import Collector
 from eventlog_handler.wire._events import message_event
 

@@ -40,6 +40,7 @@ from eventlog_handler.api._client import (
     InsecureTransportWarning,
     TokenCreationRefusedError,
 )
+from eventlog_handler.cli._table import format_table
 from eventlog_handler.settings import (
     DEFAULT_SERVER_URL,
     ENV_API_KEY,
@@ -300,15 +301,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from eventlog_handler.cli._demo import run_demo
 
     return run_demo(keep_serving=args.keep_serving, port=args.port)
-
-
-def format_table(rows: Sequence[Sequence[str]]) -> str:
-    """Rows as left-aligned columns."""
-    widths = [max(len(row[index]) for row in rows) for index in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
 
 
 # -- parser ---------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from eventlog_handler.capture._records import _SPECIAL_EXTRAS, RESERVED_ATTRS, sort_extras
 from eventlog_handler.delivery._buffer import JSON_READY, RAW, Entry
 from eventlog_handler.settings import MASK
 from eventlog_handler.wire._events import (
@@ -25,6 +24,7 @@ from eventlog_handler.wire._events import (
     normalize_tags,
     user_with_exclusions,
 )
+from eventlog_handler.wire._extras import RESERVED_ATTRS, SPECIAL_EXTRAS, sort_extras
 from eventlog_handler.wire._jsonsafe import MAX_ITEMS, MAX_STRING, is_excluded, safe_str, truncate
 from eventlog_handler.wire._levels import level_name
 
@@ -272,4 +272,4 @@ def finish_batch(entries: list[Entry]) -> list[dict[str, Any]]:
 
 
 #: Extras that the inlined case leaves to :func:`finish`.
-_SPECIAL = _SPECIAL_EXTRAS | RESERVED_ATTRS
+_SPECIAL = SPECIAL_EXTRAS | RESERVED_ATTRS

@@ -36,7 +36,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from eventlog_handler.capture._records import build_event, exception_filtered, was_reported
+from eventlog_handler.capture._admit import exception_filtered, was_reported
+from eventlog_handler.capture._records import build_event
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._jsonsafe import safe_repr

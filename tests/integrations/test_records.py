@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from eventlog_handler import EventLogHandler, add_tags, set_user
-from eventlog_handler.capture._records import RESERVED_ATTRS, level_name, record_to_event
+from eventlog_handler.capture._records import record_to_event
 from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.wire._events import format_date, log_event, parse_date
+from eventlog_handler.wire._extras import RESERVED_ATTRS
+from eventlog_handler.wire._levels import level_name
 
 from .conftest import API_KEY, CaptureServer, deliver, run_python
 

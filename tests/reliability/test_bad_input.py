@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventlog_handler import EventLogHandler
-from eventlog_handler.capture._records import is_ignored_logger
+from eventlog_handler.capture._admit import is_ignored_logger
 from eventlog_handler.structlog import EventLogProcessor, level_number
 from eventlog_handler.wire import _events as events
 from eventlog_handler.wire._jsonsafe import MAX_ITEMS

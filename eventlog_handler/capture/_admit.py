@@ -1,0 +1,189 @@
+"""Whether a record or an exception becomes an event: the admission rules every entry point
+shares (the handler, the structlog processor, the hooks, ``capture_exception``, middleware).
+
+- Loggers whose records never become events (:func:`is_ignored_logger`).
+- Exceptions already reported (:func:`was_reported`), so one exception is one event.
+- Records the structlog processor already sent (:func:`was_sent`), and the reverse.
+- Exceptions the settings or the service turn off (:func:`exception_filtered`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from eventlog_handler.settings import Settings
+from eventlog_handler.wire._simple_error import type_name
+
+#: Loggers whose records never become events (nor do their children's): the HTTP stack the
+#: sender uses and this package itself, so sending can never feed back into the queue; and
+#: libraries that log every request or part they handle (the HTTP clients httpx and httpcore,
+#: HTTP/2 header frames, multipart form parts, the Flask development server's access lines and
+#: its debugger PIN).
+IGNORED_LOGGERS = frozenset(
+    {
+        "urllib3",
+        "requests",
+        "charset_normalizer",
+        "eventlog_handler",
+        "httpx",
+        "httpcore",
+        "hpack",
+        "werkzeug",
+        "multipart",
+        "python_multipart",
+    }
+)
+
+_IGNORED_CACHE: dict[str, bool] = {}
+
+
+def is_ignored_logger(name: str | None) -> bool:
+    """Whether records of the logger ``name`` must never become events."""
+    if not name:
+        return False
+    ignored = _IGNORED_CACHE.get(name)
+    if ignored is None:
+        ignored = name.partition(".")[0] in IGNORED_LOGGERS
+        if len(_IGNORED_CACHE) < 10_000:
+            _IGNORED_CACHE[name] = ignored
+    return ignored
+
+
+# -- exceptions already reported --------------------------------------------------------------
+
+_REPORTED_ATTR = "_eventlog_handler_reported"
+# Exceptions that refuse attributes (``__slots__``) are remembered here instead.
+_REPORTED_FALLBACK: deque[BaseException] = deque(maxlen=32)
+
+
+def mark_reported(exc: BaseException) -> None:
+    """Remember that ``exc`` was sent, so the exception hooks don't send it again."""
+    try:
+        setattr(exc, _REPORTED_ATTR, True)
+    except Exception:
+        _REPORTED_FALLBACK.append(exc)
+
+
+def was_reported(exc: BaseException) -> bool:
+    """Whether ``exc`` was already sent as an error event by this package."""
+    try:
+        if getattr(exc, _REPORTED_ATTR, False) is True:
+            return True
+    except Exception:
+        pass
+    return any(item is exc for item in _REPORTED_FALLBACK)
+
+
+# -- records already sent by the structlog processor (or by a handler) -----------------------
+#
+# With structlog's stdlib bridge one log call passes both the processor and the handler, on
+# the same thread, one right after the other. Each notes here what it sent, keyed by an object
+# both see (the event dict, which becomes ``record.msg``; or the record's ``msg`` and
+# ``created``), so the other skips it when it goes to the same server with the same key.
+
+HANDLER = "handler"
+PROCESSOR = "processor"
+
+#: Set once a structlog processor exists; until then a handler has nothing to note or check.
+_processors_exist = False
+#: How far apart (seconds) a note without a record time and the record it matches may be.
+_MATCH_WINDOW = 1.0
+
+_Note = tuple[tuple[Any, ...], "float | None", float, tuple[str, str]]
+
+
+class _Recent(threading.local):
+    def __init__(self) -> None:
+        self.notes: dict[str, deque[_Note]] = {
+            HANDLER: deque(maxlen=8),
+            PROCESSOR: deque(maxlen=8),
+        }
+
+
+_RECENT = _Recent()
+
+
+def processors_exist() -> None:
+    """Called when a structlog processor is created: from now on, sends are noted."""
+    global _processors_exist
+    _processors_exist = True
+
+
+def note_sent(
+    by: str, objs: tuple[Any, ...], created: float | None, engine_key: tuple[str, str]
+) -> None:
+    """Remember (on this thread) that ``by`` (:data:`HANDLER` or :data:`PROCESSOR`) sent the
+    record whose ``msg`` is one of ``objs``, created at ``created`` (``None``: not known yet)."""
+    if _processors_exist:
+        _RECENT.notes[by].append((objs, created, time.time(), engine_key))
+
+
+def was_sent(by: str, obj: Any, created: float, engine_key: tuple[str, str]) -> bool:
+    """Whether ``by`` sent the record whose ``msg`` is ``obj``, created at ``created``, to the
+    engine of ``engine_key``, on this thread, just now. A note matches one record only."""
+    if not _processors_exist:
+        return False
+    notes = _RECENT.notes[by]
+    for index in range(len(notes) - 1, -1, -1):
+        objs, item_created, noted, key = notes[index]
+        if key != engine_key or not any(item is obj for item in objs):
+            continue
+        if item_created is None:
+            if abs(created - noted) > _MATCH_WINDOW:
+                continue
+        elif item_created != created:
+            continue
+        del notes[index]
+        return True
+    return False
+
+
+# -- building events -----------------------------------------------------------------------
+
+
+# -- exceptions the settings turn off ---------------------------------------------------------
+
+_IGNORED_TYPES: dict[tuple[type[BaseException], tuple[Any, ...]], bool] = {}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    item: BaseException | None = exc
+    while item is not None and len(found) < 10 and all(item is not seen for seen in found):
+        found.append(item)
+        item = item.__cause__ or (None if item.__suppress_context__ else item.__context__)
+    return found
+
+
+def ignores_exception(exc: BaseException, ignored: tuple[Any, ...]) -> bool:
+    """Whether ``exc``'s type is one of ``ignored`` (classes, or names of the type or of a base
+    class, qualified like ``myapp.PaymentError`` or not)."""
+    if not ignored:
+        return False
+    kind = type(exc)
+    key = (kind, ignored)
+    found = _IGNORED_TYPES.get(key)
+    if found is None:
+        found = False
+        for base in kind.__mro__:
+            names = {base.__name__, type_name(base)}
+            for item in ignored:
+                if base is item or (isinstance(item, str) and item in names):
+                    found = True
+        if len(_IGNORED_TYPES) < 10_000:
+            _IGNORED_TYPES[key] = found
+    return found
+
+
+def exception_filtered(exc: BaseException, settings: Settings, server: Any) -> bool:
+    """Whether the settings (``ignore_exceptions``) or the service (``@@error:*``) turn the
+    error ``exc`` off."""
+    if settings.ignore_exceptions and ignores_exception(exc, settings.ignore_exceptions):
+        return True
+    if server.has_error_rules:
+        names = tuple(type_name(type(item)) for item in _chain(exc))
+        return bool(server.drops_error(names))
+    return False
