@@ -17,22 +17,25 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from eventlog_handler.api import _errors as errors
 from eventlog_handler.delivery._batches import Part, compress, encode_parts
 from eventlog_handler.delivery._courtesy import Courtesy
-from eventlog_handler.delivery._retry import Action
-from eventlog_handler.settings import DEFAULT_SERVER_URL, mask_secret
+from eventlog_handler.delivery._intake import Intake
+from eventlog_handler.delivery._ledger import Ledger
+from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS, Action, RetryPolicy
+from eventlog_handler.delivery._state import RunState
+from eventlog_handler.delivery._stderr import redact, say
+from eventlog_handler.settings import DEFAULT_SERVER_URL, Settings, mask_secret
 from eventlog_handler.wire._events import MAX_AGE_SECONDS
 from eventlog_handler.wire._jsonsafe import safe_str
 
 if TYPE_CHECKING:
     from eventlog_handler.api._client import Client
-    from eventlog_handler.delivery._engine import Engine
+    from eventlog_handler.delivery._spooling import SpoolTraffic
 
-#: Events this close to the service's 3-day window are dropped rather than sent.
-EXPIRY_MARGIN_SECONDS = 60
 #: While a failure lasts, the outage line is repeated at most this often.
 OUTAGE_REPEAT = 300.0
 
@@ -40,10 +43,27 @@ OUTAGE_REPEAT = 300.0
 class Delivery:
     """Sends parts for one engine (see the module docstring)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.settings = engine.settings
-        self.ledger = engine.ledger
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        intake: Intake,
+        state: RunState,
+        policy: RetryPolicy,
+        client: Callable[[float | None], Client],
+        config_seen: Callable[[int], None],
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.intake = intake
+        self.state = state
+        self.policy = policy
+        #: The worker's client (``client(None)``), or a new one bounded by a timeout.
+        self.client = client
+        #: Called with the settings' version an answer names.
+        self.config_seen = config_seen
+        #: The engine's spool traffic, if it has a spool (set once both exist).
+        self.spooling: SpoolTraffic | None = None
         #: In-memory parts being delivered (what the exit path may still save to the spool).
         self.current: deque[Part] = deque()
         self._refused_said = False
@@ -91,11 +111,10 @@ class Delivery:
     def deliver(self, parts: deque[Part], client: Client | None = None) -> bool:
         """Send ``parts`` until each is delivered or dropped; ``False`` when time ran out or the
         events went to the spool to wait for the service."""
-        engine = self.engine
-        client = client or engine.client()
+        client = client or self.client(None)
         attempt = 0
         while parts:
-            if engine.intake.finished:
+            if self.intake.finished:
                 return False
             part = parts[0]
             payload, gzipped = compress(part.body())
@@ -106,7 +125,7 @@ class Delivery:
             try:
                 result = self._post(client, part, payload, gzipped)
             except errors.EventLogError as error:
-                decision = engine.policy.decide(error, attempt, len(part))
+                decision = self.policy.decide(error, attempt, len(part))
                 self.ledger.last_error = self.redact(f"{decision.reason}: {safe_str(error)}")
                 if decision.action in (Action.RETRY, Action.REFUSED):
                     if decision.action is Action.REFUSED:
@@ -116,8 +135,8 @@ class Delivery:
                     with self.ledger.lock:
                         self.ledger.retries += 1
                     attempt += 1
-                    engine.intake.retrying = True
-                    spooling = engine.spooling
+                    self.intake.retrying = True
+                    spooling = self.spooling
                     if spooling is not None and part.origin is None and spooling.spill_parts(parts):
                         self.pause(decision.delay)
                         return False
@@ -146,13 +165,13 @@ class Delivery:
                 self.ledger.bytes_sent += result.bytes_sent
             self.settle_part(part, None)
             if result.config_version is not None:
-                engine.config_seen(result.config_version)
+                self.config_seen(result.config_version)
         return True
 
     def _post(self, client: Client, part: Part, payload: bytes, gzipped: bool) -> Any:
         """Post one part, noting what is on the wire (what the exit path calls "outcome
         unknown" if its deadline passes meanwhile)."""
-        ledger, intake = self.ledger, self.engine.intake
+        ledger, intake = self.ledger, self.intake
         on_wire = part.weight() if part.origin is None else 0
         with ledger.lock:
             ledger.posting = on_wire
@@ -170,10 +189,10 @@ class Delivery:
         if part.origin is None:
             ledger.settle(part.weight(), reason)
             return
-        if self.engine.intake.finished:
+        if self.intake.finished:
             return  # the spool is closed: the rows stay for the next start
         deleted = part.origin.delete(part.rows)
-        spooling = self.engine.spooling
+        spooling = self.spooling
         with ledger.lock:
             if spooling is not None and spooling.is_own(part.origin):
                 weight = part.weight() if deleted == len(part) else deleted
@@ -196,18 +215,17 @@ class Delivery:
         meanwhile go to disk rather than waiting in memory; without one (or with a full disk)
         they wait in the bounded buffer.
         """
-        engine = self.engine
-        ledger, intake = self.ledger, engine.intake
-        was_closing = engine.closing
+        ledger, intake, state = self.ledger, self.intake, self.state
+        was_closing = state.closing
         end = time.monotonic() + delay
         notice = self._notice_due()
         while True:
             spill: list[Any] = []
             with ledger.lock:
-                if engine.deadline is not None:
-                    end = min(end, engine.deadline)
+                if state.deadline is not None:
+                    end = min(end, state.deadline)
                 while not intake.finished:
-                    if engine.closing and not was_closing:
+                    if state.closing and not was_closing:
                         return True
                     now = time.monotonic()
                     if notice is not None and now >= notice:
@@ -216,9 +234,9 @@ class Delivery:
                     if now >= end:
                         break
                     until = end if notice is None else min(end, notice)
-                    spooling = engine.spooling
+                    spooling = self.spooling
                     if spooling is not None and spooling.accepting():
-                        due = engine.buffer_due(now)
+                        due = intake.due(now)
                         if due <= now:
                             spill = intake.buffer.take(len(intake.buffer))
                             ledger.in_flight += len(spill)
@@ -229,15 +247,15 @@ class Delivery:
                 if not spill:
                     if intake.finished:
                         return False
-                    return engine.deadline is None or time.monotonic() < engine.deadline
-            engine.spool_entries(spill)
+                    return state.deadline is None or time.monotonic() < state.deadline
+            assert self.spooling is not None
+            self.spooling.spill_entries(spill)
 
     # -- what stderr says ---------------------------------------------------------------------
 
     def redact(self, text: str) -> str:
         """``text`` (which may quote the server) without the API key in it."""
-        key = self.settings.api_key
-        return text.replace(key, mask_secret(key)) if key else text
+        return redact(text, self.settings.api_key)
 
     def _say_refused(self, error: errors.EventLogError) -> None:
         if self._refused_said:
@@ -253,8 +271,8 @@ class Delivery:
         else:
             what = f"refused the API key {mask_secret(settings.api_key)} ({status})"
         detail = self.redact(safe_str(error))
-        retry = self.engine.policy.refused_delay
-        engine_say(
+        retry = self.policy.refused_delay
+        say(
             f"eventlog_handler: {settings.server_url} {what}: {detail}. Events are kept "
             f"(up to {settings.queue_size}) and retried every {retry:g} s or more; "
             f"check EVENTLOG_API_KEY / api_key."
@@ -287,15 +305,15 @@ class Delivery:
         settings = self.settings
         ledger = self.ledger
         with ledger.lock:
-            waiting = len(self.engine.intake.buffer) + ledger.in_flight + ledger.spooled
+            waiting = len(self.intake.buffer) + ledger.in_flight + ledger.spooled
         hint = ""
         if settings.server_url == DEFAULT_SERVER_URL:
             hint = (
                 " (the default: the local collector; set EVENTLOG_SERVER_URL or server_url "
                 "to send elsewhere)"
             )
-        kept = "kept on disk and in memory" if self.engine.spooling else "kept in memory"
-        engine_say(
+        kept = "kept on disk and in memory" if self.spooling else "kept in memory"
+        say(
             f"eventlog_handler: cannot deliver events to {settings.server_url}{hint} for "
             f"{now - since:.0f} s: {ledger.last_error}. {waiting} event(s) waiting, {kept} "
             f"(up to {settings.queue_size} in memory); retrying."
@@ -303,27 +321,14 @@ class Delivery:
 
     def _succeeded(self) -> None:
         since = self._failing_since
-        self.engine.intake.retrying = False
+        self.intake.retrying = False
         self._refused_said = False
         if since is None:
             return
         if self._outage_said_at is not None:
-            engine_say(
+            say(
                 f"eventlog_handler: delivery to {self.settings.server_url} recovered after "
                 f"{time.monotonic() - since:.0f} s."
             )
         self._failing_since = self._outage_said_at = None
         self._failures = 0
-
-
-def engine_say(message: str) -> None:
-    """Write one line to stderr (the package's own diagnostics; never raises)."""
-    import sys
-
-    try:
-        stream = sys.stderr
-        if stream is not None:
-            stream.write(message + "\n")
-            stream.flush()
-    except Exception:  # pragma: no cover - stderr closed at exit
-        pass

@@ -1,33 +1,34 @@
 """The delivery engine: from "an event was captured" to "the service has it".
 
 One :class:`Engine` per process per (server, key), shared by every handler and processor that
-points there (:func:`get_engine`). It is a small composition; each part reads on its own:
+points there (:func:`get_engine`). It only composes; each part is handed the collaborators it
+uses and nothing else, and none reaches the others through the engine:
 
-====================================  =======================================================
-:mod:`~eventlog_handler.delivery._intake`        the caller's side: the bounded buffer, waking the
-                                       worker, back-pressure on a burst
-:mod:`~eventlog_handler.delivery._worker`        the worker thread: what is due, taking batches
-:mod:`~eventlog_handler.delivery._pipeline`      finish, ``@version``, ``before_send``, scrub, roll-up
-:mod:`~eventlog_handler.delivery._delivery`      encode, compress, post, retry, settle; what stderr says
-:mod:`~eventlog_handler.delivery._spooling`      the durable spool: spill, bound, replay
-:mod:`~eventlog_handler.delivery._lifecycle`     flush, close, the exit flush, fork and SIGTERM
-:mod:`~eventlog_handler.delivery._ledger`        the lock and the counts of every outcome
-====================================  =======================================================
+=========================  =====================================================================
+:mod:`._intake`            the caller's side: the bounded buffer, waking the worker, back-pressure
+:mod:`._worker`            the worker thread: waits until something is due, takes it, runs it
+:mod:`._pipeline`          finish, ``@version``, ``before_send``, scrub, roll-up
+:mod:`._delivery`          encode, compress, post, retry, settle; what stderr says
+:mod:`._spooling`          the durable spool: spill, bound, replay
+:mod:`._lifecycle`         flush, close, the exit flush
+:mod:`._server_settings`   the service's settings, fetched by the worker
+:mod:`._ledger`            the lock, the condition, and the counts of every outcome
+:mod:`._state`             flushing, closing and the exit deadline, shared by the parts
+=========================  =====================================================================
 
-The path of an event: ``EventLogHandler.emit`` → :func:`~eventlog_handler.capture._records.capture_record`
-→ :meth:`Engine.submit` → :meth:`Intake.put <eventlog_handler.delivery._intake.Intake.put>` (the
-buffer) → :meth:`Worker._next <eventlog_handler.delivery._worker.Worker._next>` (a batch is due) →
-:meth:`Pipeline.run <eventlog_handler.delivery._pipeline.Pipeline.run>` (wire events) →
-:meth:`Delivery.send_events <eventlog_handler.delivery._delivery.Delivery.send_events>` (the socket).
+The path of an event: ``EventLogHandler.emit`` →
+:func:`~eventlog_handler.capture._records.capture_record` → :meth:`Engine.submit` →
+:meth:`Intake.put <._intake.Intake.put>` (the buffer) → the worker (a batch is due) →
+:meth:`Pipeline.run <._pipeline.Pipeline.run>` (wire events) →
+:meth:`Delivery.send_events <._delivery.Delivery.send_events>` (the socket).
 
 Accounting: ``captured == delivered + sum(dropped) + queued + in_flight + spooled`` always
-(:class:`~eventlog_handler.delivery._ledger.Ledger`).
+(:class:`~._ledger.Ledger`).
 """
 
 from __future__ import annotations
 
 import atexit
-import math
 import multiprocessing
 import multiprocessing.util
 import os
@@ -36,23 +37,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from eventlog_handler.api import _errors as errors
 from eventlog_handler.api._client import Client
 from eventlog_handler.delivery._buffer import Entry
 from eventlog_handler.delivery._child_sigterm import terminate_gracefully
-from eventlog_handler.delivery._delivery import Delivery, engine_say
+from eventlog_handler.delivery._delivery import Delivery
 from eventlog_handler.delivery._intake import Intake
 from eventlog_handler.delivery._ledger import DROP_REASONS, Ledger
 from eventlog_handler.delivery._lifecycle import Lifecycle
 from eventlog_handler.delivery._pipeline import Pipeline
 from eventlog_handler.delivery._retry import RetryPolicy
 from eventlog_handler.delivery._sender import Sender
-from eventlog_handler.delivery._server_settings import EMPTY, ServerSettings
+from eventlog_handler.delivery._server_settings import ServerSettings, SettingsFetch
 from eventlog_handler.delivery._spool import Spool
 from eventlog_handler.delivery._spooling import SpoolTraffic
+from eventlog_handler.delivery._state import RunState
+from eventlog_handler.delivery._stderr import redact
 from eventlog_handler.delivery._worker import SENDER_THREADS, Worker, is_sender_thread
 from eventlog_handler.settings import Settings, mask_secret
-from eventlog_handler.wire._jsonsafe import safe_str
 
 __all__ = [
     "DROP_REASONS",
@@ -68,15 +69,6 @@ __all__ = [
 _generation = 0
 #: Whether this process (a multiprocessing child) flushes on SIGTERM.
 _terminate_guarded = False
-
-#: Seconds the worker waits for the service's settings (it sends nothing meanwhile).
-CONFIG_TIMEOUT = 3.0
-#: After a failed fetch of the settings, seconds before the next try.
-CONFIG_RETRY = 60.0
-
-# Kept for code that imported them from here.
-_SENDER_THREADS = SENDER_THREADS
-_say = engine_say
 
 
 class Engine:
@@ -98,8 +90,10 @@ class Engine:
         )
         self._client_factory = client_factory or _default_client
         self._spool: Spool | None = None
-        #: The service's settings (swapped whole when a new version arrives).
-        self.server: ServerSettings = EMPTY
+        #: The service's settings: fetched by the worker, read by every caller.
+        self.server_settings = SettingsFetch(
+            settings.server_settings, lambda text: redact(text, settings.api_key)
+        )
         self._reset_process_state()
         if settings.spool_path:
             with self.ledger.lock:  # replay what ended processes left in the spool, from the start
@@ -119,24 +113,61 @@ class Engine:
             self._spool.after_fork()
         self._generation = _generation
         self._pid = os.getpid()
-        self.ledger = Ledger()
-        self.intake = Intake(settings, self.ledger)
-        self.worker = Worker(self)
-        self.intake.start_worker = self._start_worker
-        self.delivery = Delivery(self)
-        self.pipeline = Pipeline(self)
-        self.lifecycle = Lifecycle(self)
-        self.flushing = 0
-        self.closing = False  # at exit: send everything now
-        self.deadline: float | None = None
-        self.config_wanted = settings.server_settings
-        self._config_next_try = 0.0
-        #: Why the last fetch of the service's settings failed (``None``: it didn't).
-        self.settings_error: str | None = None
         self._client: Client | None = None
+        self.server_settings.restart()
+        self.state = state = RunState()
+        self.ledger = ledger = Ledger()
+        self.intake = intake = Intake(settings, ledger, state)
+        self.pipeline = pipeline = Pipeline(settings, ledger, self._server)
+        self.delivery = delivery = Delivery(
+            settings, ledger, intake, state, self.policy, self.client, self.server_settings.seen
+        )
         if settings.spool_path and self._spool is None:
             self._spool = Spool(settings.spool_path, settings.spool_max_bytes)
-        self.spooling = SpoolTraffic(self, self._spool) if self._spool is not None else None
+        self.spooling: SpoolTraffic | None = None
+        if self._spool is not None:
+            self.spooling = delivery.spooling = SpoolTraffic(
+                self._spool,
+                settings,
+                ledger,
+                intake,
+                state,
+                delivery,
+                lambda entries: pipeline.run(entries, rollup=False),
+            )
+        self.worker = worker = Worker(
+            settings,
+            ledger,
+            intake,
+            state,
+            pipeline,
+            delivery,
+            self.spooling,
+            self.server_settings,
+            self.client,
+            self.same_process,
+        )
+        intake.start_worker = self._start_worker
+        self.lifecycle = Lifecycle(
+            settings,
+            ledger,
+            intake,
+            state,
+            worker,
+            pipeline,
+            delivery,
+            self.spooling,
+            self.client,
+            self.check_process,
+        )
+
+    @property
+    def server(self) -> ServerSettings:
+        """The service's settings in force (read on the caller's thread, without a lock)."""
+        return self.server_settings.current
+
+    def _server(self) -> ServerSettings:
+        return self.server_settings.current
 
     def _start_worker(self) -> bool:
         """Start the worker (the lock is held); in a multiprocessing child, from its main
@@ -194,28 +225,6 @@ class Engine:
             self.ledger.captured += 1
             self.ledger.dropped["filtered"] += 1
 
-    # -- what the worker asks -------------------------------------------------------------------
-
-    def buffer_due(self, now: float) -> float:
-        """When the events in memory are due to be taken (the lock is held)."""
-        settings, buffer = self.settings, self.intake.buffer
-        if not buffer:
-            return math.inf
-        if (
-            self.closing
-            or self.flushing
-            or len(buffer) >= settings.batch_size
-            or settings.spool_all
-        ):
-            return now
-        oldest_error, oldest_log = buffer.oldest()
-        due = math.inf
-        if oldest_error is not None:
-            due = oldest_error.enqueued + settings.error_delay
-        if oldest_log is not None:
-            due = min(due, oldest_log.enqueued + settings.flush_interval)
-        return due
-
     def client(self, timeout: float | None = None) -> Client:
         """The worker's client (``timeout``: a new one bounded by it, for the exit path)."""
         if timeout is not None:
@@ -223,77 +232,6 @@ class Engine:
         if self._client is None:
             self._client = self._client_factory(self.settings, None)
         return self._client
-
-    def _client_for(self, timeout: float | None = None) -> Client:
-        return self.client(timeout)
-
-    def spool_entries(self, entries: list[Entry]) -> None:
-        """Finish in-flight entries and write them to the spool; if it can't take them, they
-        go back to the front of the buffer (the roll-up is left out: one event per entry)."""
-        events, created, _ = self.pipeline.run(entries, rollup=False)
-        if not events:
-            return
-        assert self.spooling is not None
-        if self.spooling.spill_events(events, created, None):
-            return
-        now = time.monotonic()
-        ready = [
-            Entry(
-                self.settings,
-                event,
-                0,
-                None,
-                None,
-                None,
-                when,
-                now,
-                is_error=event.get("type") == "error",
-            )
-            for event, when in zip(events, created, strict=True)
-        ]
-        with self.ledger.lock:
-            self.intake.give_back(ready)
-
-    # -- the service's settings -----------------------------------------------------------------
-
-    def config_seen(self, version: int) -> None:
-        """An answer named the settings' current version: fetch them if it is newer."""
-        if (
-            self.settings.server_settings
-            and version > self.server.version
-            and time.monotonic() >= self._config_next_try
-        ):
-            self.config_wanted = True
-
-    def refresh_server_settings(self) -> None:
-        """Fetch the service's settings when wanted (on the worker; a failure changes nothing
-        but the time of the next try)."""
-        if not self.config_wanted:
-            return
-        self.config_wanted = False
-        current = self.server
-        try:
-            answer = self.client(timeout=CONFIG_TIMEOUT).get_config(
-                current.version if current.version >= 0 else None
-            )
-        except errors.EventLogError as exc:
-            self._config_next_try = time.monotonic() + CONFIG_RETRY
-            self.settings_error = self.delivery.redact(safe_str(exc))
-            return
-        except Exception as exc:  # pragma: no cover - a bad answer must not stop the worker
-            self._config_next_try = time.monotonic() + CONFIG_RETRY
-            self.settings_error = f"{type(exc).__name__}: {safe_str(exc)}"
-            return
-        if answer is None:  # 304: what we have is current
-            return
-        version = answer.get("version")
-        settings = answer.get("settings")
-        if not isinstance(version, int) or not isinstance(settings, dict):
-            self._config_next_try = time.monotonic() + CONFIG_RETRY
-            self.settings_error = "the answer is not {version, settings}"
-            return
-        self.settings_error = None
-        self.server = ServerSettings(version, settings)
 
     # -- flush, close, exit -------------------------------------------------------------------
 
@@ -325,15 +263,12 @@ class Engine:
             own = self._spool.own_file if self._spool is not None else None
             stats["spool_bytes"] = own.bytes if own is not None else 0
             stats["worker_alive"] = self.worker.thread is not None and self.worker.thread.is_alive()
+            server = self.server_settings
             stats["server_settings_version"] = (
-                self.server.version if self.server.version >= 0 else None
+                server.current.version if server.current.version >= 0 else None
             )
-            stats["server_settings_error"] = self.settings_error
+            stats["server_settings_error"] = server.error
             return stats
-
-    def is_worker_thread(self) -> bool:
-        """Whether the calling thread is this engine's worker."""
-        return self.worker.is_current()
 
 
 def _default_client(settings: Settings, timeout: float | None) -> Client:

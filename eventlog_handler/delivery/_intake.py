@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from eventlog_handler.delivery._buffer import Entry, EventBuffer
 from eventlog_handler.delivery._ledger import Ledger
+from eventlog_handler.delivery._state import RunState
 from eventlog_handler.settings import Settings
 
 #: The longest a logging thread waits for the worker in one call (the worker is busy with
@@ -42,9 +43,10 @@ BUSY = -math.inf
 class Intake:
     """The buffer and the caller's path into it (one per engine and process)."""
 
-    def __init__(self, settings: Settings, ledger: Ledger) -> None:
+    def __init__(self, settings: Settings, ledger: Ledger, state: RunState) -> None:
         self.settings = settings
         self.ledger = ledger
+        self.state = state
         self.buffer = EventBuffer(settings.queue_size)
         #: When the sleeping worker wakes by itself (``inf``: only when woken; ``BUSY``).
         self.wake_at = BUSY
@@ -121,6 +123,21 @@ class Intake:
                     ledger.changed.wait(0.05)
             finally:
                 self.waiting -= 1
+
+    def due(self, now: float) -> float:
+        """When the events in memory are due to be taken (the lock is held)."""
+        buffer = self.buffer
+        if not buffer:
+            return math.inf
+        if self.state.hurried or len(buffer) >= self._batch or self._eager:
+            return now
+        oldest_error, oldest_log = buffer.oldest()
+        due = math.inf
+        if oldest_error is not None:
+            due = oldest_error.enqueued + self._error_delay
+        if oldest_log is not None:
+            due = min(due, oldest_log.enqueued + self._log_delay)
+        return due
 
     def taken(self) -> None:
         """The worker took entries (the lock is held): release logging threads waiting."""

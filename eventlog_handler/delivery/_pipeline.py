@@ -21,19 +21,20 @@ outcome.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from eventlog_handler.delivery._buffer import Entry
 from eventlog_handler.delivery._courtesy import Courtesy
-from eventlog_handler.delivery._delivery import engine_say
 from eventlog_handler.delivery._finish import finish, finish_batch
+from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._rollup import Rollup
+from eventlog_handler.delivery._server_settings import ServerSettings
+from eventlog_handler.delivery._stderr import say
+from eventlog_handler.settings import Settings
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._scrub import Scrubber
-
-if TYPE_CHECKING:
-    from eventlog_handler.delivery._engine import Engine
 
 Batch = tuple[list[dict[str, Any]], list[float], "list[int] | None"]
 
@@ -41,11 +42,14 @@ Batch = tuple[list[dict[str, Any]], list[float], "list[int] | None"]
 class Pipeline:
     """Finish, version, ``before_send``, scrub, roll-up (see the module docstring)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.settings = engine.settings
-        self.ledger = engine.ledger
-        self.rollup = Rollup(engine.settings.rollup_window)
+    def __init__(
+        self, settings: Settings, ledger: Ledger, server: Callable[[], ServerSettings]
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        #: The service's current settings (their data exclusions are masked too).
+        self.server = server
+        self.rollup = Rollup(settings.rollup_window)
         self._version: str | bool | None = False  # False: not looked up yet
         self._scrubber: Scrubber | None = None
         self._scrubber_for: tuple[str, ...] | None = None
@@ -64,7 +68,7 @@ class Pipeline:
 
     def scrubber(self) -> Scrubber:
         """The scrubber for the local exclusions plus the service's current ones."""
-        extra = self.engine.server.data_exclusions
+        extra = self.server().data_exclusions
         if self._scrubber is None or self._scrubber_for != extra:
             settings = self.settings
             self._scrubber = Scrubber((settings.api_key,), (*settings.data_exclusions, *extra))
@@ -177,7 +181,7 @@ class Pipeline:
         if self._hook_said:
             return
         self._hook_said = True
-        engine_say(
+        say(
             f"eventlog_handler: before_send {what}; the event was sent unchanged "
             f"(counted in stats()['hook_errors'], said once)."
         )

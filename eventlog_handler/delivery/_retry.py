@@ -36,6 +36,8 @@ import time
 from eventlog_handler.api import _errors as errors
 
 USAGE_BUCKET_SECONDS = 300
+#: Events this close to the service's 3-day window are dropped (``expired``) rather than sent.
+EXPIRY_MARGIN_SECONDS = 60
 
 
 class Action(enum.Enum):

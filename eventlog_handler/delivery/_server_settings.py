@@ -21,9 +21,12 @@ per type name, so a record that the service filters out costs a dictionary looku
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from eventlog_handler.api._errors import EventLogError
+from eventlog_handler.wire._jsonsafe import safe_str
 from eventlog_handler.wire._levels import NUMBERS
 
 #: The level number that sends nothing (``Off``).
@@ -150,3 +153,67 @@ def error_type_names(event: Mapping[str, Any]) -> tuple[str, ...]:
 
 #: Before anything was fetched: the service says nothing.
 EMPTY = ServerSettings()
+
+
+#: Seconds the worker waits for the service's settings (it sends nothing meanwhile).
+CONFIG_TIMEOUT = 3.0
+#: After a failed fetch of the settings, seconds before the next try.
+CONFIG_RETRY = 60.0
+
+
+class SettingsFetch:
+    """The service's settings of one engine: fetched by the worker at start and whenever an
+    answer names a newer version; a failed fetch changes nothing but the time of the next try.
+
+    ``fetch(v)`` is the client call (``GET /api/v2/projects/config?v=``): it returns the answer,
+    or ``None`` for 304.
+    """
+
+    def __init__(self, enabled: bool, redact: Callable[[str], str]) -> None:
+        self.enabled = enabled
+        self._redact = redact
+        #: The settings in force (swapped whole when a new version arrives).
+        self.current: ServerSettings = EMPTY
+        #: Why the last fetch failed (``None``: it didn't).
+        self.error: str | None = None
+        self.wanted = enabled
+        self.next_try = 0.0
+
+    def restart(self) -> None:
+        """A new process (after fork): fetch again; the settings in force stay."""
+        self.wanted = self.enabled
+        self.next_try = 0.0
+        self.error = None
+
+    def seen(self, version: int) -> None:
+        """An answer named the settings' current version: fetch them if it is newer."""
+        if self.enabled and version > self.current.version and time.monotonic() >= self.next_try:
+            self.wanted = True
+
+    def refresh(self, fetch: Callable[[int | None], Mapping[str, Any] | None]) -> None:
+        """Fetch the settings if wanted (on the worker)."""
+        if not self.wanted:
+            return
+        self.wanted = False
+        current = self.current
+        try:
+            answer = fetch(current.version if current.version >= 0 else None)
+        except EventLogError as exc:
+            self._failed(self._redact(safe_str(exc)))
+            return
+        except Exception as exc:  # pragma: no cover - a bad answer must not stop the worker
+            self._failed(f"{type(exc).__name__}: {safe_str(exc)}")
+            return
+        if answer is None:  # 304: what we have is current
+            return
+        version = answer.get("version")
+        settings = answer.get("settings")
+        if not isinstance(version, int) or not isinstance(settings, dict):
+            self._failed("the answer is not {version, settings}")
+            return
+        self.error = None
+        self.current = ServerSettings(version, settings)
+
+    def _failed(self, why: str) -> None:
+        self.next_try = time.monotonic() + CONFIG_RETRY
+        self.error = why

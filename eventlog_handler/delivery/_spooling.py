@@ -23,17 +23,32 @@ import math
 import sqlite3
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from eventlog_handler.delivery._batches import Part
-from eventlog_handler.delivery._delivery import EXPIRY_MARGIN_SECONDS, engine_say
+from eventlog_handler.delivery._buffer import Entry
+from eventlog_handler.delivery._intake import Intake
+from eventlog_handler.delivery._ledger import Ledger
+from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS
 from eventlog_handler.delivery._spool import Spool, SpoolCorrupt, SpoolFile
+from eventlog_handler.delivery._state import RunState
+from eventlog_handler.delivery._stderr import say
+from eventlog_handler.settings import Settings
 from eventlog_handler.wire._events import MAX_AGE_SECONDS, fit
 from eventlog_handler.wire._jsonsafe import safe_str
 
-if TYPE_CHECKING:
-    from eventlog_handler.delivery._engine import Engine
+
+class Sending(Protocol):
+    """What the spool traffic asks of the delivery (:class:`~._delivery.Delivery`)."""
+
+    def deliver(self, parts: deque[Part]) -> bool: ...
+
+    def send_parts(self, parts: deque[Part]) -> bool: ...
+
+    def settle_part(self, part: Part, reason: str | None) -> None: ...
+
 
 #: Disk bytes a spooled event takes per byte of its JSON (row, page and journal overhead).
 SPOOL_OVERHEAD = 1.4
@@ -48,14 +63,31 @@ def is_serious(event: dict[str, Any]) -> bool:
     return event.get("type") == "error" or event.get("@level") in ("Error", "Fatal")
 
 
+def is_error(event: dict[str, Any]) -> bool:
+    return event.get("type") == "error"
+
+
 class SpoolTraffic:
     """Spill, bound and replay for one engine (see the module docstring)."""
 
-    def __init__(self, engine: Engine, spool: Spool) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        spool: Spool,
+        settings: Settings,
+        ledger: Ledger,
+        intake: Intake,
+        state: RunState,
+        delivery: Sending,
+        finish: Callable[[list[Entry]], tuple[list[dict[str, Any]], list[float], Any]],
+    ) -> None:
         self.spool = spool
-        self.settings = engine.settings
-        self.ledger = engine.ledger
+        self.settings = settings
+        self.ledger = ledger
+        self.intake = intake
+        self.state = state
+        self.delivery = delivery
+        #: Finished events for entries, without the roll-up: one event per entry.
+        self.finish = finish
         self.orphans: list[SpoolFile] = []
         self.next_scan = 0.0
         #: When this process's own rows are next due for sending.
@@ -74,21 +106,19 @@ class SpoolTraffic:
         """Whether in-memory events go to disk now rather than to the service."""
         if not self.accepting():
             return False
-        engine = self.engine
         return (
             self.settings.spool_all
-            or engine.intake.retrying
-            or len(engine.intake.buffer) > self.settings.queue_size // 2
+            or self.intake.retrying
+            or len(self.intake.buffer) > self.settings.queue_size // 2
         )
 
     def due_at(self, now: float) -> float:
         """When the spool next has work: replaying other files, or sending our own rows."""
         due = self.next_scan
-        engine = self.engine
-        if self.orphans and not engine.intake.retrying:
+        if self.orphans and not self.intake.retrying:
             due = now
         if self.ledger.spooled:
-            due = min(due, now if (engine.flushing or engine.closing) else self.due)
+            due = min(due, now if self.state.hurried else self.due)
         return due
 
     # -- sending from disk --------------------------------------------------------------------
@@ -116,9 +146,9 @@ class SpoolTraffic:
 
     def send_file(self, file: SpoolFile) -> bool:
         """Send a spool file's events, oldest first; ``False`` if the service failed."""
-        delivery = self.engine.delivery
+        delivery = self.delivery
         oldest_allowed = time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS
-        while file.count > 0 and not self.engine.intake.finished:
+        while file.count > 0 and not self.intake.finished:
             try:
                 rows = file.oldest(self.settings.batch_size, self.settings.max_raw_batch_bytes)
             except SpoolCorrupt:
@@ -163,7 +193,7 @@ class SpoolTraffic:
 
     def _say_quarantined(self) -> None:
         for path in self.spool.take_quarantined():
-            engine_say(
+            say(
                 f"eventlog_handler: the spool file {Path(path).name} could not be read and was "
                 f"moved to {path}; its events are lost."
             )
@@ -187,8 +217,22 @@ class SpoolTraffic:
         )
         parts = deque([part])
         if not self.spill_parts(parts) and parts:  # the disk is full (or failing)
-            self.engine.delivery.send_parts(parts)
+            self.delivery.send_parts(parts)
         return True
+
+    def spill_entries(self, entries: list[Entry]) -> None:
+        """Finish in-flight entries and write them to the spool; if it can't take them, they
+        go back to the front of the buffer (the roll-up is left out: one event per entry)."""
+        events, created, _ = self.finish(entries)
+        if not events or self.spill_events(events, created, None):
+            return
+        now = time.monotonic()
+        ready = [
+            Entry(self.settings, event, 0, None, None, None, when, now, is_error=is_error(event))
+            for event, when in zip(events, created, strict=True)
+        ]
+        with self.ledger.lock:
+            self.intake.give_back(ready)
 
     def spill_parts(self, parts: deque[Part]) -> bool:
         """Write in-memory parts to the spool; they stop being in flight and become spooled.
@@ -253,7 +297,7 @@ class SpoolTraffic:
         self.ledger.last_error = f"spool full: {reason}"
         if not self._full_said:
             self._full_said = True
-            engine_say(
+            say(
                 f"eventlog_handler: the spool {self.spool.directory} is out of disk space "
                 f"({reason}): what was written is kept; {unwritten} event(s) could not be "
                 f"written and wait in memory, with the events that follow until there is room "

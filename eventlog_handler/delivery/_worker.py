@@ -20,15 +20,21 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
+from eventlog_handler.api._client import Client
 from eventlog_handler.delivery._buffer import Entry
-from eventlog_handler.delivery._delivery import engine_say
-from eventlog_handler.delivery._intake import BUSY
+from eventlog_handler.delivery._delivery import Delivery
+from eventlog_handler.delivery._intake import BUSY, Intake
+from eventlog_handler.delivery._ledger import Ledger
+from eventlog_handler.delivery._pipeline import Pipeline
+from eventlog_handler.delivery._server_settings import CONFIG_TIMEOUT, SettingsFetch
+from eventlog_handler.delivery._spooling import SpoolTraffic
+from eventlog_handler.delivery._state import RunState
+from eventlog_handler.delivery._stderr import say
+from eventlog_handler.settings import Settings
 from eventlog_handler.wire._jsonsafe import safe_str
-
-if TYPE_CHECKING:
-    from eventlog_handler.delivery._engine import Engine
 
 #: Threads that send (workers, or an exiting thread draining the buffer): what they log is
 #: never captured, so the HTTP library's own logs can't feed back into the engine.
@@ -43,8 +49,30 @@ def is_sender_thread() -> bool:
 class Worker:
     """The worker thread of one engine in one process (see the module docstring)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        intake: Intake,
+        state: RunState,
+        pipeline: Pipeline,
+        delivery: Delivery,
+        spooling: SpoolTraffic | None,
+        server_settings: SettingsFetch,
+        client: Callable[[float | None], Client],
+        same_process: Callable[[], bool],
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.intake = intake
+        self.state = state
+        self.pipeline = pipeline
+        self.delivery = delivery
+        self.spooling = spooling
+        self.server_settings = server_settings
+        self.client = client
+        #: ``False`` in a forked child for a worker made by the parent: it must stop.
+        self.same_process = same_process
         self.thread: threading.Thread | None = None
         self.ident: int | None = None
         #: Set by ``close()``: the worker ends once nothing is pending.
@@ -52,8 +80,8 @@ class Worker:
 
     def start(self) -> bool:
         """Start the thread (the lock is held). ``False`` when threads can't start any more."""
-        engine = self.engine
-        if engine.intake.finished:
+        intake = self.intake
+        if intake.finished:
             return False
         thread = threading.Thread(target=self._run, name="eventlog-handler-worker", daemon=True)
         self.stop = False
@@ -61,10 +89,10 @@ class Worker:
             thread.start()
         except RuntimeError:  # "can't create new thread at interpreter shutdown"
             self.thread = None
-            engine.intake.worker_running = False
+            intake.worker_running = False
             return False
         self.thread = thread
-        engine.intake.worker_running = True
+        intake.worker_running = True
         return True
 
     def is_current(self) -> bool:
@@ -73,50 +101,52 @@ class Worker:
     # -- the loop -----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        engine = self.engine
+        ledger = self.ledger
         ident = threading.get_ident()
         self.ident = ident
         SENDER_THREADS.add(ident)
         try:
             while True:
-                engine.refresh_server_settings()
-                if engine.spooling is not None:
-                    engine.spooling.work()
+                self.server_settings.refresh(self._fetch_settings)
+                if self.spooling is not None:
+                    self.spooling.work()
                 batch = self._next()
                 if batch is None:
                     return
                 self._process(batch)
         except BaseException as exc:  # pragma: no cover - the worker must not die silently
-            engine.ledger.last_error = f"worker failed: {type(exc).__name__}: {safe_str(exc)}"
-            engine_say(f"eventlog_handler: the delivery worker stopped: {engine.ledger.last_error}")
+            ledger.last_error = f"worker failed: {type(exc).__name__}: {safe_str(exc)}"
+            say(f"eventlog_handler: the delivery worker stopped: {ledger.last_error}")
         finally:
             SENDER_THREADS.discard(ident)
-            with engine.ledger.lock:
+            with ledger.lock:
                 if self.thread is not None and self.thread.ident == ident:
                     self.thread = None
-                    engine.intake.worker_running = False
-                engine.ledger.changed.notify_all()
+                    self.intake.worker_running = False
+                ledger.changed.notify_all()
+
+    def _fetch_settings(self, version: int | None) -> dict[str, Any] | None:
+        return self.client(CONFIG_TIMEOUT).get_config(version)
 
     def _next(self) -> list[Entry] | None:
         """Wait until a batch (or other work) is due and take it; ``None`` to stop.
 
         An empty list means: nothing from memory, but other work is due.
         """
-        engine = self.engine
-        intake, ledger = engine.intake, engine.ledger
-        rollup = engine.pipeline.rollup
+        intake, ledger, spooling = self.intake, self.ledger, self.spooling
+        rollup = self.pipeline.rollup
         with ledger.lock:
             try:
                 while True:
-                    if intake.finished or not engine.same_process():
+                    if intake.finished or not self.same_process():
                         return None
                     now = time.monotonic()
-                    if engine.config_wanted:
+                    if self.server_settings.wanted:
                         return []
                     other = rollup.due()
-                    if engine.spooling is not None:
-                        other = min(other, engine.spooling.due_at(now))
-                    if rollup.held and (engine.flushing or engine.closing):
+                    if spooling is not None:
+                        other = min(other, spooling.due_at(now))
+                    if rollup.held and self.state.hurried:
                         other = now
                     buffer = intake.buffer
                     if not buffer:
@@ -129,9 +159,9 @@ class Worker:
                             return None
                         self._sleep(other, now)
                         continue
-                    due = engine.buffer_due(now)
+                    due = intake.due(now)
                     if due <= now:
-                        batch = buffer.take(engine.settings.batch_size)
+                        batch = buffer.take(self.settings.batch_size)
                         ledger.in_flight += len(batch)
                         intake.taken()
                         return batch
@@ -143,28 +173,27 @@ class Worker:
 
     def _sleep(self, until: float, now: float) -> None:
         """Wait on the condition until ``until`` (``inf``: until woken); the lock is held."""
-        intake = self.engine.intake
+        intake = self.intake
         intake.wake_at = until
-        self.engine.ledger.changed.wait(None if until == math.inf else max(0.0, until - now))
+        self.ledger.changed.wait(None if until == math.inf else max(0.0, until - now))
         intake.wake_at = BUSY
 
     def _process(self, batch: list[Entry]) -> None:
-        engine = self.engine
-        pipeline = engine.pipeline
+        pipeline = self.pipeline
         events, created, weights = pipeline.run(batch) if batch else ([], [], None)
         if not batch:  # woken for other work: roll-ups due, or all of them to flush or exit
-            more, when, counts = pipeline.pending_rollups(bool(engine.flushing or engine.closing))
+            more, when, counts = pipeline.pending_rollups(self.state.hurried)
             if more:
                 weights = (weights or [1] * len(events)) + (counts or [])
                 events = events + more
                 created = created + when
         if not events:
             return
-        spooling = engine.spooling
+        spooling = self.spooling
         if (
             spooling is not None
             and spooling.should_spill()
             and spooling.spill_events(events, created, weights)
         ):
             return
-        engine.delivery.send_events(events, created, weights)
+        self.delivery.send_events(events, created, weights)

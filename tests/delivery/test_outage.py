@@ -96,7 +96,7 @@ def test_the_default_server_is_named_as_such(monkeypatch: pytest.MonkeyPatch) ->
         return transport.Client(f"http://127.0.0.1:{port}", API_KEY, timeout=2)
 
     lines: list[str] = []
-    monkeypatch.setattr("eventlog_handler.delivery._delivery.engine_say", lines.append)
+    monkeypatch.setattr("eventlog_handler.delivery._delivery.say", lines.append)
     engine = transport.Engine(settings, client_factory=client)
     engine.enqueue({"type": "log", "message": "x", "reference_id": "abcdef0123456789-1"})
     deadline = time.monotonic() + 10

@@ -184,6 +184,8 @@ def test_a_failing_settings_endpoint_changes_nothing_else(
     assert took < 2.0  # the logging thread never waits for the settings
     # A hanging endpoint holds the first batch for the settings' timeout (3 s) at most.
     assert wait_until(lambda: len(server.accepted) == 100, 15), len(server.accepted)
+    # The server has the events before the answer reaches the engine: wait for the count.
+    assert wait_until(lambda: handler.stats()["delivered"] == 100, 5), handler.stats()
     stats = handler.stats()
     assert stats["delivered"] == stats["captured"] == 100
     assert stats["server_settings_version"] is None

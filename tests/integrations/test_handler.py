@@ -294,12 +294,12 @@ def test_records_on_a_sender_thread_are_ignored(
     logger, handler = make_handler()
 
     def as_sender() -> None:
-        transport._SENDER_THREADS.add(threading.get_ident())
+        transport.SENDER_THREADS.add(threading.get_ident())
         try:
             assert transport.is_sender_thread()
             logger.error("from a sending thread")
         finally:
-            transport._SENDER_THREADS.discard(threading.get_ident())
+            transport.SENDER_THREADS.discard(threading.get_ident())
 
     thread = threading.Thread(target=as_sender)
     thread.start()

@@ -262,7 +262,7 @@ def test_thread_hook_skips_sender_threads_and_system_exit(
 
     def sender_fails() -> None:
         idents.append(threading.get_ident())
-        transport._SENDER_THREADS.add(idents[0])  # until the hook has run
+        transport.SENDER_THREADS.add(idents[0])  # until the hook has run
         raise RuntimeError("inside the sender")
 
     class Exiting(threading.Thread):
@@ -272,7 +272,7 @@ def test_thread_hook_skips_sender_threads_and_system_exit(
     for thread in (threading.Thread(target=sender_fails), Exiting()):
         thread.start()
         thread.join()
-    transport._SENDER_THREADS.discard(idents[0])
+    transport.SENDER_THREADS.discard(idents[0])
     assert transport.get_engine(hooks.settings).flush(5)
     assert server.events == []
     assert len(previous_calls) == 2

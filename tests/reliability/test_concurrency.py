@@ -199,7 +199,7 @@ def test_del_that_logs_collected_on_the_worker_thread(
         client.post_payload = collect_then_post  # type: ignore[method-assign]
         return client
 
-    engine.client = client_for  # type: ignore[method-assign]
+    engine.delivery.client = client_for  # the client the delivery posts with
     gc.disable()  # only the worker's gc.collect() frees the garbage
     for round_ in range(5):
         garbage = [LogsWhenCollected(f"worker round {round_} #{i}") for i in range(50)]

@@ -264,7 +264,7 @@ def test_enqueue_from_a_sender_thread_is_not_captured(server, make_engine):
         client.post_payload = post_and_log  # type: ignore[method-assign]
         return client
 
-    engine.client = client_for  # type: ignore[method-assign]
+    engine.delivery.client = client_for  # the client the delivery posts with
     capture(engine, 2)
     settled(engine, server, 2)
     assert captured_on_worker and not any(captured_on_worker)

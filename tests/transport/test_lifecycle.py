@@ -40,7 +40,7 @@ def test_burst_of_100000_with_default_settings_all_arrive(server):
         client.post_payload = post_and_note  # type: ignore[method-assign]
         return client
 
-    engine.client = client_for  # type: ignore[method-assign]
+    engine.delivery.client = client_for  # the client the delivery posts with
     try:
         for index in range(100_000):
             engine.enqueue(log_event(f"burst {index}", level="Info", data={"index": index}))

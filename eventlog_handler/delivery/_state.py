@@ -1,0 +1,25 @@
+"""The run of one engine in one process, as its parts share it."""
+
+from __future__ import annotations
+
+
+class RunState:
+    """Whether someone waits for everything to be sent, and until when.
+
+    Read and written under the ledger's lock by the worker, the delivery and the lifecycle.
+    """
+
+    __slots__ = ("closing", "deadline", "flushing")
+
+    def __init__(self) -> None:
+        #: How many ``flush()`` calls are waiting.
+        self.flushing = 0
+        #: The exit flush is under way: everything goes now.
+        self.closing = False
+        #: Monotonic time by which sending must end (the exit flush's deadline), or ``None``.
+        self.deadline: float | None = None
+
+    @property
+    def hurried(self) -> bool:
+        """Someone waits for everything pending: send it now, whatever is due."""
+        return bool(self.flushing or self.closing)

@@ -1,0 +1,23 @@
+"""What the engine says to the person running the program: one line on stderr at a time."""
+
+from __future__ import annotations
+
+import sys
+
+from eventlog_handler.settings import mask_secret
+
+
+def say(message: str) -> None:
+    """Write one line to stderr (the package's own diagnostics; never raises)."""
+    try:
+        stream = sys.stderr
+        if stream is not None:
+            stream.write(message + "\n")
+            stream.flush()
+    except Exception:  # pragma: no cover - stderr closed at exit
+        pass
+
+
+def redact(text: str, key: str | None) -> str:
+    """``text`` (which may quote the server) without the API key ``key`` in it."""
+    return text.replace(key, mask_secret(key)) if key else text
