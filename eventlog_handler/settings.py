@@ -122,6 +122,10 @@ class Settings:
     verify: bool | str = True
     #: Events held in memory at most; beyond it the oldest log event is evicted first.
     queue_size: int = 10_000
+    #: Bytes held in memory for delivery at most (the queue, the batch in flight, the roll-up's
+    #: held events), estimated from what each event carries; beyond it the oldest log event is
+    #: evicted first (or written to the spool, when there is one).
+    memory_budget: int = 64 * 1024 * 1024
     #: Events per request at most.
     batch_size: int = 500
     #: Bytes per request at most, as sent (after gzip). The service refuses more than 200,000.
@@ -425,6 +429,7 @@ _CONVERTERS: dict[str, Any] = {
     "timeout": lambda n, v: _number(n, v, minimum=0.001, integer=False),
     "verify": _verify,
     "queue_size": lambda n, v: _number(n, v, minimum=1, integer=True),
+    "memory_budget": lambda n, v: _number(n, v, minimum=1_000_000, integer=True),
     "batch_size": lambda n, v: _number(n, v, minimum=1, integer=True),
     "max_batch_bytes": lambda n, v: _number(n, v, minimum=1024, integer=True),
     "max_raw_batch_bytes": lambda n, v: _number(n, v, minimum=1024, integer=True),

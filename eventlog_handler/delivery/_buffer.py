@@ -50,6 +50,7 @@ class Entry:
         "levelno",
         "message",
         "settings",
+        "size",
         "source",
         "tags",
         "user",
@@ -86,16 +87,83 @@ class Entry:
         self.tags = tags
         self.is_error = is_error
         self.exc = exc
+        #: Bytes this entry holds, estimated when it is queued (:func:`entry_size`).
+        self.size = 0
 
     def __repr__(self) -> str:
         kind = "error" if self.is_error else "log"
         return f"<Entry {kind} {self.source!r} created={self.created:.3f}>"
 
 
-class EventBuffer:
-    """Errors and logs in arrival order, at most ``capacity`` in all."""
+#: Bytes an entry takes beyond what it carries: the entry, its dicts, the event it becomes.
+ENTRY_OVERHEAD = 600
+#: Containers and values an estimate looks at, at most; past it the rest is extrapolated.
+_ESTIMATE_NODES = 2_000
+_TEXT = (str, bytes, bytearray)
 
-    __slots__ = ("capacity", "errors", "logs")
+
+def estimate(value: Any) -> int:
+    """A cheap estimate of the bytes ``value`` holds: text by its length, numbers and other
+    leaves at a flat rate, containers by their items (bounded work: a huge structure is
+    estimated from the first :data:`_ESTIMATE_NODES` of its values)."""
+    kind = type(value)
+    if kind is str or kind is bytes:
+        return 56 + len(value)
+    if kind is not dict and kind is not list and kind is not tuple:
+        return 32
+    total = 0
+    seen = 0
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        seen += 1
+        if seen > _ESTIMATE_NODES:
+            return total + total * len(pending) // seen + 64 * len(pending)
+        kind = type(item)
+        if kind is dict:
+            total += 64 + 16 * len(item)
+            pending.extend(item.values())
+            total += sum(len(key) for key in item if type(key) is str)
+        elif kind is list or kind is tuple or kind is set or kind is frozenset:
+            total += 56 + 8 * len(item)
+            pending.extend(item)
+        elif isinstance(item, _TEXT):
+            total += 56 + len(item)
+        else:
+            total += 32
+    return total
+
+
+def entry_size(entry: Entry) -> int:
+    """What ``entry`` holds in bytes, roughly (see :func:`estimate`)."""
+    if entry.event is not None:
+        return ENTRY_OVERHEAD + estimate(entry.event)
+    size = ENTRY_OVERHEAD
+    message = entry.message
+    if type(message) is str:
+        size += len(message)
+    args = entry.args
+    if args:
+        for arg in args:
+            size += len(arg) if type(arg) is str else 16
+    data = entry.data
+    if data:
+        for value in data.values():
+            kind = type(value)
+            if kind is str:
+                size += 72 + len(value)
+            elif kind is int or kind is float or kind is bool or value is None:
+                size += 48
+            else:
+                size += 16 + estimate(value)
+    return size
+
+
+class EventBuffer:
+    """Errors and logs in arrival order, at most ``capacity`` in all; ``bytes`` is the sum of
+    their sizes (:attr:`Entry.size`)."""
+
+    __slots__ = ("bytes", "capacity", "errors", "logs")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
@@ -103,6 +171,7 @@ class EventBuffer:
         self.capacity = capacity
         self.errors: deque[Entry] = deque()
         self.logs: deque[Entry] = deque()
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self.errors) + len(self.logs)
@@ -110,19 +179,37 @@ class EventBuffer:
     def __bool__(self) -> bool:
         return bool(self.errors) or bool(self.logs)
 
-    def put(self, entry: Entry, is_error: bool) -> Entry | None:
-        """Add ``entry``; return the entry that had to go to make room (maybe ``entry``)."""
-        if len(self.errors) + len(self.logs) < self.capacity:
-            (self.errors if is_error else self.logs).append(entry)
-            return None
-        if self.logs:
-            evicted = self.logs.popleft()
-        elif is_error:
-            evicted = self.errors.popleft()
-        else:
-            return entry  # full of errors: a new log can't push one out
-        (self.errors if is_error else self.logs).append(entry)
+    def put(self, entry: Entry, is_error: bool, room: int) -> list[Entry]:
+        """Add ``entry`` within ``capacity`` entries and ``room`` bytes; return the entries that
+        had to go to make room, oldest logs first (``[entry]`` when it can't go in: a log when
+        only errors are left, or an entry larger than ``room`` on its own)."""
+        size = entry.size
+        if size > room:
+            return [entry]
+        errors, logs = self.errors, self.logs
+        evicted: list[Entry] = []
+        while len(errors) + len(logs) >= self.capacity or self.bytes + size > room:
+            if logs:
+                gone = logs.popleft()
+            elif is_error and errors:
+                gone = errors.popleft()
+            else:  # full of errors: a new log can't push one out
+                self._add_back(evicted)
+                return [entry]
+            self.bytes -= gone.size
+            evicted.append(gone)
+        (errors if is_error else logs).append(entry)
+        self.bytes += size
         return evicted
+
+    def _add_back(self, entries: list[Entry]) -> None:
+        for entry in reversed(entries):
+            self.put_front(entry)
+
+    def put_front(self, entry: Entry) -> None:
+        """Put ``entry`` back at the front (an entry that was taken and is returned)."""
+        (self.errors if entry.is_error else self.logs).appendleft(entry)
+        self.bytes += entry.size
 
     def take(self, count: int) -> list[Entry]:
         """Remove and return up to ``count`` entries: errors first, then logs, oldest first."""
@@ -130,6 +217,7 @@ class EventBuffer:
         for source in (self.errors, self.logs):
             while source and len(taken) < count:
                 taken.append(source.popleft())
+        self.bytes = 0 if not self else self.bytes - sum(entry.size for entry in taken)
         return taken
 
     def oldest(self) -> tuple[Entry | None, Entry | None]:
@@ -141,4 +229,5 @@ class EventBuffer:
         count = len(self)
         self.errors.clear()
         self.logs.clear()
+        self.bytes = 0
         return count

@@ -262,6 +262,10 @@ class Engine:
             stats = self.ledger.snapshot(len(self.intake.buffer))
             own = self._spool.own_file if self._spool is not None else None
             stats["spool_bytes"] = own.bytes if own is not None else 0
+            ledger = self.ledger
+            stats["memory_bytes"] = (
+                self.intake.buffer.bytes + ledger.in_flight_bytes + ledger.held_bytes
+            )
             stats["worker_alive"] = self.worker.thread is not None and self.worker.thread.is_alive()
             server = self.server_settings
             stats["server_settings_version"] = (

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable
 
-from eventlog_handler.delivery._buffer import Entry, EventBuffer
+from eventlog_handler.delivery._buffer import Entry, EventBuffer, entry_size
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._state import RunState
 from eventlog_handler.settings import Settings
@@ -61,6 +61,10 @@ class Intake:
         self.posting_since: float | None = None
         self.high_water = max(settings.batch_size, settings.queue_size * 3 // 4)
         self.low_water = max(0, self.high_water - settings.batch_size)
+        self.budget = settings.memory_budget
+        #: Past this many bytes in the buffer, logging threads wait for the worker too.
+        self.high_bytes = self.budget * 3 // 8
+        self.low_bytes = self.high_bytes // 2
         self.waiting = 0  # logging threads waiting for the worker
         self._pushback_off_until = 0.0
         self._error_delay = settings.error_delay
@@ -74,19 +78,22 @@ class Intake:
         buffer = self.buffer
         errors, logs = buffer.errors, buffer.logs
         is_error = entry.is_error
+        entry.size = nbytes = entry_size(entry)
         with ledger.lock:
             ledger.captured += 1
             if self.finished:
                 ledger.dropped["shutdown"] += 1
                 return False
             size = len(errors) + len(logs)
-            evicted = None
-            if size < buffer.capacity:
+            evicted: list[Entry] = []
+            if size < buffer.capacity and buffer.bytes + nbytes <= self.room():
                 (errors if is_error else logs).append(entry)
+                buffer.bytes += nbytes
                 size += 1
             else:
-                evicted = buffer.put(entry, is_error)
-                ledger.dropped["queue_full"] += 1
+                evicted = buffer.put(entry, is_error, self.room())
+                ledger.dropped["queue_full"] += len(evicted)
+                size = len(errors) + len(logs)
             wake_at = self.wake_at
             if wake_at != BUSY:
                 due = entry.enqueued + (self._error_delay if is_error else self._log_delay)
@@ -95,10 +102,18 @@ class Intake:
                     ledger.changed.notify_all()
             if not self.worker_running:
                 self.start_worker()
-            pushback = size > self.high_water and not self.retrying
+            pushback = (
+                size > self.high_water or buffer.bytes > self.high_bytes
+            ) and not self.retrying
         if pushback:
             self._wait_for_worker()
-        return evicted is not entry
+        return not evicted or evicted[-1] is not entry
+
+    def room(self) -> int:
+        """Bytes the buffer may hold now: the memory budget less what the worker holds (the
+        batch in flight, the roll-up's held events)."""
+        ledger = self.ledger
+        return self.budget - ledger.in_flight_bytes - ledger.held_bytes
 
     def _wait_for_worker(self) -> None:
         """Let the worker take a batch before this thread logs more (see the module docstring)."""
@@ -112,7 +127,10 @@ class Intake:
                 if self.wake_at != BUSY:
                     self.wake_at = BUSY
                     ledger.changed.notify_all()
-                while len(self.buffer) > self.low_water and not self.finished:
+                buffer = self.buffer
+                while (
+                    len(buffer) > self.low_water or buffer.bytes > self.low_bytes
+                ) and not self.finished:
                     now = time.monotonic()
                     since = self.posting_since
                     if self.retrying or (since is not None and now - since > STUCK_AFTER):
@@ -141,7 +159,8 @@ class Intake:
 
     def taken(self) -> None:
         """The worker took entries (the lock is held): release logging threads waiting."""
-        if self.waiting and len(self.buffer) <= self.low_water:
+        buffer = self.buffer
+        if self.waiting and len(buffer) <= self.low_water and buffer.bytes <= self.low_bytes:
             self.ledger.changed.notify_all()
 
     def give_back(self, entries: list[Entry]) -> None:
@@ -149,10 +168,11 @@ class Intake:
         longer fits is dropped (``queue_full``)."""
         buffer = self.buffer
         kept = 0
+        room = self.room()
         for entry in reversed(entries):
-            if len(buffer) >= buffer.capacity:
+            if len(buffer) >= buffer.capacity or buffer.bytes + entry.size > room:
                 break
-            (buffer.errors if entry.is_error else buffer.logs).appendleft(entry)
+            buffer.put_front(entry)
             kept += 1
         ledger = self.ledger
         ledger.in_flight = max(0, ledger.in_flight - len(entries))

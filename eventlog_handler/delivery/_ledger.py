@@ -39,6 +39,10 @@ class Ledger:
         self.delivered = 0
         self.dropped = dict.fromkeys(DROP_REASONS, 0)
         self.in_flight = 0
+        #: Bytes of the batch the worker holds, and of the events the roll-up holds (what the
+        #: memory budget leaves for the buffer is the rest).
+        self.in_flight_bytes = 0
+        self.held_bytes = 0
         self.spooled = 0
         #: Events of this process's in-flight count that are on the wire right now.
         self.posting = 0

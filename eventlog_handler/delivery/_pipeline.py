@@ -49,7 +49,7 @@ class Pipeline:
         self.ledger = ledger
         #: The service's current settings (their data exclusions are masked too).
         self.server = server
-        self.rollup = Rollup(settings.rollup_window)
+        self.rollup = Rollup(settings.rollup_window, settings.memory_budget // 8)
         self._version: str | bool | None = False  # False: not looked up yet
         self._scrubber: Scrubber | None = None
         self._scrubber_for: tuple[str, ...] | None = None
@@ -121,7 +121,7 @@ class Pipeline:
                 event = scrub(event)
             except Exception as exc:  # pragma: no cover - the scrubber never raises
                 self.ledger.last_error = f"scrubbing: {type(exc).__name__}: {safe_str(exc)}"
-            if roll is not None and not roll.admit(event, now):
+            if roll is not None and not roll.admit(event, now, entry.size):
                 held += 1
                 continue
             events.append(event)

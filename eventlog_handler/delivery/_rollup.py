@@ -11,6 +11,12 @@ Identical means: the same type, source, message, level, tags, user, value, geo, 
 thread) don't count. Distinct events are remembered for one to two windows, at most
 :data:`MAX_KEYS` per window (past that, older ones are forgotten sooner: a duplicate of a
 forgotten one starts a new window). Everything here runs on the delivery worker.
+
+Memory is bounded in bytes whatever the traffic (a constant message with varying data is the
+common case): a distinct event is remembered by a 64-bit digest of what makes it identical, not
+by its data; a message's first event is kept (to compare a second one with) only when it is
+small; and the events held for pending roll-ups (the last of each) take at most half of
+``max_bytes``: past that the oldest pending roll-up goes out early, with the count it has.
 """
 
 from __future__ import annotations
@@ -26,13 +32,19 @@ _SKIPPED = frozenset({"date", "reference_id", "count"})
 _SKIPPED_DATA = frozenset({"@trace", "@environment"})
 
 
-class _Seen:
-    __slots__ = ("count", "ends", "last")
+#: A message's first event is kept for a later comparison only up to this many bytes.
+SMALL_EVENT = 4_096
 
-    def __init__(self, ends: float) -> None:
+
+class _Seen:
+    __slots__ = ("count", "ends", "key", "last", "size")
+
+    def __init__(self, ends: float, key: Any) -> None:
         self.ends = ends
+        self.key = key
         self.count = 0
         self.last: dict[str, Any] | None = None
+        self.size = 0
 
 
 def _freeze(value: Any) -> Any:
@@ -88,34 +100,55 @@ class Rollup:
 
     Distinct events are remembered in two generations of ``window`` seconds each (the current
     one and the one before), so that forgetting old ones costs nothing per event: when the
-    current generation is a window old (or full), it becomes the previous one and the previous
-    one is dropped. An event is thus remembered for one to two windows.
+    current generation is a window old, or full (:data:`MAX_KEYS`, or half of ``max_bytes``), it
+    becomes the previous one and the previous one is dropped. An event is thus remembered for
+    one to two windows.
     """
 
-    def __init__(self, window: float) -> None:
+    def __init__(self, window: float, max_bytes: int = 8 * 1024 * 1024) -> None:
         self.window = window
-        #: When the window of each distinct event seen ends, in two generations.
-        self._current: dict[Any, float] = {}
-        self._previous: dict[Any, float] = {}
+        self.max_bytes = max_bytes
+        #: When the window of each distinct event seen ends, by digest, in two generations.
+        self._current: dict[int, float] = {}
+        self._previous: dict[int, float] = {}
         self._rotate_at = 0.0
         #: A cheaper first look: each message seen, its window's end and its first event (until
         #: a second event with that message makes the full comparison worth its cost).
         self._messages: dict[Any, tuple[float, dict[str, Any] | None]] = {}
         self._old_messages: dict[Any, tuple[float, dict[str, Any] | None]] = {}
-        #: The windows that have counted duplicates (what ``due`` and ``take_due`` look at).
-        self._pending: dict[Any, _Seen] = {}
+        self._generation_bytes = 0
+        self._old_generation_bytes = 0
+        #: The windows that have counted duplicates (what ``due`` and ``take_due`` look at),
+        #: oldest first.
+        self._pending: dict[int, _Seen] = {}
+        self._pending_bytes = 0
         self._ready: list[tuple[dict[str, Any], int]] = []
         #: Events counted into a pending roll-up and not sent yet.
         self.held = 0
 
-    def admit(self, event: dict[str, Any], now: float) -> bool:
-        """``True``: send ``event`` now. ``False``: it was counted into a roll-up."""
+    @property
+    def bytes(self) -> int:
+        """Bytes this roll-up holds, estimated."""
+        return self._generation_bytes + self._old_generation_bytes + self._pending_bytes
+
+    def _rotate(self, now: float) -> None:
+        self._previous, self._current = self._current, {}
+        self._old_messages, self._messages = self._messages, {}
+        self._old_generation_bytes, self._generation_bytes = self._generation_bytes, 0
+        self._rotate_at = now + self.window
+
+    def admit(self, event: dict[str, Any], now: float, size: int = 0) -> bool:
+        """``True``: send ``event`` now. ``False``: it was counted into a roll-up. ``size`` is
+        what the event holds in bytes (an estimate)."""
         if self.window <= 0:
             return True
-        if now >= self._rotate_at or len(self._messages) >= MAX_KEYS:
-            self._previous, self._current = self._current, {}
-            self._old_messages, self._messages = self._messages, {}
-            self._rotate_at = now + self.window
+        if (
+            now >= self._rotate_at
+            or len(self._messages) >= MAX_KEYS
+            or len(self._current) >= MAX_KEYS
+            or self._generation_bytes >= self.max_bytes // 4
+        ):
+            self._rotate(now)
         try:
             message = event.get("message")
             seen = self._messages.get(message)
@@ -123,40 +156,66 @@ class Rollup:
                 seen = self._old_messages.get(message)
             if seen is None or now >= seen[0]:
                 # No event with this message in a window: not a duplicate (most events).
-                self._messages[message] = (now + self.window, event)
+                window_end = now + self.window
+                text = len(message) if type(message) is str else 64
+                if size <= SMALL_EVENT:
+                    self._messages[message] = (window_end, event)
+                    self._generation_bytes += 120 + text + size
+                else:  # too large to keep: remember its digest now
+                    self._messages[message] = (window_end, None)
+                    self._current[hash(event_key(event))] = window_end
+                    self._generation_bytes += 200 + text
                 return True
             first = seen[1]
             if first is not None:  # a second one: from now on, compare them in full
                 self._messages[message] = (seen[0], None)
-                self._current.setdefault(event_key(first), seen[0])
+                self._current.setdefault(hash(event_key(first)), seen[0])
+                self._generation_bytes += 80
             key = event_key(event)
-            ends = self._current.get(key)
+            digest = hash(key)
+            ends: float | None = self._current.get(digest)
             if ends is None:
-                ends = self._previous.get(key)
+                ends = self._previous.get(digest)
         except Exception:
             return True  # an event that can't be compared is sent as it is
         if ends is not None:
+            pending = self._pending.get(digest)
+            if pending is not None and pending.key != key:
+                return True  # two events with one digest: send this one as it is
             if now < ends:
-                pending = self._pending.get(key)
                 if pending is None:
-                    pending = self._pending[key] = _Seen(ends)
+                    pending = self._pending[digest] = _Seen(ends, key)
+                self._pending_bytes += size - pending.size
+                pending.size = size
                 pending.count += 1
                 pending.last = event
                 self.held += 1
+                self._bound_pending()
                 return False
-            self._release(key)  # its window ended: its roll-up goes out, a new window begins
-        self._current[key] = now + self.window
+            self._release(digest)  # its window ended: its roll-up goes out, a new window begins
+        self._current[digest] = now + self.window
+        self._generation_bytes += 80
         return True
 
-    def _release(self, key: Any) -> None:
-        self._current.pop(key, None)
-        self._previous.pop(key, None)
-        seen = self._pending.pop(key, None)
-        if seen is not None and seen.count and seen.last is not None:
-            carrier = dict(seen.last)
-            carrier["count"] = seen.count
-            self._ready.append((carrier, seen.count))
-            self.held -= seen.count
+    def _bound_pending(self) -> None:
+        """Send the oldest pending roll-ups early while they hold more than half the bytes."""
+        while self._pending_bytes * 2 > self.max_bytes and len(self._pending) > 1:
+            self._release(next(iter(self._pending)), keep_window=True)
+
+    def _release(self, digest: int, keep_window: bool = False) -> None:
+        ends = self._current.pop(digest, None)
+        previous = self._previous.pop(digest, None)
+        seen = self._pending.pop(digest, None)
+        if seen is not None:
+            self._pending_bytes -= seen.size
+            if seen.count and seen.last is not None:
+                carrier = dict(seen.last)
+                carrier["count"] = seen.count
+                self._ready.append((carrier, seen.count))
+                self.held -= seen.count
+        window_end = ends if ends is not None else previous
+        if keep_window and window_end is not None:
+            self._current[digest] = window_end
 
     def due(self) -> float:
         """When the next roll-up is due to be sent (``inf``: none pending)."""
@@ -169,23 +228,19 @@ class Rollup:
     def take_due(self, now: float) -> list[tuple[dict[str, Any], int]]:
         """The roll-ups whose window ended (event with ``count``, how many it stands for)."""
         if self._pending:
-            for key, seen in list(self._pending.items()):
+            for digest, seen in list(self._pending.items()):
                 if seen.ends <= now:
-                    self._release(key)
+                    self._release(digest)
         ready, self._ready = self._ready, []
         return ready
 
     def take_all(self) -> list[tuple[dict[str, Any], int]]:
         """Every pending roll-up, now (flush and exit). The windows go on: a duplicate that
         follows is counted into a new roll-up of the same window."""
-        for key, seen in list(self._pending.items()):
-            self._release(key)
-            if now_window_open(seen):
-                self._current[key] = seen.ends  # the window goes on
+        now = time.monotonic()
+        for digest, seen in list(self._pending.items()):
+            self._release(digest)
+            if now < seen.ends:
+                self._current[digest] = seen.ends  # the window goes on
         ready, self._ready = self._ready, []
         return ready
-
-
-def now_window_open(seen: _Seen) -> bool:
-    """Whether a window still runs (its end is in the future of the monotonic clock)."""
-    return time.monotonic() < seen.ends

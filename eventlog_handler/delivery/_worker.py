@@ -114,6 +114,8 @@ class Worker:
                 if batch is None:
                     return
                 self._process(batch)
+                ledger.in_flight_bytes = 0
+                ledger.held_bytes = self.pipeline.rollup.bytes
         except BaseException as exc:  # pragma: no cover - the worker must not die silently
             ledger.last_error = f"worker failed: {type(exc).__name__}: {safe_str(exc)}"
             say(f"eventlog_handler: the delivery worker stopped: {ledger.last_error}")
@@ -163,6 +165,7 @@ class Worker:
                     if due <= now:
                         batch = buffer.take(self.settings.batch_size)
                         ledger.in_flight += len(batch)
+                        ledger.in_flight_bytes = sum(entry.size for entry in batch)
                         intake.taken()
                         return batch
                     if other <= now:

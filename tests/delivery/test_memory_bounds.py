@@ -1,0 +1,127 @@
+"""Memory held for delivery is bounded in bytes, observed as a user observes it: the program's
+resident memory (RSS), read from outside the process while it logs.
+
+Two traffic shapes that grew without bound before the byte budget:
+
+- one constant message with varying data (``log.info("order updated", extra={...})``, the
+  most common structured-logging pattern) at a healthy server: the roll-up remembered every
+  distinct event of its window, with its data;
+- large payloads (100 KB per record) while the server is down: the queue was bounded in
+  events (10,000), not bytes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from tests.integrations.conftest import REPO, child_env
+from tests.transport.faultserver import FaultServer
+
+BUDGET_MB = 16
+#: What the interpreter, the package and the allocator's slack may add beyond the budget.
+SLACK_MB = 30
+
+
+def rss_mb(pid: int) -> float | None:
+    """The resident memory of ``pid`` in MB (``None`` once it has ended)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def watch(source: str, url: str, tmp_path: Path, timeout: float) -> tuple[float, float, str]:
+    """Run ``source``; return its RSS when it printed ``ready``, its peak RSS after that, and
+    its stderr."""
+    path = tmp_path / "program.py"
+    path.write_text(textwrap.dedent(source))
+    process = subprocess.Popen(
+        [sys.executable, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(url),
+        cwd=str(REPO),
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        start = rss_mb(process.pid) or 0.0
+        peak = start
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            now = rss_mb(process.pid)
+            if now is not None:
+                peak = max(peak, now)
+            time.sleep(0.1)
+        _, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, stderr
+    return start, peak, stderr
+
+
+def test_constant_message_with_varying_data_at_a_healthy_server(tmp_path: Path) -> None:
+    with FaultServer(keep_events=False) as server:
+        start, peak, _ = watch(
+            f"""
+            import logging, os, time
+            import eventlog_handler
+            handle = eventlog_handler.setup(memory_budget={BUDGET_MB} * 1024 * 1024)
+            log = logging.getLogger("shop")
+            log.info("warm up")
+            handle.flush(10)
+            print("ready", flush=True)
+            blob = os.urandom(384).hex()  # 768 characters, each record's own below
+            end = time.monotonic() + 10
+            i = 0
+            while time.monotonic() < end:
+                log.info("order updated", extra={{"order": i, "blob": blob + str(i)}})
+                i += 1
+            assert handle.flush(30), handle.stats()
+            stats = handle.stats()
+            assert stats["dropped_total"] == 0, stats
+            assert stats["memory_bytes"] <= {BUDGET_MB} * 1024 * 1024, stats
+            """,
+            server.url,
+            tmp_path,
+            timeout=60,
+        )
+        assert server.accepted_count() > 1000  # the run really sent a stream of events
+    assert peak - start < BUDGET_MB + SLACK_MB, (start, peak)
+
+
+def test_large_payloads_while_the_server_is_down(tmp_path: Path) -> None:
+    with FaultServer() as server:
+        url = server.url
+    # The server is gone: the port refuses connections.
+    start, peak, stderr = watch(
+        f"""
+        import logging, os
+        import eventlog_handler
+        handle = eventlog_handler.setup(memory_budget={BUDGET_MB} * 1024 * 1024,
+                                        shutdown_timeout=0.5)
+        log = logging.getLogger("bulk")
+        print("ready", flush=True)
+        for i in range(10_000):
+            log.warning("upload %d", i, extra={{"body": os.urandom(50_000).hex()}})
+        stats = handle.stats()
+        assert stats["memory_bytes"] <= {BUDGET_MB} * 1024 * 1024, stats
+        assert stats["dropped"]["queue_full"] > 0, stats  # said and counted, not silent
+        """,
+        url,
+        tmp_path,
+        timeout=60,
+    )
+    assert "could not be sent" in stderr
+    assert peak - start < BUDGET_MB + SLACK_MB, (start, peak)
