@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from eventlog_handler.api import _errors as errors
 from eventlog_handler.delivery._batches import Part, compress, encode_parts
 from eventlog_handler.delivery._courtesy import Courtesy
-from eventlog_handler.delivery._intake import Intake
+from eventlog_handler.delivery._intake import BUSY, Intake
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS, Action, RetryPolicy
 from eventlog_handler.delivery._state import RunState
@@ -235,7 +235,8 @@ class Delivery:
                         break
                     until = end if notice is None else min(end, notice)
                     spooling = self.spooling
-                    if spooling is not None and spooling.accepting():
+                    spilling = spooling is not None and spooling.accepting()
+                    if spilling:
                         due = intake.due(now)
                         if due <= now:
                             spill = intake.buffer.take(len(intake.buffer))
@@ -243,7 +244,11 @@ class Delivery:
                             intake.taken()
                             break
                         until = min(until, due)
-                    ledger.changed.wait(timeout=max(0.0, until - now))
+                        intake.wake_at = until  # a log call that makes a batch due wakes us
+                    try:
+                        ledger.changed.wait(timeout=max(0.0, until - now))
+                    finally:
+                        intake.wake_at = BUSY
                 if not spill:
                     if intake.finished:
                         return False

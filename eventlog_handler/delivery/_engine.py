@@ -51,7 +51,7 @@ from eventlog_handler.delivery._server_settings import ServerSettings, SettingsF
 from eventlog_handler.delivery._spool import Spool
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
-from eventlog_handler.delivery._stderr import redact
+from eventlog_handler.delivery._stderr import redact, say
 from eventlog_handler.delivery._worker import SENDER_THREADS, Worker, is_sender_thread
 from eventlog_handler.settings import Settings, mask_secret
 
@@ -90,6 +90,7 @@ class Engine:
         )
         self._client_factory = client_factory or _default_client
         self._spool: Spool | None = None
+        self._spool_refused = False
         #: The service's settings: fetched by the worker, read by every caller.
         self.server_settings = SettingsFetch(
             settings.server_settings, lambda text: redact(text, settings.api_key)
@@ -122,8 +123,17 @@ class Engine:
         self.delivery = delivery = Delivery(
             settings, ledger, intake, state, self.policy, self.client, self.server_settings.seen
         )
-        if settings.spool_path and self._spool is None:
-            self._spool = Spool(settings.spool_path, settings.spool_max_bytes)
+        if settings.spool_path and self._spool is None and not self._spool_refused:
+            spool = Spool(settings.spool_path, settings.spool_max_bytes)
+            why = spool.check()
+            if why is None:
+                self._spool = spool
+            else:
+                self._spool_refused = True
+                say(
+                    f"eventlog_handler: the spool directory {settings.spool_path} can't be used "
+                    f"({why}); events are kept in memory only."
+                )
         self.spooling: SpoolTraffic | None = None
         if self._spool is not None:
             self.spooling = delivery.spooling = SpoolTraffic(
@@ -148,6 +158,8 @@ class Engine:
             self.same_process,
         )
         intake.start_worker = self._start_worker
+        if self.spooling is not None:
+            intake.spilling = self.spooling.accepting
         self.lifecycle = Lifecycle(
             settings,
             ledger,

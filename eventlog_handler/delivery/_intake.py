@@ -57,6 +57,10 @@ class Intake:
         self.finished = False
         #: The service is failing (a backoff is under way): nobody waits for the worker.
         self.retrying = False
+        #: Set by the engine when it has a spool: whether the disk takes events now (then a
+        #: logging thread waits for the worker to write them there even while the service fails,
+        #: rather than see them evicted).
+        self.spilling: Callable[[], bool] = lambda: False
         #: Monotonic time the worker's current request went on the wire, or ``None``.
         self.posting_since: float | None = None
         self.high_water = max(settings.batch_size, settings.queue_size * 3 // 4)
@@ -102,9 +106,9 @@ class Intake:
                     ledger.changed.notify_all()
             if not self.worker_running:
                 self.start_worker()
-            pushback = (
-                size > self.high_water or buffer.bytes > self.high_bytes
-            ) and not self.retrying
+            pushback = (size > self.high_water or buffer.bytes > self.high_bytes) and (
+                not self.retrying or self.spilling()
+            )
         if pushback:
             self._wait_for_worker()
         return not evicted or evicted[-1] is not entry
@@ -133,7 +137,9 @@ class Intake:
                 ) and not self.finished:
                     now = time.monotonic()
                     since = self.posting_since
-                    if self.retrying or (since is not None and now - since > STUCK_AFTER):
+                    if (self.retrying and not self.spilling()) or (
+                        since is not None and now - since > STUCK_AFTER
+                    ):
                         return  # the worker waits for the network: so does nobody else
                     if now - start > PUSHBACK_WAIT:
                         self._pushback_off_until = now + PUSHBACK_PAUSE

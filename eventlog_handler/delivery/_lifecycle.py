@@ -161,6 +161,13 @@ class Lifecycle:
                 f"{self.spooling.spool.directory} to send at the next start"
             )
         last_error = self.ledger.last_error
+        full = self.ledger.dropped["spool_full"]
+        if full and self.spooling is not None:
+            say(
+                f"eventlog_handler: {full} event(s) did not fit in the spool "
+                f"(spool_max_bytes={self.settings.spool_max_bytes}) and were dropped, the oldest "
+                f"logs first"
+            )
         if unsent:
             detail = f" (last error: {last_error})" if last_error else ""
             say(

@@ -626,6 +626,25 @@ class Spool:
     def __repr__(self) -> str:
         return f"<Spool {self.directory}>"
 
+    def check(self) -> str | None:
+        """Make sure the directory can hold the spool: created ``0700`` if missing, tightened to
+        ``0700`` if it is readable by others, and writable. Returns why it can't be used, or
+        ``None`` when it can."""
+        directory = self.directory
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not directory.is_dir():
+                return "it is not a directory"
+            mode = directory.stat().st_mode & 0o777
+            if mode & 0o077:
+                os.chmod(directory, 0o700)
+            probe = directory / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            return exc.strerror or type(exc).__name__
+        return None
+
     def own(self) -> SpoolFile:
         """This process's file, created (and locked) on first use, and again after it was
         quarantined. On a full disk it is returned :attr:`~SpoolFile.full`, without a

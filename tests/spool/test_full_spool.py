@@ -1,0 +1,68 @@
+"""A full spool keeps every error and the newest logs: the oldest logs go first, counted and said
+at exit. The program runs in its own process against a server that is down; what survived is
+read back from the spool by the next start, at a loopback server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integrations.conftest import REPO, child_env
+from tests.transport.faultserver import FaultServer
+
+# trace_size=0: each error stays small (with the trace log on, an error carries the 25 lines
+# before it, and 200 of them alone would not fit in 1 MB).
+PROGRAM = """
+import logging, sys
+import eventlog_handler
+eventlog_handler.setup(spool_path=sys.argv[1], spool_max_bytes=1_000_000, shutdown_timeout=3,
+                       trace_size=0)
+log = logging.getLogger("mix")
+for i in range(1000):
+    log.warning("log %d %s", i, "x" * 1500)
+    if i % 5 == 0:
+        log.error("error %d", i // 5)
+"""
+
+REPLAY = """
+import json, sys, time
+import eventlog_handler
+handle = eventlog_handler.setup(spool_path=sys.argv[1])
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and not handle.stats()["replayed"]["delivered"]:
+    time.sleep(0.2)
+time.sleep(1)
+handle.flush(10)
+print(json.dumps(handle.stats()["replayed"]))
+"""
+
+
+def run(source: str, url: str, spool: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", source, str(spool)],
+        env=child_env(url),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_a_full_spool_keeps_the_errors_and_the_newest_logs(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    with FaultServer() as down:
+        url = down.url
+    first = run(PROGRAM, url, spool)
+    assert "did not fit in the spool" in first.stderr, first.stderr
+    with FaultServer() as server:
+        run(REPLAY, server.url, spool)
+        messages = [event["message"] for event in server.accepted]
+    errors = sorted(int(m.split()[1]) for m in messages if m.startswith("error"))
+    logs = sorted(int(m.split()[1]) for m in messages if m.startswith("log"))
+    assert errors == list(range(200))
+    assert logs, messages[:5]
+    assert logs == list(range(logs[0], 1000))  # the newest logs, none missing after the first
+    assert len(logs) < 1000  # the spool's bound really evicted the oldest
