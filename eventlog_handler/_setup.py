@@ -46,7 +46,7 @@ class EventLogSetup:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "active"
-        return f"<EventLogSetup {self.handler.settings.server_url} {state}>"
+        return f"<EventLogSetup {self.handler.settings.shown_url} {state}>"
 
     @property
     def engine(self) -> Engine:

@@ -123,7 +123,7 @@ class EventLogHandler(logging.Handler):
 
     def __repr__(self) -> str:
         return (
-            f"<{type(self).__name__} {self.settings.server_url} "
+            f"<{type(self).__name__} {self.settings.shown_url} "
             f"({logging.getLevelName(self.level)})>"
         )
 

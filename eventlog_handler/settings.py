@@ -178,9 +178,20 @@ class Settings:
     #: Seconds a delivery failure lasts before stderr says so (and later that it recovered).
     outage_notice: float = 5.0
 
+    @property
+    def shown_url(self) -> str:
+        """The server URL as it may be printed (a password in it masked)."""
+        return shown_url(self.server_url)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never be printed: the API key and a password in the server URL."""
+        password = url_password(self.server_url)
+        return tuple(item for item in (self.api_key, password) if item)
+
     def __repr__(self) -> str:
         return (
-            f"Settings(server_url={self.server_url!r}, api_key={mask_secret(self.api_key)!r}, "
+            f"Settings(server_url={self.shown_url!r}, api_key={mask_secret(self.api_key)!r}, "
             f"queue_size={self.queue_size}, batch_size={self.batch_size})"
         )
 
@@ -229,11 +240,32 @@ class Settings:
         return settings
 
 
+def url_password(url: str) -> str | None:
+    """The password in ``url``'s ``user:password@`` part, if any."""
+    try:
+        return urlsplit(url).password or None
+    except ValueError:
+        return None
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed: a password in it masked (``https://ci:[excluded]@host``)."""
+    password = url_password(url)
+    if not password:
+        return url
+    head, sep, tail = url.partition("://")
+    userinfo, at, rest = tail.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return f"{head}{sep}{user}:{MASK}{at}{rest}" if at else url.replace(password, MASK)
+
+
 def validate_server_url(name: str, value: Any) -> str:
     """A ``http(s)://host[:port][/path]`` URL, without a trailing slash."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"eventlog_handler: setting {name!r} must be a URL, got {value!r}")
-    url = value.strip().rstrip("/")
+    value = value.strip()
+    shown = shown_url(value)
+    url: str = value.rstrip("/")
     try:
         parts = urlsplit(url)
     except ValueError as exc:
@@ -241,15 +273,15 @@ def validate_server_url(name: str, value: Any) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(
             f"eventlog_handler: setting {name!r} must be an http:// or https:// URL "
-            f"with a host, got {value!r}"
+            f"with a host, got {shown!r}"
         )
     try:
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError:
-        raise ValueError(f"eventlog_handler: setting {name!r} has a bad port: {value!r}") from None
+        raise ValueError(f"eventlog_handler: setting {name!r} has a bad port: {shown!r}") from None
     if parts.query or parts.fragment:
         raise ValueError(
-            f"eventlog_handler: setting {name!r} must not carry a query or fragment: {value!r}"
+            f"eventlog_handler: setting {name!r} must not carry a query or fragment: {shown!r}"
         )
     return url
 

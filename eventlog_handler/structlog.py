@@ -158,7 +158,7 @@ class EventLogProcessor:
 
     def __repr__(self) -> str:
         return (
-            f"<EventLogProcessor {self.settings.server_url} ({logging.getLevelName(self.level)})>"
+            f"<EventLogProcessor {self.settings.shown_url} ({logging.getLevelName(self.level)})>"
         )
 
     @property

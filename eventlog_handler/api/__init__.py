@@ -21,6 +21,7 @@ from eventlog_handler.api._errors import (
     ServerError,
     ServiceUnavailableError,
     TransportError,
+    UnexpectedAnswerError,
     ValidationError,
 )
 from eventlog_handler.api._models import Project, ProjectConfig, Token
@@ -46,5 +47,6 @@ __all__ = [
     "Token",
     "TokenCreationRefusedError",
     "TransportError",
+    "UnexpectedAnswerError",
     "ValidationError",
 ]

@@ -227,6 +227,7 @@ class Client:
         if gzipped:
             headers["Content-Encoding"] = "gzip"
         response = self._request("POST", "/api/v2/events", body=payload, headers=headers)
+        check_event_answer(response)
         return SubmitResult(
             status=response.status_code,
             events=count,
@@ -517,7 +518,13 @@ def _api_error(response: requests.Response) -> errors.ApiError:
     if title is None:
         title = response.reason or None
     cls = errors.error_class_for(status)
-    kwargs: dict[str, Any] = {"title": title, "errors": problems, "body": body, "url": response.url}
+    kwargs: dict[str, Any] = {
+        "title": title,
+        "errors": problems,
+        "body": body,
+        "url": response.url,
+        "location": response.headers.get("Location", ""),
+    }
     if cls is errors.RateLimitedError:
         return errors.RateLimitedError(
             status, retry_after=parse_retry_after(response.headers.get("Retry-After")), **kwargs
@@ -525,19 +532,44 @@ def _api_error(response: requests.Response) -> errors.ApiError:
     return cls(status, **kwargs)
 
 
+def check_event_answer(response: requests.Response) -> None:
+    """Raise :class:`~eventlog_handler.api._errors.UnexpectedAnswerError` when a success answer
+    to an event post is not the service's: it answers 202 with an empty body (a JSON body is
+    tolerated); an HTML page or other text means something else answered."""
+    content = response.content
+    if not content or not content.strip():
+        return
+    kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if "json" in kind or (not kind and content.lstrip()[:1] in (b"{", b"[")):
+        try:
+            json.loads(content)
+            return
+        except ValueError:
+            pass
+    what = (
+        "an HTML page"
+        if "html" in kind or b"<html" in content[:500].lower()
+        else (f"a {kind or 'body'} that is not the service's answer")
+    )
+    raise errors.UnexpectedAnswerError(
+        response.status_code, title=f"answered with {what}", url=response.url
+    )
+
+
 def _transport_error(exc: requests.RequestException, url: str) -> errors.TransportError:
     where = urlsplit(url).netloc
     if isinstance(exc, requests.exceptions.SSLError):
         return errors.TransportError(f"TLS failure talking to {where}: {exc}", "tls")
     if isinstance(exc, requests.Timeout):
-        return errors.TransportError(f"no answer from {where} in time", "timeout")
+        sent = not isinstance(exc, requests.ConnectTimeout)
+        return errors.TransportError(f"no answer from {where} in time", "timeout", sent=sent)
     chain = _causes(exc)
     if any(isinstance(item, ConnectionRefusedError) for item in chain) or "refused" in str(exc):
         return errors.TransportError(f"connection to {where} refused", "refused")
     if any(isinstance(item, ConnectionResetError | BrokenPipeError) for item in chain) or any(
         word in str(exc) for word in ("reset", "RemoteDisconnected", "aborted", "Broken pipe")
     ):
-        return errors.TransportError(f"connection to {where} reset", "reset")
+        return errors.TransportError(f"connection to {where} reset", "reset", sent=True)
     return errors.TransportError(f"cannot reach {where}: {type(exc).__name__}", "other")
 
 

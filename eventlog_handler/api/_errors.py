@@ -32,11 +32,14 @@ class TransportError(EventLogError):
     """The request got no answer: connection refused or reset, timeout, TLS or DNS failure.
 
     ``kind`` is one of ``"refused"``, ``"reset"``, ``"timeout"``, ``"tls"``, ``"other"``.
+    ``sent`` says the request may have reached the service before the failure (the connection
+    was reset, or the answer timed out, after the request was written): its outcome is unknown.
     """
 
-    def __init__(self, message: str, kind: str = "other") -> None:
+    def __init__(self, message: str, kind: str = "other", *, sent: bool = False) -> None:
         super().__init__(message)
         self.kind = kind
+        self.sent = sent
 
 
 class ApiError(EventLogError):
@@ -52,12 +55,15 @@ class ApiError(EventLogError):
         errors: Mapping[str, Any] | None = None,
         body: str = "",
         url: str = "",
+        location: str = "",
     ) -> None:
         self.status = status
         self.title = title
         self.errors: dict[str, Any] = dict(errors or {})
         self.body = body
         self.url = url
+        #: Where a redirect (3xx) points (never followed).
+        self.location = location
         super().__init__(self._describe())
 
     def _describe(self) -> str:
@@ -150,3 +156,8 @@ def error_class_for(status: int) -> type[ApiError]:
     if status in (408,):
         return ServerError
     return BadRequestError if 400 <= status < 500 else ApiError
+
+
+class UnexpectedAnswerError(ApiError):
+    """A success status whose body is not the service's (an HTML page, garbage): something
+    else answered (a proxy's login page, a wrong URL), so the events did not arrive."""

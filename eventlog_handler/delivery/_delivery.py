@@ -125,6 +125,9 @@ class Delivery:
             try:
                 result = self._post(client, part, payload, gzipped)
             except errors.EventLogError as error:
+                if part.origin is None and getattr(error, "sent", False):
+                    with self.ledger.lock:  # it may have arrived: its outcome is unknown
+                        self.ledger.uncertain = part.weight()
                 decision = self.policy.decide(error, attempt, len(part))
                 self.ledger.last_error = self.redact(f"{decision.reason}: {safe_str(error)}")
                 if decision.action in (Action.RETRY, Action.REFUSED):
@@ -159,6 +162,7 @@ class Delivery:
                 continue
             parts.popleft()
             attempt = 0
+            self.ledger.uncertain = 0
             self._succeeded()
             with self.ledger.lock:
                 self.ledger.batches += 1
@@ -187,6 +191,7 @@ class Delivery:
         """Record the outcome of a part: in flight from memory, or rows of a spool file."""
         ledger = self.ledger
         if part.origin is None:
+            ledger.uncertain = 0
             ledger.settle(part.weight(), reason)
             return
         if self.intake.finished:
@@ -260,27 +265,50 @@ class Delivery:
 
     def redact(self, text: str) -> str:
         """``text`` (which may quote the server) without the API key in it."""
-        return redact(text, self.settings.api_key)
+        return redact(text, *self.settings.secrets)
 
     def _say_refused(self, error: errors.EventLogError) -> None:
+        """Say once, naming the real cause, why the service keeps refusing the events."""
         if self._refused_said:
             return
         self._refused_said = True
         status = getattr(error, "status", "?")
         settings = self.settings
-        if status == 400:
+        url = settings.shown_url
+        check = "check EVENTLOG_API_KEY / api_key"
+        if isinstance(error, errors.UnexpectedAnswerError):
+            what = (
+                f"answered {status} with something that is not the event service's answer "
+                f"({error.title}): a proxy's login page, or a URL that leads elsewhere"
+            )
+            check = "check EVENTLOG_SERVER_URL / server_url"
+        elif isinstance(status, int) and 300 <= status < 400:
+            target = self.redact(getattr(error, "location", "") or "another address")
+            what = (
+                f"redirected the events to {target} ({status}); redirects are not followed "
+                f"(the request and its key would go elsewhere)"
+            )
+            check = "set EVENTLOG_SERVER_URL / server_url to the address the service is at"
+        elif status == 404:
+            what = (
+                f"answered 404 to POST {url}/api/v2/events: the URL does not lead to the "
+                f"event service's API (a wrong path or another server)"
+            )
+            check = "check EVENTLOG_SERVER_URL / server_url"
+        elif status == 400:
             what = (
                 "refused the events (400). The real service answers 400 when the API key "
                 "belongs to no project (an organization-level key): use a project's API key"
             )
-        else:
+        elif status in (401, 403):
             what = f"refused the API key {mask_secret(settings.api_key)} ({status})"
+        else:
+            what = f"refused the events ({status})"
         detail = self.redact(safe_str(error))
         retry = self.policy.refused_delay
         say(
-            f"eventlog_handler: {settings.server_url} {what}: {detail}. Events are kept "
-            f"(up to {settings.queue_size}) and retried every {retry:g} s or more; "
-            f"check EVENTLOG_API_KEY / api_key."
+            f"eventlog_handler: {url} {what}: {detail}. Events are kept "
+            f"(up to {settings.queue_size}) and retried every {retry:g} s or more; {check}."
         )
 
     def _failing(self, error: errors.EventLogError) -> None:
@@ -319,7 +347,7 @@ class Delivery:
             )
         kept = "kept on disk and in memory" if self.spooling else "kept in memory"
         say(
-            f"eventlog_handler: cannot deliver events to {settings.server_url}{hint} for "
+            f"eventlog_handler: cannot deliver events to {settings.shown_url}{hint} for "
             f"{now - since:.0f} s: {ledger.last_error}. {waiting} event(s) waiting, {kept} "
             f"(up to {settings.queue_size} in memory); retrying."
         )
@@ -332,7 +360,7 @@ class Delivery:
             return
         if self._outage_said_at is not None:
             say(
-                f"eventlog_handler: delivery to {self.settings.server_url} recovered after "
+                f"eventlog_handler: delivery to {self.settings.shown_url} recovered after "
                 f"{time.monotonic() - since:.0f} s."
             )
         self._failing_since = self._outage_said_at = None

@@ -93,7 +93,7 @@ class Engine:
         self._spool_refused = False
         #: The service's settings: fetched by the worker, read by every caller.
         self.server_settings = SettingsFetch(
-            settings.server_settings, lambda text: redact(text, settings.api_key)
+            settings.server_settings, lambda text: redact(text, *settings.secrets)
         )
         self._reset_process_state()
         if settings.spool_path:
@@ -102,7 +102,7 @@ class Engine:
 
     def __repr__(self) -> str:
         return (
-            f"<Engine {self.settings.server_url} key={mask_secret(self.settings.api_key)} "
+            f"<Engine {self.settings.shown_url} key={mask_secret(self.settings.api_key)} "
             f"queued={len(self.intake.buffer)}>"
         )
 

@@ -42,6 +42,9 @@ class Ledger:
         #: Bytes of the batch the worker holds, and of the events the roll-up holds (what the
         #: memory budget leaves for the buffer is the rest).
         self.in_flight_bytes = 0
+        #: In-flight events whose last request may have reached the service (the connection
+        #: was reset after it was sent): at exit their outcome is unknown, not lost.
+        self.uncertain = 0
         self.held_bytes = 0
         self.spooled = 0
         #: Events of this process's in-flight count that are on the wire right now.

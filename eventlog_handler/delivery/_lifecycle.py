@@ -138,7 +138,7 @@ class Lifecycle:
             kept = self.keep_on_disk()
             with ledger.lock:
                 never_sent = len(intake.buffer)
-                on_wire = min(ledger.posting, ledger.in_flight)
+                on_wire = min(max(ledger.posting, ledger.uncertain), ledger.in_flight)
                 unsent = never_sent + ledger.in_flight - on_wire
                 ledger.dropped["shutdown"] += unsent
                 intake.buffer.clear()
@@ -154,7 +154,7 @@ class Lifecycle:
             return 0
 
     def _report(self, kept: int, unsent: int, on_wire: int) -> None:
-        server = self.settings.server_url
+        server = self.settings.shown_url
         if kept and self.spooling is not None:
             say(
                 f"eventlog_handler: {kept} event(s) kept in the spool "

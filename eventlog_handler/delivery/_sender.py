@@ -26,6 +26,7 @@ from eventlog_handler.api._client import (
     _api_error,
     _int_header,
     _transport_error,
+    check_event_answer,
 )
 
 EVENTS_PATH = "/api/v2/events"
@@ -86,6 +87,7 @@ class Sender(Client):
             raise _transport_error(exc, self._events_url) from None
         if response.status_code >= 300:
             raise _api_error(response)
+        check_event_answer(response)
         return SubmitResult(
             status=response.status_code,
             events=count,

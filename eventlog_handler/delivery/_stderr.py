@@ -18,6 +18,10 @@ def say(message: str) -> None:
         pass
 
 
-def redact(text: str, key: str | None) -> str:
-    """``text`` (which may quote the server) without the API key ``key`` in it."""
-    return text.replace(key, mask_secret(key)) if key else text
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` (which may quote the server) without any of ``secrets`` (the API key, a
+    password in the server's URL) in it."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, mask_secret(secret))
+    return text

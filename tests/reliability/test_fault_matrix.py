@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.delivery.conftest import wait_until
 from tests.reliability.conftest import HandlerRun, free_port, settle
 from tests.transport.faultserver import Delay, FaultServer, Reply
 
@@ -198,15 +199,23 @@ def test_413_for_large_requests(server: FaultServer, scale: int, limit: int) -> 
         assert stats["dropped"]["too_large"] == 0
 
 
-def test_200_with_an_html_body_counts_as_delivered(server: FaultServer, scale: int) -> None:
+def test_200_with_an_html_body_is_not_counted_as_delivered(
+    server: FaultServer, scale: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A proxy's page (or a wrong URL) answering 200 is not the service: the events did not
+    # arrive. They are kept and retried slowly, and stderr says once what answered.
     page = b"<!doctype html><html><body><h1>Welcome to nginx!</h1></body></html>"
     server.default = Reply(200, page, {"Content-Type": "text/html; charset=utf-8"})
     run = HandlerRun(server.url, batch_size=30)
     run.log(100 * scale)
-    stats = settle(run.engine, [server], run.captured.ids)
-    assert stats["delivered"] == stats["captured"] == 100 * scale
-    assert stats["retries"] == 0
-    assert stats["last_error"] is None
+    assert wait_until(lambda: run.engine.stats()["retries"] >= 1, 10)
+    stats = run.engine.stats()
+    assert stats["delivered"] == 0
+    assert stats["captured"] == 100 * scale == stats["queued"] + stats["in_flight"]
+    assert "HTML page" in (stats["last_error"] or "")
+    err = capsys.readouterr().err
+    assert err.count("not the event service's answer") == 1, err
+    assert "EVENTLOG_SERVER_URL" in err
 
 
 def test_server_restarts_while_a_batch_is_in_flight(scale: int) -> None:

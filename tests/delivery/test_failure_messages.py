@@ -1,0 +1,71 @@
+"""Each failure is named for its real cause, and nothing printed carries a secret: a program in
+its own process against a loopback server that answers wrongly, observed on its stderr."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.delivery.conftest import run_program
+from tests.transport.faultserver import FaultServer, Reply
+
+PROGRAM = """
+import json, logging
+import eventlog_handler
+handle = eventlog_handler.setup(outage_notice=0, shutdown_timeout=1, retry_initial=0.05)
+log = logging.getLogger("app")
+for i in range(5):
+    log.warning("event %d", i)
+handle.flush(2)
+print(json.dumps(handle.stats()))
+"""
+
+
+def stats_of(stdout: list[str]) -> dict[str, object]:
+    stats: dict[str, object] = json.loads(stdout[-1])
+    return stats
+
+
+def test_a_redirect_names_its_target_and_is_not_followed(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    server.default = Reply(308, b"", {"Location": "https://events.example.invalid/api/v2/events"})
+    status, stderr, stdout = run_program(PROGRAM, server.url, tmp_path)
+    assert status == 0, stderr
+    assert "redirected the events to https://events.example.invalid" in stderr
+    assert "not followed" in stderr and "refused the API key" not in stderr
+    assert stats_of(stdout)["delivered"] == 0
+    assert all(seen.status == 308 for seen in server.requests)  # nothing went anywhere else
+
+
+def test_a_404_names_the_url(server: FaultServer, tmp_path: Path) -> None:
+    server.default = 404
+    status, stderr, _ = run_program(PROGRAM, server.url, tmp_path)
+    assert status == 0, stderr
+    assert f"answered 404 to POST {server.url}/api/v2/events" in stderr
+    assert "EVENTLOG_SERVER_URL" in stderr and "refused the API key" not in stderr
+
+
+def test_a_password_in_the_server_url_is_never_printed(tmp_path: Path) -> None:
+    with FaultServer() as down:
+        host = down.url.removeprefix("http://")
+    url = f"http://ci-user:Pa55-w0rd-secret@{host}"
+    status, stderr, stdout = run_program(PROGRAM, url, tmp_path)
+    assert status == 0, stderr
+    assert "cannot deliver events to http://ci-user:[excluded]@" in stderr
+    assert "could not be sent" in stderr
+    assert "Pa55-w0rd-secret" not in stderr
+    assert "Pa55-w0rd-secret" not in json.dumps(stats_of(stdout))
+
+
+def test_events_whose_connection_was_reset_after_sending_are_of_unknown_outcome(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    # The request is read whole, then the connection is reset: the service may have stored
+    # the events. At the exit deadline they are not reported as lost.
+    server.default = "reset"
+    status, stderr, _ = run_program(PROGRAM, server.url, tmp_path)
+    assert status == 0, stderr
+    assert any(seen.status == "reset" for seen in server.requests)
+    assert "5 event(s) were on their way" in stderr, stderr
+    assert "could not be sent" not in stderr, stderr
