@@ -17,7 +17,7 @@ import importlib
 import warnings
 from typing import Any
 
-from eventlog_handler._setup import EventLogSetup, setup
+from eventlog_handler._setup import EventLogSetup, adopt_parent_setup, setup
 from eventlog_handler._version import __version__
 from eventlog_handler.api import Client, EventLogError
 from eventlog_handler.capture._context import (
@@ -58,7 +58,27 @@ __all__ = [
 #: Names this module exported before they moved to the sub-package that owns them.
 _MOVED = {
     **dict.fromkeys(
-        ["ApiError", "AuthenticationError", "BadRequestError", "IncompleteListWarning", "InsecureTransportWarning", "NotFoundError", "PayloadTooLargeError", "PaymentRequiredError", "PermissionDeniedError", "Project", "ProjectConfig", "RateLimitedError", "ServerError", "ServiceUnavailableError", "SubmitResult", "Token", "TokenCreationRefusedError", "TransportError", "ValidationError"],
+        [
+            "ApiError",
+            "AuthenticationError",
+            "BadRequestError",
+            "IncompleteListWarning",
+            "InsecureTransportWarning",
+            "NotFoundError",
+            "PayloadTooLargeError",
+            "PaymentRequiredError",
+            "PermissionDeniedError",
+            "Project",
+            "ProjectConfig",
+            "RateLimitedError",
+            "ServerError",
+            "ServiceUnavailableError",
+            "SubmitResult",
+            "Token",
+            "TokenCreationRefusedError",
+            "TransportError",
+            "ValidationError",
+        ],
         "eventlog_handler.api",
     ),
     **dict.fromkeys(("error_event", "log_event", "message_event"), "eventlog_handler.wire"),
@@ -77,3 +97,6 @@ def __getattr__(name: str) -> Any:
         stacklevel=2,
     )
     return getattr(importlib.import_module(home), name)
+
+
+adopt_parent_setup()  # a process spawned by multiprocessing runs its parent's setup()

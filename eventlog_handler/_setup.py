@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import sys
 import threading
 from typing import Any
 
@@ -169,7 +172,51 @@ def setup(
         exception_capture.set_active(handler.settings)
         _CURRENT.sigterm = sigterm
         _CURRENT.trace_handler = trace_handler
+        _pass_to_children(
+            {
+                "api_key": api_key,
+                "server_url": server_url,
+                "level": level,
+                "capture_exceptions": capture_exceptions,
+                "flush_on_sigterm": flush_on_sigterm,
+                "flush_timeout": flush_timeout,
+                **options,
+            }
+        )
         return _CURRENT
+
+
+#: How ``setup()``'s arguments reach the processes that ``multiprocessing`` starts with spawn or
+#: forkserver: they re-import the main module without running its ``if __name__ ==
+#: "__main__":`` block, so a ``setup()`` there would not run in them.
+CHILD_SETUP_ENV = "EVENTLOG_HANDLER_CHILD_SETUP"
+
+
+def _pass_to_children(arguments: dict[str, Any]) -> None:
+    """Leave ``setup()``'s arguments in the environment for spawned children (when they are all
+    plain JSON: a ``before_send`` or exception class given as an object can't travel; pass its
+    import path instead)."""
+    try:
+        os.environ[CHILD_SETUP_ENV] = json.dumps(arguments)
+    except (TypeError, ValueError):
+        os.environ.pop(CHILD_SETUP_ENV, None)
+
+
+def adopt_parent_setup() -> None:
+    """In a process that ``multiprocessing`` spawned (its main module is being imported as
+    ``__mp_main__``): run the ``setup()`` the parent ran, if it ran one this one did not."""
+    try:
+        # While a spawned child runs the parent's main module, that module is imported under
+        # the name "__mp_main__" (in the parent, "__mp_main__" is an alias of "__main__").
+        main = sys.modules.get("__mp_main__")
+        text = os.environ.get(CHILD_SETUP_ENV)
+        if text is None or getattr(main, "__name__", None) != "__mp_main__" or _CURRENT:
+            return
+        arguments = json.loads(text)
+        if isinstance(arguments, dict):
+            setup(**arguments)
+    except Exception as exc:  # a child must run whatever its parent's settings
+        sys.stderr.write(f"eventlog_handler: the parent's setup() failed here: {exc}\n")
 
 
 def current() -> EventLogSetup | None:

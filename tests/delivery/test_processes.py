@@ -94,3 +94,40 @@ def test_a_sigterm_that_misses_the_blocked_main_thread_still_ends_the_child(
     assert exitcode == str(-15), (mark, stderr)  # ended by SIGTERM, as without the handler
     assert float(seconds) < 15, mark
     assert wait_until(lambda: "from the child before it blocks" in server.arrivals(), 10)
+
+
+MAIN_ONLY = """
+import logging, multiprocessing, sys, warnings
+import eventlog_handler
+
+log = logging.getLogger("app.pool")
+
+
+def work(item):
+    log.info("item %d", item)
+    return item
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("ignore", DeprecationWarning)
+    eventlog_handler.setup(tags=["pool"])  # only here: children spawned anew never run this
+    context = multiprocessing.get_context(sys.argv[1] if len(sys.argv) > 1 else METHOD)
+    with context.Pool(4) as pool:
+        assert sum(pool.map(work, range(400))) == sum(range(400))
+    log.info("pool done")
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_setup_under_main_reaches_spawned_workers(
+    server: FaultServer, tmp_path: Path, method: str
+) -> None:
+    program = MAIN_ONLY.replace("METHOD", repr(method))
+    code, stderr, _ = run_program(program, server.url, tmp_path, timeout=90)
+    assert code == 0, stderr
+    expected = {f"item {index}" for index in range(400)} | {"pool done"}
+    assert wait_until(lambda: expected <= set(server.arrivals()), 10)
+    missing = expected - set(server.arrivals())
+    assert missing == set(), sorted(missing)[:10]
+    assert all("pool" in event.get("tags", []) for event in server.accepted)  # its settings too
+    assert "could not be sent" not in stderr, stderr
