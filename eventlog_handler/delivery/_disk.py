@@ -1,0 +1,113 @@
+"""What the disk says, for the spool: which errors mean "full" and which "corrupt", moving a
+corrupt file into the quarantine, and keeping files readable by their owner only."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+SUFFIX = ".spool.sqlite3"
+#: The subdirectory corrupt files are moved into.
+QUARANTINE = "quarantine"
+#: Quarantined databases kept at most; the oldest are deleted past it.
+QUARANTINE_KEEP = 20
+JOURNALS = ("-wal", "-shm")
+
+# SQLite's primary result codes (the low byte of an extended code).
+_SQLITE_IOERR = 10
+_SQLITE_CORRUPT = 11
+_SQLITE_FULL = 13
+_SQLITE_NOTADB = 26
+_FULL_ERRNOS = frozenset(
+    code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EFBIG) if code
+)
+
+
+def move_aside(path: Path) -> Path | None:
+    """Move a spool database (and its journals) into the spool's ``quarantine/`` directory, or
+    rename it ``<name>.corrupt`` where that fails; ``None`` when neither is possible."""
+    folder = path.parent / QUARANTINE
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        target = folder / path.name
+        if target.exists():
+            target = folder / f"{path.name[: -len(SUFFIX)]}-{secrets.token_hex(4)}{SUFFIX}"
+        os.replace(path, target)
+    except OSError:
+        target = path.with_name(f"{path.name}.corrupt")
+        try:
+            os.replace(path, target)
+        except OSError:
+            return None
+    owner_only(target)
+    for journal in JOURNALS:
+        with contextlib.suppress(OSError):
+            os.replace(f"{path}{journal}", f"{target}{journal}")
+            owner_only(Path(f"{target}{journal}"))
+    if target.parent == folder:
+        _trim_quarantine(folder)
+    return target
+
+
+def _trim_quarantine(folder: Path) -> None:
+    """Keep the newest :data:`QUARANTINE_KEEP` databases of the quarantine."""
+    try:
+        kept = sorted(folder.glob(f"*{SUFFIX}"), key=mtime, reverse=True)
+    except OSError:
+        return
+    for old in kept[QUARANTINE_KEEP:]:
+        for name in (old, *(Path(f"{old}{journal}") for journal in JOURNALS)):
+            with contextlib.suppress(OSError):
+                name.unlink()
+
+
+def _code(exc: BaseException) -> int | None:
+    """SQLite's primary result code of an error (Python 3.11+), else ``None``."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether an error means the disk can't take the write: full, over quota, past the file
+    size limit (SQLite reports ``EFBIG`` as an I/O error on write)."""
+    if isinstance(exc, OSError):
+        return exc.errno in _FULL_ERRNOS
+    code = _code(exc)
+    if code is not None:
+        return code in (_SQLITE_FULL, _SQLITE_IOERR)
+    text = str(exc).lower()
+    return "disk is full" in text or "disk i/o error" in text
+
+
+def is_corrupt(exc: BaseException) -> bool:
+    """Whether an error means the file is not a readable SQLite database."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = _code(exc)
+    if code is not None:
+        return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    text = str(exc).lower()
+    return "malformed" in text or "not a database" in text
+
+
+def owner_only(path: Path) -> None:
+    """Make a file of ours readable by its owner only (``0600``)."""
+    if sys.platform == "win32":  # pragma: no cover
+        return
+    with contextlib.suppress(OSError):
+        status = path.stat()
+        if status.st_mode & 0o077 and status.st_uid == os.getuid():
+            os.chmod(path, 0o600)
+
+
+def mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return time.time()
