@@ -103,7 +103,7 @@ def setup(
     level: int | str = logging.INFO,
     *,
     capture_exceptions: bool = True,
-    flush_on_sigterm: bool = False,
+    flush_on_sigterm: bool | None = None,
     force_hooks: bool = False,
     flush_timeout: float = DEFAULT_FLUSH_TIMEOUT,
     **options: Any,
@@ -128,15 +128,17 @@ def setup(
        records reach the root's other handlers; give those a level if that is unwanted.
     3. Installs the exception hooks (:mod:`eventlog_handler.integrations._hooks`) unless
        ``capture_exceptions=False``; in an interactive session only with ``force_hooks=True``.
-    4. With ``flush_on_sigterm=True``, runs the exit flush when ``SIGTERM`` arrives too (see
-       :mod:`eventlog_handler.integrations._signals`), then lets the signal end the process as before.
+    4. Runs the exit flush when ``SIGTERM`` arrives (see
+       :mod:`eventlog_handler.integrations._signals`), then lets the signal end the process as
+       before: by default only where ``SIGTERM`` still has Python's default action (a server's
+       own handler is kept); ``flush_on_sigterm=True`` also chains to a handler already set,
+       ``False`` installs nothing.
     5. Relies on the exit flush: at interpreter exit, pending events are sent for up to
        ``shutdown_timeout`` seconds (default 2).
 
     Calling it again replaces what the previous call installed (its handler and hooks are
-    removed first, nothing is sent twice). Note that once the root logger has a handler,
-    Python's "last resort" printing of unhandled warnings to stderr stops; add a console
-    handler (``logging.basicConfig()`` before ``setup``) to keep console output.
+    removed first, nothing is sent twice). The console stays as it was: records that found no
+    handler before ``setup()`` are still printed by Python's "last resort" handler.
 
     Returns an :class:`EventLogSetup` with ``flush(timeout)``, ``close(timeout)``, ``stats()``
     and ``handler``.
@@ -144,7 +146,7 @@ def setup(
     global _CURRENT
     level_number = check_level(level)
     handler = EventLogHandler(
-        api_key, server_url, level_number, flush_timeout=flush_timeout, **options
+        api_key, server_url, level_number, flush_timeout=flush_timeout, hooks=False, **options
     )
     root = logging.getLogger()
     with _LOCK:
@@ -152,16 +154,20 @@ def setup(
             _CURRENT.detach()
             _CURRENT = None
         hooks = install_with(handler.settings, force=force_hooks) if capture_exceptions else None
-        sigterm = flush_on_sigterm and signals.flush_on_sigterm()
+        sigterm = flush_on_sigterm is not False and signals.flush_on_sigterm(
+            auto=flush_on_sigterm is None
+        )
+        if flush_on_sigterm is not False:
+            signals.flush_before_raised_signals()
         previous_level = root.level
         lowered = root.getEffectiveLevel() > level_number
         if lowered:
             root.setLevel(level_number)
         root.addHandler(handler)
-        trace_handler = None
-        if handler.settings.trace_size and level_number > logging.NOTSET:
-            trace_handler = TraceLogHandler(level_number)
-            root.addHandler(trace_handler)
+        # Next to the handler: the trace log's feed and the console's last resort (see
+        # TraceLogHandler).
+        trace_handler = TraceLogHandler(level_number, trace=handler.settings.trace_size > 0)
+        root.addHandler(trace_handler)
         server_loggers.attach(handler)  # uvicorn's and gunicorn's non-propagating error loggers
         # The exit flush is registered when the transport module is imported; make sure the
         # engine exists so that it has something to flush.

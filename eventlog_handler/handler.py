@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
+from types import FrameType
 from typing import Any
 
 from eventlog_handler.capture import _admit as admit
@@ -42,6 +44,9 @@ from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import is_ignored_logger, note_sent, was_sent
 from eventlog_handler.capture._records import capture_record
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
+from eventlog_handler.delivery._stderr import say_unconfigured
+from eventlog_handler.integrations import _signals as signals
+from eventlog_handler.integrations._hooks import ExceptionHooks, install_with
 from eventlog_handler.settings import Settings
 
 #: Seconds :meth:`EventLogHandler.flush` and :meth:`EventLogHandler.close` wait at most.
@@ -103,11 +108,19 @@ class EventLogHandler(logging.Handler):
         level: int | str = logging.NOTSET,
         *,
         flush_timeout: float = DEFAULT_FLUSH_TIMEOUT,
+        hooks: bool | None = None,
         **options: Any,
     ) -> None:
         level_number = check_level(level)
+        if hooks is not None and not isinstance(hooks, bool):
+            raise ValueError(
+                f"eventlog_handler: setting 'hooks' must be true or false, got {hooks!r}"
+            )
         timeout = _timeout(flush_timeout)
-        settings = Settings.from_options({"api_key": api_key, "server_url": server_url, **options})
+        settings = Settings.from_options(
+            {"api_key": api_key, "server_url": server_url, **options}, lenient=True
+        )
+        say_unconfigured(settings)
         super().__init__(level_number)
         self.settings = settings
         self.flush_timeout = timeout
@@ -115,11 +128,18 @@ class EventLogHandler(logging.Handler):
         if self._trace:
             tracelog.want(settings.trace_size)
         self._ignore_loggers = tuple(settings.ignore_loggers)
-        self._ignored_names: dict[str, bool] = {}
+        self._minimums: dict[str, float] = {}
         self._engine: Engine | None = None
         #: Records that could not be turned into events (they were skipped, not raised).
         self.emit_errors = 0
         self.last_emit_error: str | None = None
+        #: The exception hooks this handler installed (a dictConfig handler: see the class doc).
+        self.hooks: ExceptionHooks | None = None
+        self._sigterm = False
+        if hooks if hooks is not None else _built_by_logging_config():
+            self.hooks = install_with(settings)
+            self._sigterm = signals.flush_on_sigterm(auto=True)
+            signals.flush_before_raised_signals()
 
     def __repr__(self) -> str:
         return (
@@ -144,29 +164,36 @@ class EventLogHandler(logging.Handler):
             self.emit(record)
         return result
 
-    def _ignores(self, name: str) -> bool:
-        """Whether records of the logger ``name`` are never sent (remembered per name)."""
-        found = is_ignored_logger(name) or any(
+    def _minimum(self, name: str) -> float:
+        """The lowest level of the logger ``name`` that becomes an event (remembered per name):
+        ``inf`` for loggers never sent, ``WARNING`` for servers' routine lines, else 0."""
+        minimum: float = 0
+        if is_ignored_logger(name) or any(
             name == item or name.startswith(item + ".") for item in self._ignore_loggers
-        )
-        if len(self._ignored_names) < 10_000:
-            self._ignored_names[name] = found
-        return found
+        ):
+            minimum = math.inf
+        elif admit.is_routine_logger(name):
+            minimum = logging.WARNING
+        if len(self._minimums) < 10_000:
+            self._minimums[name] = minimum
+        return minimum
 
     def emit(self, record: logging.LogRecord) -> None:
         """Turn ``record`` into an event and queue it. Never raises."""
         try:
             name = record.name
-            ignored = self._ignored_names.get(name)
-            if ignored is None:
-                ignored = self._ignores(name)
-            if ignored:
+            minimum = self._minimums.get(name)
+            if minimum is None:
+                minimum = self._minimum(name)
+            levelno = record.levelno
+            if levelno < minimum:
+                if self._trace and minimum != math.inf:
+                    tracelog.note(record)  # a server's routine line: in the trace log only
                 return
             settings = self.settings
             engine = self._engine
             if engine is None or engine.intake.finished:
                 engine = self._engine = get_engine(settings)
-            levelno = record.levelno
             server = engine.server
             if record.exc_info:
                 exc = records.exception_of(record.exc_info)
@@ -238,6 +265,12 @@ class EventLogHandler(logging.Handler):
         works if it is used again); pending events are sent by the exit flush at the latest.
         """
         try:
+            if self.hooks is not None:
+                self.hooks.uninstall()
+                self.hooks = None
+            if self._sigterm:
+                signals.remove_sigterm_flush()
+                self._sigterm = False
             self.flush()
         finally:
             super().close()
@@ -250,28 +283,77 @@ class EventLogHandler(logging.Handler):
 
 
 class TraceLogHandler(logging.Handler):
-    """Feeds the trace log with the records below an :class:`EventLogHandler`'s level.
+    """The companion :func:`~eventlog_handler.setup` attaches next to its
+    :class:`EventLogHandler` (level ``NOTSET``, so it sees every record that reaches the root). It
+    never sends anything itself. It does two things:
 
-    :func:`~eventlog_handler.setup` attaches one next to its handler, so that an error event
-    carries the ``DEBUG`` and ``INFO`` lines that led up to it even though only ``INFO`` (or
-    ``WARNING``...) and above are sent as events. It never sends anything itself.
+    - it feeds the trace log with the records below the handler's level, so an error event
+      carries the ``DEBUG`` and ``INFO`` lines that led up to it;
+    - it keeps the console as it was before ``setup()``: Python prints a record of ``WARNING``
+      and above through its "last resort" handler when no handler is found for it, and the
+      package's own handlers on the root logger would stop that. Where the record's loggers
+      have no other handler, it hands the record to :data:`logging.lastResort`, exactly as
+      :meth:`logging.Logger.callHandlers` would have.
     """
 
-    def __init__(self, event_level: int) -> None:
+    def __init__(self, event_level: int, trace: bool = True) -> None:
         super().__init__(logging.NOTSET)
         self.event_level = event_level
+        self.trace = trace
 
     def handle(self, record: logging.LogRecord) -> Any:
-        if record.levelno < self.event_level:
-            try:
-                if not is_sender_thread() and not is_ignored_logger(record.name):
-                    tracelog.note(record)
-            except Exception:  # pragma: no cover - a log call must never raise
-                pass
+        try:
+            if (
+                self.trace
+                and record.levelno < self.event_level
+                and not is_sender_thread()
+                and not is_ignored_logger(record.name)
+            ):
+                tracelog.note(record)
+            last_resort = logging.lastResort
+            if (
+                last_resort is not None
+                and record.levelno >= last_resort.level
+                and not _other_handlers(record.name)
+            ):
+                last_resort.handle(record)
+        except Exception:  # pragma: no cover - a log call must never raise
+            pass
         return True
 
     def emit(self, record: logging.LogRecord) -> None:  # pragma: no cover - handle() does it
         pass
+
+
+def _other_handlers(name: str) -> bool:
+    """Whether a record of the logger ``name`` finds a handler that is not this package's on
+    its way up (the walk :meth:`logging.Logger.callHandlers` makes)."""
+    logger: logging.Logger | None = logging.root
+    if name and name != "root":
+        found = logging.Logger.manager.loggerDict.get(name)
+        if isinstance(found, logging.Logger):
+            logger = found
+    while logger is not None:
+        for handler in logger.handlers:
+            if not isinstance(handler, EventLogHandler | TraceLogHandler):
+                return True
+        if not logger.propagate:
+            break
+        logger = logger.parent
+    return False
+
+
+def _built_by_logging_config() -> bool:
+    """Whether the handler is being built by :func:`logging.config.dictConfig` or
+    ``fileConfig`` (a program configured by them alone gets the exception hooks too)."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__") == "logging.config":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _logging_lock_held() -> bool:

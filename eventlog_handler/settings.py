@@ -84,6 +84,7 @@ ENV_SERVER_URL = "EVENTLOG_SERVER_URL"
 ENV_USER_TOKEN = "EVENTLOG_USER_TOKEN"
 ENV_SPOOL_PATH = "EVENTLOG_SPOOL_PATH"
 ENV_VERSION = "EVENTLOG_VERSION"
+ENV_ENVIRONMENT = "EVENTLOG_ENVIRONMENT"
 
 
 def mask_secret(secret: str | None) -> str:
@@ -177,6 +178,19 @@ class Settings:
     ignore_exceptions: tuple[Any, ...] = ()
     #: Seconds a delivery failure lasts before stderr says so (and later that it recovered).
     outage_notice: float = 5.0
+    #: Module prefixes whose frames are the application's wherever they are installed (wins
+    #: over ``in_app_exclude`` and over the path rules: see :mod:`eventlog_handler.wire._frames`).
+    in_app_include: tuple[str, ...] = ()
+    #: Module prefixes whose frames are not the application's.
+    in_app_exclude: tuple[str, ...] = ()
+    #: Send bounded reprs of the locals of the application's frames with each error.
+    include_locals: bool = False
+    #: The deployment environment (``production``, ``staging``), sent as a tag and as
+    #: ``data["environment"]``; by default ``EVENTLOG_ENVIRONMENT``.
+    environment: str | None = None
+
+    #: Why nothing can be sent (a missing or malformed key or URL), or ``None``.
+    problem: str | None = dataclasses.field(default=None, compare=False)
 
     @property
     def shown_url(self) -> str:
@@ -207,11 +221,15 @@ class Settings:
         *,
         environ: Mapping[str, str] | None = None,
         require_api_key: bool = True,
+        lenient: bool = False,
     ) -> Settings:
         """Merge ``options`` over the environment over the defaults, and validate.
 
         ``None`` values in ``options`` count as absent. Unknown option names are a
-        :class:`TypeError`, like an unknown keyword argument.
+        :class:`TypeError`, like an unknown keyword argument; a malformed value a
+        :class:`ValueError` naming it. With ``lenient``, a missing or malformed ``api_key`` or
+        ``server_url`` (often the environment of a machine, not the program) is not raised: the
+        settings come back with :attr:`problem` saying what is wrong, and nothing is sent.
         """
         env = os.environ if environ is None else environ
         given = {key: value for key, value in (options or {}).items() if value is not None}
@@ -227,17 +245,30 @@ class Settings:
             given["spool_path"] = env[ENV_SPOOL_PATH]
         if "version" not in given and env.get(ENV_VERSION):
             given["version"] = env[ENV_VERSION]
+        if "environment" not in given and env.get(ENV_ENVIRONMENT):
+            given["environment"] = env[ENV_ENVIRONMENT]
         values: dict[str, Any] = {}
+        problems: list[str] = []
         for field in dataclasses.fields(cls):
             if field.name in given:
-                values[field.name] = _CONVERTERS[field.name](field.name, given[field.name])
-        settings = cls(**values)
-        if require_api_key and not settings.api_key:
-            raise ValueError(
+                try:
+                    values[field.name] = _CONVERTERS[field.name](field.name, given[field.name])
+                except ValueError as exc:
+                    if not lenient or field.name not in _CONNECTION:
+                        raise
+                    source = _CONNECTION[field.name]
+                    problems.append(f"{source}: {str(exc).removeprefix('eventlog_handler: ')}")
+        if require_api_key and not values.get("api_key") and not problems:
+            missing = (
                 "eventlog_handler: setting 'api_key' is missing: pass api_key=... "
                 f"or set {ENV_API_KEY} (a project token of the service)"
             )
-        return settings
+            if not lenient:
+                raise ValueError(missing)
+            problems.append(f"{_CONNECTION['api_key']}: no API key is set")
+        if problems:
+            values["problem"] = "; ".join(problems)
+        return cls(**values)
 
 
 def url_password(url: str) -> str | None:
@@ -402,6 +433,31 @@ def _version(name: str, value: Any) -> str:
     return text
 
 
+def _modules(name: str, value: Any) -> tuple[str, ...]:
+    """Module prefixes (``shop``, ``shop.vendor``): dotted names of identifiers."""
+    modules = _words(name, value)
+    for module in modules:
+        if not all(part.isidentifier() for part in module.split(".")):
+            raise ValueError(
+                f"eventlog_handler: setting {name!r} must hold module names like "
+                f"'shop' or 'shop.vendor', got {module!r}"
+            )
+    return modules
+
+
+def _environment(name: str, value: Any) -> str:
+    """A deployment environment's name: 1 to 100 printable characters, no blanks."""
+    if not isinstance(value, str):
+        raise ValueError(f"eventlog_handler: setting {name!r} must be a string, got {value!r}")
+    text = value.strip()
+    if not text or len(text) > 100 or not text.isprintable() or any(c.isspace() for c in text):
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be 1 to 100 printable characters "
+            f"without blanks (like 'production'), got {value!r}"
+        )
+    return text
+
+
 def _callable(name: str, value: Any) -> Any:
     """A callable, or the import path of one (``"myapp.hooks.before_send"``)."""
     if isinstance(value, str):
@@ -455,6 +511,12 @@ def normalize_key(key: str) -> str:
 _NOT_KEY_CHARS = re.compile(r"[^\w*]|_")
 
 
+#: The settings that say where to send and with which key, and where they usually come from.
+_CONNECTION = {
+    "api_key": f"{ENV_API_KEY} (api_key)",
+    "server_url": f"{ENV_SERVER_URL} (server_url)",
+}
+
 _CONVERTERS: dict[str, Any] = {
     "server_url": validate_server_url,
     "api_key": validate_token,
@@ -485,4 +547,8 @@ _CONVERTERS: dict[str, Any] = {
     "ignore_loggers": lambda n, v: _words(n, v),
     "ignore_exceptions": lambda n, v: _exception_types(n, v),
     "outage_notice": lambda n, v: _number(n, v, minimum=0, integer=False),
+    "in_app_include": lambda n, v: _modules(n, v),
+    "in_app_exclude": lambda n, v: _modules(n, v),
+    "include_locals": _bool,
+    "environment": lambda n, v: _environment(n, v),
 }

@@ -68,6 +68,7 @@ from eventlog_handler.capture._admit import (
 )
 from eventlog_handler.capture._records import build_event, exception_of
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
+from eventlog_handler.delivery._stderr import say_unconfigured
 from eventlog_handler.handler import check_level
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire import _extras as extras
@@ -148,8 +149,9 @@ class EventLogProcessor:
     ) -> None:
         self.level = check_level(level)
         self.settings = Settings.from_options(
-            {"api_key": api_key, "server_url": server_url, **options}
+            {"api_key": api_key, "server_url": server_url, **options}, lenient=True
         )
+        say_unconfigured(self.settings)
         #: Events that could not be converted (skipped, never raised).
         self.errors = 0
         if self.settings.trace_size:
@@ -157,9 +159,7 @@ class EventLogProcessor:
         admit.processors_exist()
 
     def __repr__(self) -> str:
-        return (
-            f"<EventLogProcessor {self.settings.shown_url} ({logging.getLevelName(self.level)})>"
-        )
+        return f"<EventLogProcessor {self.settings.shown_url} ({logging.getLevelName(self.level)})>"
 
     @property
     def engine(self) -> Engine:

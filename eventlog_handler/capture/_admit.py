@@ -37,6 +37,18 @@ IGNORED_LOGGERS = frozenset(
     }
 )
 
+#: Servers and workers whose records below ``WARNING`` are their routine lifecycle lines ("Started
+#: server process", "Worker exiting", "Task ... received"): not events, but still in the trace
+#: log. Their warnings and errors are sent as usual.
+ROUTINE_LOGGERS = frozenset({"uvicorn", "gunicorn", "celery", "rq", "kombu", "billiard"})
+
+
+def is_routine_logger(name: str | None) -> bool:
+    """Whether the records of ``name`` below ``WARNING`` are a server's routine lines."""
+    return bool(name) and str(name).partition(".")[0] in ROUTINE_LOGGERS
+
+
+#: Whether a logger's records are ignored, by name (names of a program repeat).
 _IGNORED_CACHE: dict[str, bool] = {}
 
 

@@ -62,8 +62,10 @@ from eventlog_handler.wire._extras import (
     tags_from,
     user_from,
 )
+from eventlog_handler.wire._frames import FRAMES_KEY, call_site, error_refs
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
+from eventlog_handler.wire._simple_error import chained
 from eventlog_handler.wire._stacking import EXTRA_KEY as STACK_KEY
 from eventlog_handler.wire._stacking import manual_stack
 
@@ -94,6 +96,7 @@ def build_event(
     level: str | None = None,
     submission_method: str | None = None,
     stack: dict[str, Any] | None = None,
+    template: Any = None,
 ) -> dict[str, Any]:
     """One complete event from its parts, built now; the hooks, the structlog processor and
     errors use it.
@@ -102,6 +105,12 @@ def build_event(
     tags, applies the settings' data exclusions, and for an exception builds the error form
     with ``@environment``. An exception, or a level at ``ERROR`` or above, adds the request
     scope's ``@request`` and the trace log (``@trace``). Marks ``exc`` as reported.
+
+    Frames (:mod:`eventlog_handler.wire._frames`): an error's ``@simple_error`` levels get
+    references to their frames (and, with ``include_locals``, the locals of the application's
+    frames), a serious log without an exception the references of its call site and its stack
+    (:func:`~eventlog_handler.wire._grouping.log_stack`, by ``template``, else ``message``);
+    the worker resolves them (:func:`eventlog_handler.delivery._finish.finish`).
     """
     if user is None:
         user = get_user()
@@ -133,7 +142,10 @@ def build_event(
         "exclusions": settings.data_exclusions,
     }
     if exc is None:
-        return _with_stack(log_event(message, data=data, **common), stack)
+        event = log_event(message, data=data, **common)
+        if serious:
+            return _with_call_site(event, settings, stack, source, template, message)
+        return _with_stack(event, stack)
     assert data is not None
     if settings.include_environment and "@environment" not in data:
         environment = {**environment_info(), **thread_info()}
@@ -143,6 +155,57 @@ def build_event(
         data["@environment"] = environment
     event = error_event(exc, message=message, data=data, **common)
     mark_reported(exc)
+    _with_frames(event, exc, settings)
+    return _with_stack(event, stack)
+
+
+def _with_frames(event: dict[str, Any], exc: BaseException, settings: Settings) -> None:
+    """Frame references under each ``@simple_error`` level's ``data["@frames"]``."""
+    locals_for = None
+    if settings.include_locals:
+        locals_for = (settings.in_app_include, settings.in_app_exclude, settings.data_exclusions)
+    node: Any = event.get("@simple_error")
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while isinstance(node, dict) and current is not None and id(current) not in seen:
+        seen.add(id(current))
+        try:
+            refs = error_refs(current, locals_for=locals_for)
+        except Exception:  # a broken frame or traceback: the error goes without frames
+            refs = None
+        if refs:
+            data = node.get("data")
+            if not isinstance(data, dict):
+                data = node["data"] = {}
+            data[FRAMES_KEY] = refs
+        node = node.get("inner")
+        current = chained(current)
+
+
+def _with_call_site(
+    event: dict[str, Any],
+    settings: Settings,
+    stack: dict[str, Any] | None,
+    source: str | None,
+    template: Any,
+    message: Any,
+) -> dict[str, Any]:
+    """A serious log event with its call site (the worker makes its frames and, unless
+    ``stack`` is given, its stack: :func:`eventlog_handler.delivery._finish.complete`)."""
+    try:
+        site = call_site(
+            sys._getframe(2),
+            source,
+            message if template is None else template,
+            settings.in_app_include,
+            settings.in_app_exclude,
+        )
+    except Exception:  # pragma: no cover - a frame that can't be read
+        return _with_stack(event, stack)
+    data = event.get("data")
+    if not isinstance(data, dict):
+        data = event["data"] = {}
+    data[FRAMES_KEY] = site
     return _with_stack(event, stack)
 
 
@@ -321,6 +384,7 @@ def capture_full(
             user=user,
             tags=tags,
             stack=stack,
+            template=msg,
         )
         return Entry(
             settings,
@@ -455,4 +519,3 @@ def record_to_event(
 _STRUCTLOG_KEYS = frozenset(
     {"event", "level", "logger", "logger_name", "timestamp", "exc_info", "positional_args"}
 )
-

@@ -75,6 +75,9 @@ def produce_events(collector: Collector) -> dict[str, Any]:
         tags=["demo"],
         shutdown_timeout=2.0,
     )
+    # The demo's own lines go to the collector only, not to this terminal as well (a program
+    # with no handler of its own would see them printed by Python's last resort).
+    logging.getLogger("shop").addHandler(logging.NullHandler())
     try:
         Client(collector.url, collector.project_token).submit(message_event("Disk space is low"))
         log = logging.getLogger("shop.checkout")

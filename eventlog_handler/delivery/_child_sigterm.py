@@ -24,6 +24,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+#: The attribute that marks a SIGTERM handler as this package's flush (the one ``setup()``
+#: installs is replaced in a child by this one, which also has the watcher).
+FLUSH_MARK = "_eventlog_handler_flush"
+
 #: Seconds the watcher gives the main thread to start the handler before it signals again.
 NUDGE_AFTER = 0.2
 
@@ -34,8 +38,9 @@ def terminate_gracefully(shutdown_all: Callable[[], Any]) -> bool:
     if threading.current_thread() is not threading.main_thread():
         return False
     try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return False
+        current = signal.getsignal(signal.SIGTERM)
+        if current is not signal.SIG_DFL and not getattr(current, FLUSH_MARK, False):
+            return False  # the program's own handler (a flush of ours is replaced: see below)
         started = threading.Event()
 
         def on_sigterm(signum: int, frame: Any) -> None:
@@ -48,6 +53,7 @@ def terminate_gracefully(shutdown_all: Callable[[], Any]) -> bool:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGTERM)
 
+        setattr(on_sigterm, FLUSH_MARK, True)
         signal.signal(signal.SIGTERM, on_sigterm)
     except (ValueError, OSError, AttributeError):  # no SIGTERM here, or not allowed
         return False

@@ -80,9 +80,10 @@ class Engine:
         *,
         client_factory: Callable[[Settings, float | None], Client] | None = None,
     ) -> None:
-        if not settings.api_key:
-            raise ValueError("eventlog_handler: setting 'api_key' is missing")
         self.settings = settings
+        #: Why this engine can't send (a missing or malformed key or URL): every event it is
+        #: given is dropped, counted as ``unconfigured``.
+        self.problem = settings.problem or (None if settings.api_key else "no API key is set")
         self.policy = RetryPolicy(
             initial=settings.retry_initial,
             maximum=settings.max_backoff,
@@ -96,7 +97,7 @@ class Engine:
             settings.server_settings, lambda text: redact(text, *settings.secrets)
         )
         self._reset_process_state()
-        if settings.spool_path:
+        if settings.spool_path and self.problem is None:
             with self.ledger.lock:  # replay what ended processes left in the spool, from the start
                 self.worker.start()
 
@@ -123,7 +124,12 @@ class Engine:
         self.delivery = delivery = Delivery(
             settings, ledger, intake, state, self.policy, self.client, self.server_settings.seen
         )
-        if settings.spool_path and self._spool is None and not self._spool_refused:
+        if (
+            settings.spool_path
+            and self._spool is None
+            and not self._spool_refused
+            and self.problem is None
+        ):
             spool = Spool(settings.spool_path, settings.spool_max_bytes)
             why = spool.check()
             if why is None:
@@ -206,6 +212,11 @@ class Engine:
             if self._generation != _generation:
                 self.check_process()
             if threading.get_ident() in SENDER_THREADS:
+                return False
+            if self.problem is not None:
+                with self.ledger.lock:
+                    self.ledger.captured += 1
+                    self.ledger.dropped["unconfigured"] += 1
                 return False
             return self.intake.put(entry)
         except Exception:  # pragma: no cover - a log call must never raise

@@ -13,11 +13,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from eventlog_handler.delivery._buffer import JSON_READY, RAW, Entry
-from eventlog_handler.settings import MASK
+from eventlog_handler.settings import MASK, Settings
+from eventlog_handler.wire import _appversion  # noqa: F401 - notes __main__ at import
 from eventlog_handler.wire._events import (
     _FRACTION,
     MAX_MESSAGE,
     MAX_SOURCE,
+    MAX_TAGS,
     format_date,
     log_event,
     new_reference_id,
@@ -25,8 +27,11 @@ from eventlog_handler.wire._events import (
     user_with_exclusions,
 )
 from eventlog_handler.wire._extras import RESERVED_ATTRS, SPECIAL_EXTRAS, sort_extras
+from eventlog_handler.wire._frames import FRAMES_KEY, CallSite, is_ref, resolve
+from eventlog_handler.wire._grouping import error_stack, log_stack
 from eventlog_handler.wire._jsonsafe import MAX_ITEMS, MAX_STRING, is_excluded, safe_str, truncate
 from eventlog_handler.wire._levels import level_name
+from eventlog_handler.wire._stacking import STACK_KEY
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 #: Whether a data key is excluded, per exclusion list (keys of a program repeat endlessly).
@@ -36,11 +41,81 @@ _LAST_USER: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
 
 def finish(entry: Entry) -> dict[str, Any]:
-    """The wire event of ``entry`` (a ready event is returned as it is)."""
+    """The wire event of ``entry`` (a ready event is completed: :func:`complete`)."""
     event = entry.event
     if event is not None:
-        return event
+        return complete(event, entry.settings)
     settings = entry.settings
+    if settings.environment is not None:
+        return with_environment(_finish(entry, settings), settings.environment)
+    return _finish(entry, settings)
+
+
+def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """A ready event with what the caller's thread left for the worker: frame references
+    resolved (:func:`eventlog_handler.wire._frames.resolve`: paths, ``in_app``, source
+    context, locals masked by value), the error's stack
+    (:func:`eventlog_handler.wire._grouping.error_stack`) unless it has one, and the
+    environment. Events that have nothing pending (from the spool) are left as they are."""
+    try:
+        include, exclude = settings.in_app_include, settings.in_app_exclude
+        data = event.get("data")
+        error = event.get("@simple_error")
+        resolved = False
+        node: Any = error
+        depth = 0
+        while type(node) is dict and depth <= 10:
+            node_data = node.get("data")
+            if type(node_data) is dict and is_ref(node_data.get(FRAMES_KEY)):
+                node_data[FRAMES_KEY] = resolve(
+                    node_data[FRAMES_KEY], include, exclude, settings.secrets
+                )
+                resolved = True
+            node = node.get("inner")
+            depth += 1
+        if resolved and (type(data) is not dict or STACK_KEY not in data):
+            stack = error_stack(error)
+            if stack is not None:
+                if type(data) is not dict:
+                    data = event["data"] = {}
+                data[STACK_KEY] = stack
+        site = data.get(FRAMES_KEY) if type(data) is dict else None
+        if type(site) is CallSite:
+            assert type(data) is dict
+            if STACK_KEY not in data:
+                stack = log_stack(site.source, site.template, site, site.innermost)
+                if stack is not None:
+                    data[STACK_KEY] = stack
+            if site:
+                data[FRAMES_KEY] = resolve(site, include, exclude, settings.secrets)
+            else:
+                del data[FRAMES_KEY]
+    except Exception:  # pragma: no cover - a bug here must not lose the event
+        pass
+    if settings.environment is not None:
+        return with_environment(event, settings.environment)
+    return event
+
+
+def with_environment(event: dict[str, Any], environment: str) -> dict[str, Any]:
+    """``event`` tagged with the deployment ``environment`` and with it in
+    ``data["environment"]`` (a value the event has there already stays): the service
+    filters on both (``tag:production``, ``data.environment:production``), and
+    ``data["@environment"]`` is the machine's description, not this."""
+    tags = event.get("tags")
+    if type(tags) is not list:
+        event["tags"] = [environment]
+    elif environment not in tags and len(tags) < MAX_TAGS:
+        tags.append(environment)
+    data = event.get("data")
+    if type(data) is not dict:
+        event["data"] = {"environment": environment}
+    else:
+        data.setdefault("environment", environment)
+    return event
+
+
+def _finish(entry: Entry, settings: Settings) -> dict[str, Any]:
     exclusions = settings.data_exclusions
     message = entry.message
     data = entry.data
@@ -72,7 +147,7 @@ def finish(entry: Entry) -> dict[str, Any]:
             return _general(entry, message, data, user, tags, stack)
     if type(message) is not str:
         message = safe_str(message)
-    event = {
+    event: dict[str, Any] = {
         "type": "log",
         "message": message if len(message) <= MAX_MESSAGE else truncate(message, MAX_MESSAGE),
         "date": format_date(entry.created),
@@ -196,6 +271,7 @@ def finish_batch(entries: list[Entry]) -> list[dict[str, Any]]:
             or entry.user is not None
             or entry.tags
             or entry.settings.tags
+            or entry.settings.environment is not None
             or type(entry.source) is not str
         ):
             append(finish(entry))

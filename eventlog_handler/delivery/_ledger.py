@@ -26,6 +26,7 @@ DROP_REASONS = (
     "shutdown",
     "spool_full",
     "filtered",
+    "unconfigured",
 )
 
 

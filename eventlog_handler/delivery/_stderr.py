@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from eventlog_handler.settings import mask_secret
+from eventlog_handler.settings import Settings, mask_secret
 
 
 def say(message: str) -> None:
@@ -25,3 +25,19 @@ def redact(text: str, *secrets: str | None) -> str:
         if secret:
             text = text.replace(secret, mask_secret(secret))
     return text
+
+
+_SAID: set[str] = set()
+
+
+def say_unconfigured(settings: Settings) -> None:
+    """Say once per process why nothing can be sent, when a key or URL is missing or malformed
+    (the program runs on: its events are counted as dropped, ``unconfigured``)."""
+    problem = settings.problem
+    if problem is None or problem in _SAID:
+        return
+    _SAID.add(problem)
+    say(
+        f"eventlog_handler: nothing will be sent: {problem}. The program runs on; its events "
+        f"are counted as dropped (unconfigured)."
+    )

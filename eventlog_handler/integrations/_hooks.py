@@ -39,6 +39,7 @@ from typing import Any
 from eventlog_handler.capture._admit import exception_filtered, was_reported
 from eventlog_handler.capture._records import build_event
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
+from eventlog_handler.delivery._stderr import say_unconfigured
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._jsonsafe import safe_repr
 
@@ -247,7 +248,10 @@ def install_hooks(
     :class:`ExceptionHooks` (call ``.uninstall()`` to stop), or ``None`` in an interactive
     session unless ``force=True``.
     """
-    settings = Settings.from_options({"api_key": api_key, "server_url": server_url, **options})
+    settings = Settings.from_options(
+        {"api_key": api_key, "server_url": server_url, **options}, lenient=True
+    )
+    say_unconfigured(settings)
     return install_with(settings, force=force)
 
 

@@ -427,11 +427,10 @@ def active_settings() -> Settings | None:
     settings = current_settings()
     if settings is not None:
         return settings
-    from eventlog_handler.handler import EventLogHandler
-
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, EventLogHandler):
-            return handler.settings
+    for handler in logging.getLogger().handlers:  # an EventLogHandler (a dictConfig)
+        found = getattr(handler, "settings", None)
+        if isinstance(found, Settings):
+            return found
     return None
 
 

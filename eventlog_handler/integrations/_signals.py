@@ -20,19 +20,29 @@ from types import FrameType
 from typing import Any
 
 from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.delivery._child_sigterm import FLUSH_MARK
 
 _installed: Any = None  # our handler, while it is installed
 _previous: Any = None  # the handler it chains to
 
 
-def flush_on_sigterm(timeout: float | None = None) -> bool:
-    """Flush pending events when ``SIGTERM`` arrives, then chain; ``True`` if installed."""
+def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> bool:
+    """Flush pending events when ``SIGTERM`` arrives, then chain; ``True`` if installed.
+
+    ``auto`` (the default of :func:`~eventlog_handler.setup` and of a dictConfig handler):
+    install only where ``SIGTERM`` still has Python's default action, so the handler changes
+    nothing but the flush. A program or server that sets a handler of its own (before or
+    after) keeps it; when such a server puts the previous handler back and sends the signal
+    again as it leaves (uvicorn does), this one runs then.
+    """
     global _installed, _previous
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
         return False
     if _installed is not None and signal.getsignal(signal.SIGTERM) is _installed:
         return True
     previous = signal.getsignal(signal.SIGTERM)
+    if auto and previous not in (signal.SIG_DFL, None):
+        return False
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         transport.shutdown_all(timeout)
@@ -44,9 +54,50 @@ def flush_on_sigterm(timeout: float | None = None) -> bool:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
+    if previous in (signal.SIG_DFL, None):  # a child may replace it with its own flush
+        setattr(on_sigterm, FLUSH_MARK, True)
     signal.signal(signal.SIGTERM, on_sigterm)
     _installed, _previous = on_sigterm, previous
     return True
+
+
+_raise_signal: Any = None  # signal.raise_signal as it was, once wrapped
+
+
+def flush_before_raised_signals() -> None:
+    """Run the exit flush when the program sends itself a signal whose action is to end it.
+
+    Servers that handle ``SIGTERM`` and ``SIGINT`` themselves (uvicorn, also in each worker of
+    ``--workers N``) shut down gracefully, put back the handler that was there before them
+    (Python's default) and send the signal again with :func:`signal.raise_signal`, so the
+    process ends as it would have. That default action skips ``atexit``; this wraps
+    :func:`signal.raise_signal` so that the events the program logged are sent first (within
+    ``shutdown_timeout``). Nothing else about the signal changes. Installed once per process.
+    """
+    global _raise_signal
+    if _raise_signal is not None or not hasattr(signal, "raise_signal"):
+        return
+    original = signal.raise_signal
+
+    def raise_signal(signalnum: int) -> None:
+        try:
+            if signal.getsignal(signalnum) == signal.SIG_DFL and signalnum in _ENDING:
+                transport.shutdown_all()
+        except Exception:  # pragma: no cover - the signal must go out whatever happens
+            pass
+        original(signalnum)
+
+    raise_signal.__doc__ = original.__doc__
+    signal.raise_signal = raise_signal
+    _raise_signal = original
+
+
+#: Signals whose default action ends the process without ``atexit``.
+_ENDING = frozenset(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
 
 
 def remove_sigterm_flush() -> bool:

@@ -1,4 +1,5 @@
-"""The application's version, from the installed distribution that owns ``__main__``.
+"""The application's version: the installed distribution that owns ``__main__``, a deployment
+variable, or the commit of the application's git checkout.
 
 The service tracks regressions and "fixed in version" by ``@version``. When a program gives no
 version (``setup(version=...)`` or ``EVENTLOG_VERSION``), :func:`detect_version` finds it the
@@ -16,6 +17,14 @@ of the same name never lends its version. Programs started by a server, task run
 runner or debugger (``uvicorn``, ``gunicorn``, ``celery``, ``pytest``, ...) have that tool as
 ``__main__``: no version is detected for them (:data:`RUNNERS`); pass ``version=`` instead.
 
+When no distribution owns the program (a script, a checkout run in place, a server or runner
+as ``__main__``), the version is the commit being run: a deployment variable
+(:data:`DEPLOY_VARIABLES`: ``SOURCE_VERSION``, ``GIT_COMMIT``, ``GITHUB_SHA``,
+``CI_COMMIT_SHA``, ``HEROKU_SLUG_COMMIT``), else the commit of the git checkout that holds the
+script (or the working directory), read from ``.git/HEAD`` and the ref files (``git`` is never
+run). The order is ``setup(version=)``, ``EVENTLOG_VERSION``, the distribution, the deployment
+variables, git.
+
 The answer is computed on the first call and cached; nothing happens at import. A first call
 reads a few metadata files (milliseconds); when the distribution's name differs from its
 package's, every installed distribution's package list is read once (up to about 0.1 s with
@@ -31,7 +40,7 @@ import os
 import re
 import sys
 import sysconfig
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from types import ModuleType
 from urllib.parse import unquote, urlsplit
 
@@ -78,11 +87,131 @@ RUNNERS = frozenset(
 
 
 def detect_version() -> str | None:
-    """The version of the installed distribution that owns ``__main__``, or ``None``.
+    """The application's version when the program gives none, or ``None``: the version of
+    the installed distribution that owns ``__main__``, else a deployment variable
+    (:data:`DEPLOY_VARIABLES`), else the commit of the application's git checkout
+    (:func:`git_commit`).
 
-    Cached after the first call (:func:`clear_cache` forgets it); never raises.
+    Cached after the first call (:func:`clear_cache` forgets it); never raises. Call it from
+    the delivery worker: the first call reads files.
     """
     return _cached()
+
+
+#: Variables that deployment platforms and CI set to the commit being run, in order.
+DEPLOY_VARIABLES = (
+    "SOURCE_VERSION",
+    "GIT_COMMIT",
+    "GITHUB_SHA",
+    "CI_COMMIT_SHA",
+    "HEROKU_SLUG_COMMIT",
+)
+
+
+def deployment_version(environ: Mapping[str, str] | None = None) -> str | None:
+    """The first of :data:`DEPLOY_VARIABLES` that is set (stripped, at most 100 characters)."""
+    env = os.environ if environ is None else environ
+    for name in DEPLOY_VARIABLES:
+        value = (env.get(name) or "").strip()
+        if value and len(value) <= 100 and value.isprintable():
+            return value
+    return None
+
+
+_SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
+
+
+def git_commit(start: str) -> str | None:
+    """The commit checked out in the git work tree that holds ``start`` (a directory), read
+    from ``.git`` files (``HEAD``, the branch's ref file or ``packed-refs``; a ``.git`` file
+    of a worktree or submodule is followed). Never runs ``git``; ``None`` when there is no
+    checkout or it can't be read."""
+    try:
+        directory = os.path.abspath(start)
+        while True:
+            dot_git = os.path.join(directory, ".git")
+            if os.path.exists(dot_git):
+                return _commit_of(dot_git)
+            parent = os.path.dirname(directory)
+            if parent == directory:
+                return None
+            directory = parent
+    except (OSError, ValueError, UnicodeError):
+        return None
+
+
+def _commit_of(dot_git: str) -> str | None:
+    git_dir = dot_git
+    if os.path.isfile(dot_git):
+        text = _read(dot_git)
+        if not text.startswith("gitdir:"):
+            return None
+        git_dir = os.path.join(os.path.dirname(dot_git), text[len("gitdir:") :].strip())
+    head = _read(os.path.join(git_dir, "HEAD"))
+    if _SHA.fullmatch(head):
+        return head  # a detached HEAD
+    if not head.startswith("ref:"):
+        return None
+    ref = head[len("ref:") :].strip()
+    common = git_dir
+    common_file = os.path.join(git_dir, "commondir")
+    if os.path.isfile(common_file):  # a worktree: refs live in the main repository
+        common = os.path.join(git_dir, _read(common_file))
+    for base in dict.fromkeys((git_dir, common)):
+        value = _read(os.path.join(base, *ref.split("/")))
+        if _SHA.fullmatch(value):
+            return value
+    for line in _read(os.path.join(common, "packed-refs")).splitlines():
+        sha, _, name = line.partition(" ")
+        if name.strip() == ref and _SHA.fullmatch(sha):
+            return sha
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read(1_000_000).strip()
+    except (OSError, ValueError, UnicodeError):
+        return ""
+
+
+#: Tools whose runs are not the application's deployments: no commit is looked for under them
+#: (a test suite run from a checkout is not a release of it).
+TEST_TOOLS = frozenset({"pytest", "py.test", "_pytest", "tox", "nox", "pip", "setuptools"})
+
+
+def _is_test_tool(main: ModuleType | None) -> bool:
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None)
+    if isinstance(name, str) and name.partition(".")[0] in TEST_TOOLS:
+        return True
+    main_file = getattr(main, "__file__", None)
+    if isinstance(main_file, str):
+        base = os.path.basename(main_file)
+        return os.path.splitext(base)[0] in TEST_TOOLS
+    return False
+
+
+def _checkout_directories(main: ModuleType | None) -> list[str]:
+    """Where the application's checkout may be: the directory of the file ``__main__`` runs
+    (unless it is an installed tool's: a server or runner), then the working directory; none
+    under a test tool (:data:`TEST_TOOLS`)."""
+    places: list[str] = []
+    if _is_test_tool(main):
+        return places
+    main_file = getattr(main, "__file__", None) if main is not None else None
+    if isinstance(main_file, str):
+        real = os.path.realpath(main_file)
+        parts = set(real.split(os.sep))
+        if not parts & {"site-packages", "dist-packages"} and not _in_scripts_directory(real):
+            places.append(os.path.dirname(real))
+    try:
+        places.append(os.getcwd())
+    except OSError:  # removed since: the working directory when the package was imported
+        if _AT_IMPORT[1] is not None:
+            places.append(_AT_IMPORT[1])
+    return places
 
 
 def clear_cache() -> None:
@@ -90,12 +219,52 @@ def clear_cache() -> None:
     _cached.cache_clear()
 
 
+def _snapshot() -> tuple[ModuleType | None, str | None]:
+    """What is known of ``__main__`` (its file and spec) and the working directory now: at
+    interpreter exit, when the last events may be sent, ``__main__`` may be emptied."""
+    main = sys.modules.get("__main__")
+    copy: ModuleType | None = None
+    if main is not None:
+        copy = ModuleType("__main__")
+        main_file = getattr(main, "__file__", None)
+        if isinstance(main_file, str):
+            copy.__file__ = main_file
+        copy.__spec__ = getattr(main, "__spec__", None)
+    try:
+        cwd: str | None = os.getcwd()
+    except OSError:
+        cwd = None
+    return copy, cwd
+
+
+#: ``__main__`` and the working directory when the package was imported.
+_AT_IMPORT = _snapshot()
+
+
+def _main() -> ModuleType | None:
+    main = sys.modules.get("__main__")
+    if main is not None and (
+        getattr(main, "__file__", None) is not None or getattr(main, "__spec__", None) is not None
+    ):
+        return main
+    return _AT_IMPORT[0] if _AT_IMPORT[0] is not None else main
+
+
 @functools.lru_cache(maxsize=1)
 def _cached() -> str | None:
+    main = _main()
     try:
-        return _detect(sys.modules.get("__main__"))
+        version = _detect(main)
     except Exception:  # broken metadata, an odd loader, a file system error
-        return None
+        version = None
+    if version is None:
+        version = deployment_version()
+    if version is None:
+        for place in _checkout_directories(main):
+            version = git_commit(place)
+            if version is not None:
+                break
+    return version
 
 
 def _detect(main: ModuleType | None) -> str | None:

@@ -90,7 +90,6 @@ def sort_extras(
     return data, user, tags, stack
 
 
-
 def reserve_known_keys(data: dict[str, Any]) -> None:
     """Rename, in place, the keys of user data that are known data keys: ``@level`` →
     ``_@level`` (the service would otherwise let the user's value win)."""
@@ -124,5 +123,3 @@ def tags_from(value: Any) -> tuple[Any, ...]:
         except Exception:
             return ()
     return (value,)
-
-

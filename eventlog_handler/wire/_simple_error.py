@@ -32,8 +32,9 @@ import os
 import site
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable, Collection
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 from eventlog_handler.wire._jsonsafe import safe_repr, to_jsonable, truncate
@@ -110,6 +111,9 @@ def stack_trace(exc: BaseException) -> str:
         return name
     try:
         entries = _elide(_fold(_walk(tb)))
+        walks = getattr(_walks, "by_id", None)
+        if walks is not None and len(walks) < _MAX_KEPT_WALKS:
+            walks[id(exc)] = entries
         roots = import_roots()
         parts = [HEADER]
         for entry in entries:
@@ -121,9 +125,27 @@ def stack_trace(exc: BaseException) -> str:
     return trim_stack_trace(text, MAX_STACK_TRACE)
 
 
-def _walk(tb: TracebackType | None) -> list[_Frame]:
-    """The frames of ``tb``, outermost first, comprehension and ``runpy`` frames folded away."""
+#: The walks of the exceptions of the :func:`simple_error` call in progress on this thread, by
+#: ``id``: :func:`eventlog_handler.wire._frames.error_refs` takes them instead of walking again.
+#: They hold file names, line numbers, names and module globals, never frames or exceptions.
+_walks = threading.local()
+_MAX_KEPT_WALKS = 32
+
+
+def take_walk(exc: BaseException) -> list[_Frame | str] | None:
+    """The entries :func:`stack_trace` computed for ``exc`` in the last :func:`simple_error`
+    call of this thread, once (``None`` when there are none)."""
+    walks = getattr(_walks, "by_id", None)
+    return walks.pop(id(exc), None) if walks else None
+
+
+def _walk(tb: TracebackType | None, objects: list[FrameType] | None = None) -> list[_Frame]:
+    """The frames of ``tb``, outermost first, comprehension and ``runpy`` frames folded away.
+
+    ``objects``, when given, gets the frame object of each entry (in step with the result).
+    """
     frames: list[_Frame] = []
+    held: list[FrameType] = []
     while tb is not None:
         frame = tb.tb_frame
         code = frame.f_code
@@ -134,10 +156,14 @@ def _walk(tb: TracebackType | None) -> list[_Frame]:
             frames[-1] = (outer[0], lineno, outer[2], outer[3])
         else:
             frames.append((code.co_filename, lineno, code.co_name, frame.f_globals))
+            if objects is not None:
+                held.append(frame)
         tb = tb.tb_next
     start = 0
     while start < len(frames) - 1 and _is_runpy(frames[start]):
         start += 1
+    if objects is not None:
+        objects.extend(held[start:])
     return frames[start:]
 
 
@@ -398,6 +424,7 @@ def simple_error(
     max_inner: int = MAX_INNER,
 ) -> dict[str, Any]:
     """The ``@simple_error`` object of ``exc``; never raises."""
+    _walks.by_id = {}
     return _build(exc, exclusions, max_inner, set())
 
 

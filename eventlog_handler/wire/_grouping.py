@@ -1,0 +1,128 @@
+"""Grouping: one bug, one stack, across deploys and upgrades, on the real service.
+
+The service stacks a ``@simple_error`` by its type and the SHA1 of its ``stack_trace`` text,
+which holds line numbers and every frame (the framework's, the standard library's, this
+package's): one bug would become a new stack on every deploy. So every error event carries a
+manual stack (``data["@stack"]``, see :mod:`eventlog_handler.wire._stacking`), whose
+signature the service hashes instead (SHA1 of the UTF-16LE concatenation of the non-empty
+``signature_data`` values, in order; keys and title are not hashed)::
+
+    {"title": "ZeroDivisionError in shop.checkout.total",
+     "signature_data": {"type": "ZeroDivisionError",
+                        "frames": "in shop.checkout.main > shop.checkout.total"}}
+
+- ``type``: the exception's qualified type name.
+- ``frames``: ``in`` and the application's frames (:func:`~eventlog_handler.wire._frames.is_in_app`),
+  outermost first, as ``module.function`` (no line numbers, no paths, no source text; a
+  repeating run once, as in the stack trace). With no application frame: the innermost frame
+  (``in json.decoder.raw_decode``).
+- Chained exceptions (``raise B from A``, or raised while handling another): the outermost
+  exception's type and its application frames. When the outermost exception has no
+  application frame (a library wrapped the application's error), the first error of the chain
+  that has some lends its frames, and its type is added as ``cause`` (``from KeyError``).
+
+The values are shaped so that their concatenation can't be read two ways: type names hold no
+blanks, and the other values start with a word and a blank (``in``, ``from``, ``at``).
+
+A record at ``ERROR`` or above without an exception is stacked by its logger, its call site
+(the innermost application frame's ``module.function``, no line number) and its message
+*template* (``record.msg``, not the formatted text)::
+
+    {"title": "order %s failed (in shop.orders.place)",
+     "signature_data": {"source": "shop.orders", "site": "at shop.orders.place",
+                        "message": "order %s failed"}}
+
+A stack the user gave (``extra=stack(...)``) always wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Characters kept of a signature value and of a title.
+MAX_VALUE = 2_000
+MAX_TITLE = 1_000
+
+
+def _name(frame: Mapping[str, Any]) -> str:
+    module = frame.get("module") or ""
+    function = frame.get("function") or "?"
+    return f"{module}.{function}" if module else str(function)
+
+
+def _app_names(frames: Any) -> list[str]:
+    if not isinstance(frames, list):
+        return []
+    return [_name(frame) for frame in frames if isinstance(frame, dict) and frame.get("in_app")]
+
+
+def _frames_of(error: Mapping[str, Any]) -> Any:
+    data = error.get("data")
+    return data.get("@frames") if isinstance(data, dict) else None
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def error_stack(error: Any) -> dict[str, Any] | None:
+    """The ``@stack`` of an ``@simple_error`` whose frames are resolved, or ``None`` (no
+    frames: the service's own stacking stands)."""
+    if not isinstance(error, dict) or not isinstance(error.get("type"), str):
+        return None
+    outer_type: str = error["type"]
+    chosen: Mapping[str, Any] | None = None
+    names: list[str] = []
+    node: Any = error
+    depth = 0
+    while isinstance(node, dict) and depth < 10:
+        names = _app_names(_frames_of(node))
+        if names:
+            chosen = node
+            break
+        node = node.get("inner")
+        depth += 1
+    signature: dict[str, str] = {"type": outer_type}
+    if chosen is None:
+        frames = _frames_of(error)
+        if not isinstance(frames, list) or not frames or not isinstance(frames[-1], dict):
+            return None
+        innermost = _name(frames[-1])
+        signature["frames"] = _cut(f"in {innermost}", MAX_VALUE)
+        where = innermost
+    else:
+        if chosen is not error and isinstance(chosen.get("type"), str):
+            signature["cause"] = _cut(f"from {chosen['type']}", MAX_VALUE)
+        signature["frames"] = _cut("in " + " > ".join(names), MAX_VALUE)
+        where = names[-1]
+    short = outer_type.rpartition(".")[2] or outer_type
+    return {"title": _cut(f"{short} in {where}", MAX_TITLE), "signature_data": signature}
+
+
+def log_stack(
+    source: str | None, template: Any, app: Sequence[Any], innermost: Any
+) -> dict[str, Any] | None:
+    """The ``@stack`` of a serious log record from its call site references (the
+    application's frames, outermost first, and the innermost frame above the logging
+    machinery), or ``None`` when no call site is known."""
+    site_ref = app[-1] if app else innermost
+    if site_ref is None:
+        return None
+    module, function = site_ref[3], site_ref[2]
+    site = f"{module}.{function}" if module else str(function)
+    text = template if isinstance(template, str) else _safe(template)
+    signature: dict[str, str] = {}
+    if source:
+        signature["source"] = _cut(str(source), MAX_VALUE)
+    signature["site"] = _cut(f"at {site}", MAX_VALUE)
+    if text.strip():
+        signature["message"] = _cut(text, MAX_VALUE)
+    title = _cut(f"{text.strip() or source or 'log'} (in {site})", MAX_TITLE)
+    return {"title": title, "signature_data": signature}
+
+
+def _safe(value: Any) -> str:
+    from eventlog_handler.wire._jsonsafe import safe_str
+
+    return safe_str(value)
