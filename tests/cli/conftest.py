@@ -11,6 +11,7 @@ import pytest
 
 from eventlog_handler.cli._main import main
 from eventlog_handler.collector import Collector
+from tests.support.fixtures import collector as collector  # in memory, on 127.0.0.1
 
 ENV_VARS = ("EVENTLOG_SERVER_URL", "EVENTLOG_USER_TOKEN", "EVENTLOG_API_KEY")
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -50,13 +51,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (*ENV_VARS, *PROXY_VARS):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost,0.0.0.0")
-
-
-@pytest.fixture
-def collector() -> Iterator[Collector]:
-    """A collector with an in-memory store on a free port of 127.0.0.1."""
-    with Collector() as running:
-        yield running
 
 
 @pytest.fixture

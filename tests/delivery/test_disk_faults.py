@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.delivery.conftest import accounted, marks, wait_until
-from tests.transport.faultserver import FaultServer
+from tests.support.accounting import accounted
+from tests.support.faultserver import FaultServer
+from tests.support.processes import marks
+from tests.support.waits import wait_until
 
 
 @pytest.fixture
@@ -107,7 +109,8 @@ print("MARK replayed", json.dumps(handle.stats()["replayed"]), flush=True)
 def run_with_args(source: str, url: str, tmp_path: Path, args: list[str], **env: str) -> Any:
     program = tmp_path / f"program-{len(list(tmp_path.glob('program-*')))}.py"
     program.write_text(source)
-    from tests.integrations.conftest import REPO, child_env
+    from tests.support.constants import REPO
+    from tests.support.processes import child_env
 
     done = subprocess.run(
         [sys.executable, str(program), *args],

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.delivery.conftest import run_program
-from tests.transport.faultserver import FaultServer, Reply
+from tests.support.faultserver import FaultServer, Reply
+from tests.support.processes import run_program
 
 PROGRAM = """
 import json, logging

@@ -11,8 +11,10 @@ import pytest
 
 from eventlog_handler import EventLogHandler
 from eventlog_handler.delivery import _engine as transport
-from tests.delivery.conftest import API_KEY, accounted, wait_until
-from tests.transport.faultserver import FaultServer
+from tests.support.accounting import accounted
+from tests.support.constants import API_KEY
+from tests.support.faultserver import FaultServer
+from tests.support.waits import wait_until
 
 FAST = {"flush_interval": 0.05, "error_delay": 0.0, "server_settings": False}
 

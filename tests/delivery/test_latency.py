@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.delivery.conftest import marks, run_program
-from tests.transport.faultserver import FaultServer
+from tests.support.faultserver import FaultServer
+from tests.support.processes import marks, run_program
 
 #: The defaults: logs wait up to 3 s to fill a batch, errors 0.25 s.
 FLUSH_INTERVAL = 3.0

@@ -18,8 +18,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from tests.integrations.conftest import REPO, child_env
-from tests.transport.faultserver import FaultServer
+from tests.support.constants import REPO
+from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env
 
 BUDGET_MB = 16
 #: What the interpreter, the package and the allocator's slack may add beyond the budget.
@@ -43,10 +44,11 @@ def watch(source: str, url: str, tmp_path: Path, timeout: float) -> tuple[float,
     its stderr."""
     path = tmp_path / "program.py"
     path.write_text(textwrap.dedent(source))
+    errors = (tmp_path / "stderr.txt").open("w+")  # a file: the program's console may be busy
     process = subprocess.Popen(
         [sys.executable, str(path)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=errors,
         text=True,
         env=child_env(url),
         cwd=str(REPO),
@@ -62,11 +64,14 @@ def watch(source: str, url: str, tmp_path: Path, timeout: float) -> tuple[float,
             if now is not None:
                 peak = max(peak, now)
             time.sleep(0.1)
-        _, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        process.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+        errors.seek(0)
+        stderr = errors.read()
+        errors.close()
     assert process.returncode == 0, stderr
     return start, peak, stderr
 

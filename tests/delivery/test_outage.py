@@ -13,9 +13,9 @@ import pytest
 
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.settings import DEFAULT_SERVER_URL, Settings
-from tests.delivery.conftest import API_KEY
-from tests.integrations.conftest import REPO, child_env
-from tests.transport.faultserver import FaultServer
+from tests.support.constants import API_KEY, REPO
+from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env
 
 PROGRAM = """
 import logging, time

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.delivery.conftest import run_program, wait_until
-from tests.transport.faultserver import FaultServer
+from tests.support.faultserver import FaultServer
+from tests.support.processes import run_program
+from tests.support.waits import wait_until
 
 PROGRAM = """
 import logging, multiprocessing, sys, warnings

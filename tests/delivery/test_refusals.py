@@ -13,8 +13,9 @@ import pytest
 
 from eventlog_handler import EventLogHandler
 from eventlog_handler.delivery import _engine as transport
-from tests.delivery.conftest import API_KEY, accounted
-from tests.transport.faultserver import FaultServer, Reply
+from tests.support.accounting import accounted
+from tests.support.constants import API_KEY
+from tests.support.faultserver import FaultServer, Reply
 
 
 @pytest.fixture(autouse=True)

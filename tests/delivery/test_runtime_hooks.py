@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.delivery.conftest import run_program, wait_until
-from tests.transport.faultserver import FaultServer
+from tests.support.faultserver import FaultServer
+from tests.support.processes import run_program
+from tests.support.waits import wait_until
 
 PROGRAM = """
 import asyncio, gc, logging

@@ -16,8 +16,10 @@ from eventlog_handler import EventLogHandler
 from eventlog_handler.api._client import Client
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._server_settings import OFF, ServerSettings
-from tests.delivery.conftest import API_KEY, accounted, wait_until
-from tests.transport.faultserver import FaultServer
+from tests.support.accounting import accounted
+from tests.support.constants import API_KEY
+from tests.support.faultserver import FaultServer
+from tests.support.waits import wait_until
 
 FAST = {"flush_interval": 0.05, "error_delay": 0.0, "retry_initial": 0.01, "max_backoff": 0.05}
 

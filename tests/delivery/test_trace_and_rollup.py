@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.delivery.conftest import marks, run_program, wait_until
-from tests.transport.faultserver import FaultServer
+from tests.support.faultserver import FaultServer
+from tests.support.processes import marks, run_program
+from tests.support.waits import wait_until
 
 TRACE = """
 import asyncio, logging, threading

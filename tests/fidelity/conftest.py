@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.support.fixtures import module_collector as collector  # noqa: F401 - one per module
 
 from .pythons import interpreters, link_dependencies
 
@@ -19,11 +19,3 @@ def pythons() -> dict[tuple[int, int], str]:
 @pytest.fixture(scope="session")
 def dependencies(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return link_dependencies(tmp_path_factory.mktemp("deps"))
-
-
-@pytest.fixture(scope="module")
-def collector() -> Iterator[Any]:
-    from eventlog_handler.collector import Collector
-
-    with Collector() as running:
-        yield running

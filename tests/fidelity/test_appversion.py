@@ -172,8 +172,12 @@ def test_this_package_is_found_from_its_own_files():
     assert appversion._detect(fake_main(file=demo)) == eventlog_handler.__version__
 
 
-def test_cached_and_never_raising(monkeypatch):
+def test_cached_and_never_raising(monkeypatch, tmp_path):
     appversion.clear_cache()
+    # outside any git checkout and without deployment variables (their own fallbacks)
+    monkeypatch.chdir(tmp_path)
+    for name in appversion.DEPLOY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     try:
         monkeypatch.setitem(sys.modules, "__main__", fake_main(file="/no/such/dir/app.py"))
         assert appversion.detect_version() is None

@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 from eventlog_handler import setup, user_context
-
-from .conftest import FAST, run_python
+from tests.support.constants import FAST
+from tests.support.processes import run_python
 
 
 def test_setup_against_the_collector(collector: Any) -> None:

@@ -17,8 +17,7 @@ from eventlog_handler import (
     set_user,
     user_context,
 )
-
-from .conftest import CaptureServer, deliver
+from tests.support.capture import CaptureServer, deliver
 
 MakeHandler = Callable[..., tuple[logging.Logger, EventLogHandler]]
 

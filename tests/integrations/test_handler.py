@@ -16,8 +16,8 @@ import pytest
 
 from eventlog_handler import EventLogHandler
 from eventlog_handler.delivery import _engine as transport
-
-from .conftest import API_KEY, FAST, CaptureServer, deliver
+from tests.support.capture import CaptureServer, deliver
+from tests.support.constants import API_KEY, FAST
 
 MakeHandler = Callable[..., tuple[logging.Logger, EventLogHandler]]
 
@@ -166,23 +166,18 @@ def test_fileconfig_bad_setting_names_it(tmp_path: Path) -> None:
             [handler_eventlog]
             class = eventlog_handler.EventLogHandler
             args = ()
-            kwargs = {"server_url": "ftp://example.com", "api_key": "%s"}
+            kwargs = {"queue_size": "many", "api_key": "%s"}
             """
         )
         % API_KEY
     )
-    with pytest.raises(ValueError, match="server_url"):
+    with pytest.raises(ValueError, match="queue_size"):
         logging.config.fileConfig(path, disable_existing_loggers=False)
 
 
 @pytest.mark.parametrize(
     ("options", "setting"),
     [
-        ({"api_key": None}, "api_key"),
-        ({"api_key": "short"}, "api_key"),
-        ({"api_key": "has spaces in the middle"}, "api_key"),
-        ({"server_url": "not a url"}, "server_url"),
-        ({"server_url": "http://127.0.0.1:99999"}, "server_url"),
         ({"queue_size": "many"}, "queue_size"),
         ({"flush_interval": -1}, "flush_interval"),
         ({"include_environment": "maybe"}, "include_environment"),
@@ -203,6 +198,39 @@ def test_bad_settings_are_value_errors_naming_the_setting(
     with pytest.raises(ValueError) as caught:
         logging.config.dictConfig(config)
     assert setting in f"{caught.value} {caught.value.__cause__}"
+
+
+@pytest.mark.parametrize(
+    ("options", "setting"),
+    [
+        ({"api_key": None}, "EVENTLOG_API_KEY"),
+        ({"api_key": "short"}, "EVENTLOG_API_KEY"),
+        ({"api_key": "has spaces in the middle"}, "EVENTLOG_API_KEY"),
+        ({"server_url": "not a url"}, "EVENTLOG_SERVER_URL"),
+        ({"server_url": "http://127.0.0.1:99999"}, "EVENTLOG_SERVER_URL"),
+    ],
+)
+def test_a_missing_or_malformed_key_or_url_is_said_not_raised(
+    options: dict[str, Any], setting: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The machine's environment, not the program: the program must run on without it.
+    monkeypatch.delenv("EVENTLOG_API_KEY", raising=False)
+    arguments: dict[str, Any] = {"api_key": API_KEY, "server_url": "http://127.0.0.1:5000"}
+    arguments.update(options)
+    handler = EventLogHandler(**arguments)
+    assert handler.settings.problem is not None and setting in handler.settings.problem
+    logger = logging.getLogger("unconfigured.test")
+    logger.addHandler(handler)
+    try:
+        logger.warning("kept out")
+    finally:
+        logger.removeHandler(handler)
+    stats = handler.stats()
+    assert stats["dropped"]["unconfigured"] >= 1
+    err = capsys.readouterr().err
+    assert API_KEY not in err and "has spaces in the middle" not in err
+    EventLogHandler(**arguments)  # said once per process
+    assert setting not in capsys.readouterr().err
 
 
 def test_unknown_option_is_a_type_error() -> None:

@@ -12,8 +12,9 @@ from eventlog_handler import install_hooks
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.integrations._hooks import ExceptionHooks
 from eventlog_handler.settings import Settings
-
-from .conftest import API_KEY, FAST, CaptureServer, run_python
+from tests.support.capture import CaptureServer
+from tests.support.constants import API_KEY, FAST
+from tests.support.processes import run_python
 
 
 def errors_of(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

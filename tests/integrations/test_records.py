@@ -15,8 +15,9 @@ from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.wire._events import format_date, log_event, parse_date
 from eventlog_handler.wire._extras import RESERVED_ATTRS
 from eventlog_handler.wire._levels import level_name
-
-from .conftest import API_KEY, CaptureServer, deliver, run_python
+from tests.support.capture import CaptureServer, deliver
+from tests.support.constants import API_KEY
+from tests.support.processes import run_python
 
 MakeHandler = Callable[..., tuple[logging.Logger, EventLogHandler]]
 

@@ -12,8 +12,8 @@ import pytest
 
 from eventlog_handler import EventLogHandler, setup, user_context
 from eventlog_handler.structlog import EventLogProcessor
-
-from .conftest import API_KEY, FAST, CaptureServer
+from tests.support.capture import CaptureServer
+from tests.support.constants import API_KEY, FAST
 
 structlog = pytest.importorskip("structlog")
 

@@ -1,18 +1,15 @@
 """Fixtures and helpers of the reliability and security tests.
 
-The loopback servers, timings and isolation come from the transport and integration suites
-(:mod:`tests.transport.faultserver`, :mod:`tests.transport.conftest`,
-:mod:`tests.integrations.conftest`); what is added here drives a real
-:class:`~eventlog_handler.EventLogHandler` through a logger and checks the delivery invariants:
-every captured event has exactly one outcome, what arrived is what was delivered, and no
-reference id arrives twice.
+The loopback servers, timings, waits and isolation come from :mod:`tests.support`; what is
+added here drives a real :class:`~eventlog_handler.EventLogHandler` through a logger and checks
+the delivery invariants: every captured event has exactly one outcome, what arrived is what was
+delivered, and no reference id arrives twice.
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
-import socket
 import sys
 import threading
 import traceback
@@ -24,15 +21,15 @@ import pytest
 
 from eventlog_handler import EventLogHandler
 from eventlog_handler.delivery import _engine as transport
-from tests.collector.conftest import client as client  # the collector's HTTP helper
-from tests.collector.conftest import collector as collector  # a running Collector
-from tests.integrations.conftest import API_KEY
-from tests.integrations.conftest import isolation as isolation  # autouse: restores logging
-from tests.transport import faultserver
-from tests.transport.conftest import FAST as TRANSPORT_FAST
-from tests.transport.conftest import accounted
-from tests.transport.conftest import server as server  # the FaultServer fixture
-from tests.transport.faultserver import FaultServer
+from tests.support import faultserver
+from tests.support.accounting import accounted_in_memory as accounted
+from tests.support.constants import API_KEY, TRANSPORT_FAST
+from tests.support.faultserver import FaultServer
+from tests.support.fixtures import collector as collector  # a running Collector
+from tests.support.fixtures import collector_client as client  # noqa: F401 - the collector's HTTP helper
+from tests.support.fixtures import fault_server as server  # noqa: F401 - the FaultServer fixture
+from tests.support.fixtures import isolation as isolation  # autouse: restores logging
+from tests.support.waits import free_port
 
 __all__ = [
     "API_KEY",
@@ -75,14 +72,6 @@ def no_nagle(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the fault server write its headers and body without waiting for the client's
     delayed ACK (Nagle), which otherwise costs about 40 ms per error answer."""
     monkeypatch.setattr(faultserver._Handler, "disable_nagle_algorithm", True)
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on (at the time of asking)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def collect(engine: transport.Engine) -> list[dict[str, Any]]:
@@ -197,9 +186,9 @@ def settle(
     assert stats["delivered"] + sum(stats["dropped"].values()) == stats["captured"], stats
     arrived: list[str] = []
     duplicates: list[str] = []
-    for fault_server in servers:
-        arrived.extend(fault_server.accepted_ids())
-        duplicates.extend(fault_server.duplicates)
+    for one_server in servers:
+        arrived.extend(one_server.accepted_ids())
+        duplicates.extend(one_server.duplicates)
     counts = Counter(arrived)
     unique = set(counts)
     duplicates.extend(ref for ref, count in counts.items() if count > 1)

@@ -30,7 +30,9 @@ from eventlog_handler.capture._admit import is_ignored_logger
 from eventlog_handler.structlog import EventLogProcessor, level_number
 from eventlog_handler.wire import _events as events
 from eventlog_handler.wire._jsonsafe import MAX_ITEMS
-from tests.reliability.conftest import API_KEY, EXCEPTION_GROUP, collect, free_port
+from tests.reliability.conftest import EXCEPTION_GROUP, collect
+from tests.support.constants import API_KEY
+from tests.support.waits import free_port
 
 TEN_MB = 10 * 1024 * 1024
 PACKAGE_DIR = str(Path(events.__file__).parent)

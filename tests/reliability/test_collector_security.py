@@ -29,8 +29,8 @@ import requests
 
 from eventlog_handler import EventLogHandler, set_user
 from eventlog_handler.collector import Collector
-from tests.collector.helpers import Client, assert_problem
 from tests.reliability.conftest import FAST
+from tests.support.collector import Client, assert_problem
 
 GIGABYTE = 1024**3
 

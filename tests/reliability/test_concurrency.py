@@ -19,8 +19,9 @@ import pytest
 
 from eventlog_handler import EventLogHandler
 from eventlog_handler.delivery import _engine as transport
-from tests.reliability.conftest import API_KEY, FAST, all_threads_stack
-from tests.transport.faultserver import FaultServer
+from tests.reliability.conftest import FAST, all_threads_stack
+from tests.support.constants import API_KEY
+from tests.support.faultserver import FaultServer
 
 WATCHDOG_SECONDS = 60.0
 SECOND_KEY = API_KEY[::-1]

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integrations.conftest import REPO, child_env
-from tests.transport.faultserver import FaultServer
+from tests.support.constants import REPO
+from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env
 
 SHUTDOWN_TIMEOUT = 1.0
 

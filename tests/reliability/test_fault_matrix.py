@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.delivery.conftest import wait_until
-from tests.reliability.conftest import HandlerRun, free_port, settle
-from tests.transport.faultserver import Delay, FaultServer, Reply
+from tests.reliability.conftest import HandlerRun, settle
+from tests.support.faultserver import Delay, FaultServer, Reply
+from tests.support.waits import free_port, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_nagle")
 

@@ -35,17 +35,11 @@ from eventlog_handler.api import _errors as errors
 from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.structlog import EventLogProcessor
 from eventlog_handler.wire import _events as events
-from tests.integrations.conftest import REPO, child_env
-from tests.reliability.conftest import (
-    API_KEY,
-    EXCEPTION_GROUP,
-    FAST,
-    HandlerRun,
-    collect,
-    free_port,
-    settle,
-)
-from tests.transport.faultserver import FaultServer, Reply
+from tests.reliability.conftest import EXCEPTION_GROUP, FAST, HandlerRun, collect, settle
+from tests.support.constants import API_KEY, REPO
+from tests.support.faultserver import FaultServer, Reply
+from tests.support.processes import child_env
+from tests.support.waits import free_port
 
 SECRETS = ["hunter2-secret-value", "tok-3f9a7c-value", "sess-abc123-value", "pk-0091-value"]
 
@@ -99,10 +93,18 @@ def test_reprs_never_show_the_key(server: FaultServer) -> None:
         {"api_key": API_KEY, "no_such_option": 1},
     ],
 )
-def test_configuration_errors_never_show_the_key(options: dict[str, Any]) -> None:
-    with pytest.raises((ValueError, TypeError)) as raised:
-        EventLogHandler(**options)
-    assert_no_key(str(raised.value), repr(raised.value))
+def test_configuration_errors_never_show_the_key(
+    options: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        # A bad key or URL is said on stderr (the program runs on); a bad option is raised.
+        handler = EventLogHandler(**options)
+    except (ValueError, TypeError) as raised:
+        assert_no_key(str(raised), repr(raised))
+    else:
+        assert handler.settings.problem is not None
+        assert_no_key(handler.settings.problem, repr(handler), repr(handler.settings))
+    assert_no_key(capsys.readouterr().err)
 
 
 def test_client_errors_never_show_the_key(server: FaultServer) -> None:

@@ -1,1 +1,1 @@
-from tests.transport.conftest import server  # noqa: F401 - the fault server fixture
+from tests.support.fixtures import fault_server as server  # noqa: F401 - a FaultServer

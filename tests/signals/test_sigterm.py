@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.transport.conftest import API_KEY
-from tests.transport.faultserver import FaultServer
+from tests.support.constants import TRANSPORT_API_KEY as API_KEY
+from tests.support.faultserver import FaultServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integrations.conftest import REPO, child_env
-from tests.transport.faultserver import FaultServer
+from tests.support.constants import REPO
+from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env
 
 PROGRAM = """
 import json, logging, sys

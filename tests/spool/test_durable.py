@@ -19,8 +19,9 @@ from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._spool import SUFFIX
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._events import error_event, log_event
-from tests.transport.conftest import API_KEY, FAST
-from tests.transport.faultserver import FaultServer
+from tests.support.constants import TRANSPORT_API_KEY as API_KEY
+from tests.support.constants import TRANSPORT_FAST as FAST
+from tests.support.faultserver import FaultServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

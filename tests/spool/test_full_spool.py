@@ -8,11 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integrations.conftest import REPO, child_env
-from tests.transport.faultserver import FaultServer
+from tests.support.constants import REPO
+from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env
 
 # trace_size=0: each error stays small (with the trace log on, an error carries the 25 lines
-# before it, and 200 of them alone would not fit in 1 MB).
+# before it, and 100 of them alone would not fit in 1 MB).
 PROGRAM = """
 import logging, sys
 import eventlog_handler
@@ -21,8 +22,8 @@ eventlog_handler.setup(spool_path=sys.argv[1], spool_max_bytes=1_000_000, shutdo
 log = logging.getLogger("mix")
 for i in range(1000):
     log.warning("log %d %s", i, "x" * 1500)
-    if i % 5 == 0:
-        log.error("error %d", i // 5)
+    if i % 10 == 0:
+        log.error("error %d", i // 10)
 """
 
 REPLAY = """
@@ -62,7 +63,7 @@ def test_a_full_spool_keeps_the_errors_and_the_newest_logs(tmp_path: Path) -> No
         messages = [event["message"] for event in server.accepted]
     errors = sorted(int(m.split()[1]) for m in messages if m.startswith("error"))
     logs = sorted(int(m.split()[1]) for m in messages if m.startswith("log"))
-    assert errors == list(range(200))
+    assert errors == list(range(100))
     assert logs, messages[:5]
     assert logs == list(range(logs[0], 1000))  # the newest logs, none missing after the first
     assert len(logs) < 1000  # the spool's bound really evicted the oldest

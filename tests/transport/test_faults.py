@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from eventlog_handler.wire._events import error_event, log_event
-from tests.transport.conftest import accounted
-from tests.transport.faultserver import FaultServer, Reply
+from tests.support.accounting import accounted_in_memory as accounted
+from tests.support.faultserver import FaultServer, Reply
 
 
 def capture(engine: Any, count: int, prefix: str = "event") -> list[str]:

@@ -18,7 +18,8 @@ import pytest
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._events import log_event
-from tests.transport.conftest import API_KEY, accounted
+from tests.support.accounting import accounted_in_memory as accounted
+from tests.support.constants import TRANSPORT_API_KEY as API_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,8 +21,9 @@ from eventlog_handler import EventLogSetup
 from eventlog_handler import _setup as configure
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.integrations import _server_loggers as server_loggers
-
-from ..integrations.conftest import API_KEY, FAST, CaptureServer
+from tests.support.capture import CaptureServer
+from tests.support.constants import API_KEY, FAST
+from tests.support.fixtures import capture_server as capture_server  # the fixture ``server``
 
 __all__ = ["API_KEY", "FAST", "CaptureServer", "Setup", "settle"]
 
@@ -40,13 +41,6 @@ WATCHED = (
 )
 
 Setup = Callable[..., EventLogSetup]
-
-
-@pytest.fixture
-def server() -> Iterator[CaptureServer]:
-    capture = CaptureServer().start()
-    yield capture
-    capture.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -11,11 +11,11 @@ import pytest
 
 from eventlog_handler import add_tags, get_user, set_user
 from eventlog_handler.asgi import EventLogMiddleware
+from tests.support.capture import CaptureServer
 
 from .conftest import (
     SECRET_HEADERS,
     SECRET_QUERY,
-    CaptureServer,
     Setup,
     assert_no_secrets,
     assert_request,

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from eventlog_handler import get_user, set_user
+from tests.support.capture import CaptureServer
 
 from .conftest import (
     SECRET_HEADERS,
     SECRET_QUERY,
-    CaptureServer,
     Setup,
     assert_no_secrets,
     assert_request,

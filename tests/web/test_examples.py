@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
-from ..integrations.conftest import EXAMPLES, run_python
-from .conftest import CaptureServer, errors
+from tests.support.capture import CaptureServer
+from tests.support.constants import EXAMPLES
+from tests.support.processes import run_python
+
+from .conftest import errors
 
 WEB_EXAMPLES = {
     "flask_app.py": "flask",

@@ -10,11 +10,11 @@ import pytest
 
 from eventlog_handler import add_tags, get_user, set_user
 from eventlog_handler.wsgi import EventLogMiddleware, init_flask
+from tests.support.capture import CaptureServer
 
 from .conftest import (
     SECRET_HEADERS,
     SECRET_QUERY,
-    CaptureServer,
     Setup,
     assert_no_secrets,
     assert_request,

@@ -10,8 +10,9 @@ import pytest
 
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._server_loggers import ServerLogForwarder
+from tests.support.capture import CaptureServer
 
-from .conftest import CaptureServer, Setup, settle
+from .conftest import Setup, settle
 
 #: How uvicorn (and, alike, gunicorn) configures its loggers.
 UVICORN_LOGGING: dict[str, Any] = {
@@ -38,14 +39,16 @@ def test_error_loggers_are_sent_and_access_loggers_are_not(
     for logger in (gunicorn, logging.getLogger("gunicorn.access")):
         logger.propagate = False  # as gunicorn sets them
     handle = setup_eventlog()
+    # A server's routine INFO lines are not events (they stay in the trace log).
     logging.getLogger("uvicorn.error").info("Application startup complete.")
+    logging.getLogger("uvicorn.error").warning("Invalid HTTP request received.")
     logging.getLogger("uvicorn.access").info('127.0.0.1:5000 - "GET / HTTP/1.1" 200')
     gunicorn.error("Worker (pid:%s) was sent SIGKILL!", 42)
     logging.getLogger("gunicorn.access").info("an access line")
     events = settle(handle, server, 2)
     assert sorted((e["source"], e["message"]) for e in events) == [
         ("gunicorn.error", "Worker (pid:42) was sent SIGKILL!"),
-        ("uvicorn.error", "Application startup complete."),
+        ("uvicorn.error", "Invalid HTTP request received."),
     ]
 
 

@@ -19,12 +19,14 @@ from typing import Any
 import pytest
 import requests
 
-from ..integrations.conftest import REPO, child_env
+from tests.support.capture import CaptureServer
+from tests.support.constants import REPO
+from tests.support.processes import child_env
+
 from .conftest import (
     SECRET_HEADERS,
     SECRET_PASSWORD,
     SECRET_QUERY,
-    CaptureServer,
     assert_no_secrets,
     assert_request,
     errors,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ..integrations.conftest import run_python
-from .conftest import CaptureServer
+from tests.support.capture import CaptureServer
+from tests.support.processes import run_python
 
 PROGRAM = r"""
 import sys

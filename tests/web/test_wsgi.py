@@ -22,13 +22,14 @@ import requests
 
 from eventlog_handler import get_user
 from eventlog_handler.wsgi import EventLogMiddleware
+from tests.support.capture import CaptureServer
+from tests.support.constants import API_KEY, FAST, REPO
+from tests.support.processes import child_env
 
-from ..integrations.conftest import API_KEY, FAST, REPO, child_env
 from .conftest import (
     SECRET_HEADERS,
     SECRET_PASSWORD,
     SECRET_QUERY,
-    CaptureServer,
     Setup,
     assert_no_secrets,
     assert_request,

@@ -1,0 +1,304 @@
+"""One bug, one stack on the real service, across deploys, wrappers and Python versions.
+
+Events are observed as delivered to a loopback HTTP server, and their stack is computed from
+the bytes sent exactly as the service computes it (:mod:`.signature`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fidelity.pythons import PROJECT_ROOT, interpreters, link_dependencies
+from tests.support.capture import CaptureServer
+from tests.support.processes import child_env
+
+from .signature import server_signature
+
+CHECKOUT = """\
+import json
+
+
+def total(prices, count):
+    subtotal = sum(prices)
+    # the line above the raise
+    return subtotal / count
+
+
+def lookup(stock, sku):
+    return stock[sku]
+
+
+def parse(body):
+    return json.loads(body)
+"""
+
+RUN = """\
+import logging
+import eventlog_handler
+from shopx import checkout
+
+eventlog_handler.setup(flush_interval=0.05, error_delay=0.01)
+log = logging.getLogger("shopx")
+
+
+def main():
+    for name, call in (
+        ("total", lambda: checkout.total([1, 2], 0)),
+        ("lookup", lambda: checkout.lookup({}, "sku-1")),
+        ("parse", lambda: checkout.parse("{not json")),
+    ):
+        try:
+            call()
+        except Exception:
+            log.exception("%s failed", name)
+
+
+main()
+"""
+
+
+def write_program(root: Path, inserted: int) -> None:
+    (root / "shopx").mkdir(parents=True, exist_ok=True)
+    (root / "shopx" / "__init__.py").write_text("", encoding="utf-8")
+    head = "".join(f"# inserted line {index}\n" for index in range(inserted))
+    (root / "shopx" / "checkout.py").write_text(head + CHECKOUT, encoding="utf-8")
+    (root / "run.py").write_text(RUN, encoding="utf-8")
+
+
+def run(python: str, root: Path, server: CaptureServer, **extra: str) -> None:
+    result = subprocess.run(
+        [python, str(root / "run.py")],
+        cwd=root,
+        env=child_env(server.url, **extra),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def by_message(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {event["message"]: event for event in events}
+
+
+def test_same_failures_same_stacks_after_lines_are_inserted(server, tmp_path):
+    root = tmp_path / "app"
+    write_program(root, inserted=0)
+    run(sys.executable, root, server)
+    before = by_message(server.wait_for(3))
+    write_program(root, inserted=7)  # a deploy: lines added above every failure
+    run(sys.executable, root, server)
+    events = server.wait_for(6)
+    assert len(events) == 6
+    after = by_message(events[3:])
+    assert set(before) == set(after) == {"total failed", "lookup failed", "parse failed"}
+    for message in before:
+        old, new = before[message], after[message]
+        # the stack trace text moved (line numbers): the service's default stack would split
+        assert old["@simple_error"]["stack_trace"] != new["@simple_error"]["stack_trace"]
+        assert server_signature(old) == server_signature(new), message
+    signatures = {server_signature(event) for event in before.values()}
+    assert len(signatures) == 3  # three bugs, three stacks
+    stack = before["total failed"]["data"]["@stack"]
+    assert stack["title"] == "ZeroDivisionError in shopx.checkout.total"
+    assert stack["signature_data"]["type"] == "ZeroDivisionError"
+    # the source around the failing line, read on the worker
+    frames = after["total failed"]["@simple_error"]["data"]["@frames"]
+    inner = frames[-1]
+    assert inner["module"] == "shopx.checkout" and inner["function"] == "total"
+    assert inner["filename"] == "shopx/checkout.py" and inner["in_app"] is True
+    assert inner["context_line"] == "    return subtotal / count"
+    assert inner["pre_context"][-2:] == [
+        "    subtotal = sum(prices)",
+        "    # the line above the raise",
+    ]
+    assert len(inner["pre_context"]) == 5
+    # json's own frames are there, marked as not the application's
+    parse_frames = after["parse failed"]["@simple_error"]["data"]["@frames"]
+    assert any(frame["module"].startswith("json") and not frame["in_app"] for frame in parse_frames)
+
+
+def test_a_users_own_stack_still_wins(make_handler, server):
+    from eventlog_handler.wire._stacking import stack
+
+    logger, handler = make_handler()
+    try:
+        print(1 / 0)
+    except ZeroDivisionError:
+        logger.exception("boom", extra=stack("Payments", gateway="adyen"))
+    handler.engine.flush(5)
+    (event,) = server.wait_for(1)
+    assert event["data"]["@stack"] == {
+        "title": "Payments",
+        "signature_data": {"gateway": "adyen"},
+    }
+
+
+WRAPLIB = """\
+import functools
+
+
+def traced(view):
+    @functools.wraps(view)
+    def wrapper(*args, **kwargs):
+        return view(*args, **kwargs)
+
+    return wrapper
+"""
+
+
+def test_flask_through_a_library_wrapper_is_the_same_stack(
+    make_handler, server, tmp_path, monkeypatch
+):
+    flask = pytest.importorskip("flask")
+    library = tmp_path / "venv" / "lib" / "site-packages"
+    (library / "wraplib").mkdir(parents=True)
+    (library / "wraplib" / "__init__.py").write_text(WRAPLIB, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(library))
+    import wraplib  # type: ignore[import-not-found]
+
+    _, handler = make_handler()
+
+    def checkout() -> str:
+        return str(1 / 0)
+
+    app = flask.Flask("app")  # its logger is "app", the handler's
+    app.add_url_rule("/plain", "plain", checkout)
+    app.add_url_rule("/wrapped", "wrapped", wraplib.traced(checkout))
+    client = app.test_client()
+    assert client.get("/plain").status_code == 500
+    assert client.get("/wrapped").status_code == 500
+    handler.engine.flush(5)
+    plain, wrapped = server.wait_for(2)
+    assert plain["@simple_error"]["stack_trace"] != wrapped["@simple_error"]["stack_trace"]
+    assert server_signature(plain) == server_signature(wrapped)
+    frames = wrapped["@simple_error"]["data"]["@frames"]
+    assert [frame["in_app"] for frame in frames if frame["module"] == "wraplib"] == [False]
+    assert all(not frame["in_app"] for frame in frames if frame["module"].startswith("flask"))
+    assert wrapped["data"]["@stack"]["signature_data"]["frames"].endswith(".checkout")
+
+
+JSON_SCRIPT = """\
+import json
+import logging
+import eventlog_handler
+
+eventlog_handler.setup(flush_interval=0.05, error_delay=0.01)
+
+
+def read_config(text):
+    return json.loads(text)
+
+
+try:
+    read_config("{broken")
+except ValueError:
+    logging.getLogger("cfg").exception("bad config")
+"""
+
+
+def test_json_failure_is_one_stack_on_python_3_10_and_3_13(server, tmp_path):
+    found = interpreters()
+    missing = [version for version in ((3, 10), (3, 13)) if version not in found]
+    if missing:
+        pytest.skip(f"Python {missing} not installed here")
+    dependencies = link_dependencies(tmp_path / "deps")
+    signatures: dict[tuple[int, int], str] = {}
+    for index, version in enumerate(((3, 10), (3, 13))):
+        root = tmp_path / f"app{version[1]}"
+        root.mkdir()
+        (root / "config_tool.py").write_text(JSON_SCRIPT, encoding="utf-8")
+        result = subprocess.run(
+            [found[version], str(root / "config_tool.py")],
+            cwd=root,
+            env=child_env(
+                server.url, PYTHONPATH=f"{dependencies}:{PROJECT_ROOT}", PYTHONNOUSERSITE="1"
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        events = server.wait_for(index + 1)
+        assert len(events) == index + 1, (version, events)
+        event = events[index]
+        assert event["@simple_error"]["type"] == "json.decoder.JSONDecodeError"
+        signatures[version] = server_signature(event)
+        assert event["data"]["@stack"]["signature_data"]["frames"] == (
+            "in __main__.<module> > __main__.read_config"
+        ), version
+    assert signatures[(3, 10)] == signatures[(3, 13)]
+
+
+def test_different_failures_are_different_stacks(make_handler, server):
+    logger, handler = make_handler()
+
+    def divide() -> float:
+        return 1 / 0
+
+    def index() -> int:
+        return [][1]  # type: ignore[no-any-return]
+
+    def divide_elsewhere() -> float:
+        return 2 / 0
+
+    for call in (divide, index, divide_elsewhere, divide):
+        try:
+            call()
+        except Exception:
+            logger.exception("failed")
+    handler.engine.flush(5)
+    events = server.wait_for(4)
+    signatures = [server_signature(event) for event in events]
+    assert signatures[0] == signatures[3]  # the same bug twice
+    assert len(set(signatures[:3])) == 3  # other type, other function
+
+
+def test_chained_exception_uses_the_outermost_type_and_its_frames(make_handler, server):
+    logger, handler = make_handler()
+
+    def load() -> None:
+        try:
+            {}["missing"]
+        except KeyError as exc:
+            raise RuntimeError("load failed") from exc
+
+    try:
+        load()
+    except RuntimeError:
+        logger.exception("failed")
+    handler.engine.flush(5)
+    (event,) = server.wait_for(1)
+    signature = event["data"]["@stack"]["signature_data"]
+    assert signature["type"] == "RuntimeError"
+    assert "cause" not in signature
+    assert signature["frames"].endswith(".load")
+    inner = event["@simple_error"]["inner"]
+    assert inner["type"] == "KeyError" and inner["data"]["@frames"][-1]["function"] == "load"
+
+
+def test_frames_json_is_bounded(make_handler, server):
+    logger, handler = make_handler()
+
+    def deep(n: int) -> None:
+        if n == 0:
+            raise ValueError("deep")
+        deep(n - 1)
+
+    try:
+        deep(60)
+    except ValueError:
+        logger.exception("deep failure")
+    handler.engine.flush(5)
+    (event,) = server.wait_for(1)
+    frames = event["@simple_error"]["data"]["@frames"]
+    assert len(frames) <= 20
+    assert len(json.dumps(event)) < 180_000
+    logging.getLogger("app").handlers.clear()

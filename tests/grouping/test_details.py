@@ -1,0 +1,240 @@
+"""Locals (opt-in and masked), serious logs grouped by call site, in-app options, the
+environment, and the version from a git checkout."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eventlog_handler import EventLogHandler
+from eventlog_handler.settings import MASK, Settings
+from eventlog_handler.wire import _frames
+from tests.support.constants import API_KEY
+from tests.support.processes import child_env
+
+from .signature import server_signature
+
+
+def fail_with_locals() -> None:
+    password = "hunter2-very-secret"  # noqa: F841 - a local the event must not show
+    header = "Bearer abcdefghijklmnop0123"  # noqa: F841
+    dsn = "postgres://admin:s3cret@db.internal/shop"  # noqa: F841
+    card = "4111 1111 1111 1111"  # noqa: F841
+    count = 0
+    print(1 / count)
+
+
+def test_locals_only_with_include_locals(make_handler, server):
+    logger, handler = make_handler()
+    try:
+        fail_with_locals()
+    except ZeroDivisionError:
+        logger.exception("failed")
+    handler.engine.flush(5)
+    (event,) = server.wait_for(1)
+    frames = event["@simple_error"]["data"]["@frames"]
+    assert all("vars" not in frame for frame in frames)
+
+
+def test_locals_are_masked_by_name_and_by_value(make_handler, server):
+    logger, handler = make_handler(include_locals=True)
+    try:
+        fail_with_locals()
+    except ZeroDivisionError:
+        logger.exception("failed")
+    handler.engine.flush(5)
+    (event,) = server.wait_for(1)
+    frame = event["@simple_error"]["data"]["@frames"][-1]
+    assert frame["function"] == "fail_with_locals" and frame["in_app"]
+    variables = frame["vars"]
+    assert variables["count"] == "0"
+    assert variables["password"] == MASK
+    assert variables["header"] == MASK
+    assert variables["dsn"] == MASK
+    assert variables["card"] == MASK
+    text = str(variables)
+    for secret in ("hunter2", "abcdefghijklmnop0123", "s3cret", "4111 1111"):
+        assert secret not in text
+    # the source lines are scrubbed like any text: a password assignment is masked there too
+    assert "hunter2" not in str(frame["pre_context"])
+
+
+def test_locals_bounded():
+    frame = sys._getframe()
+    big = "x" * 10_000  # noqa: F841
+    nested = [[[[1]]]] * 100  # noqa: F841
+    reprs = _frames.local_reprs(frame, ())
+    assert all(len(text) <= _frames.MAX_VAR_REPR for text in reprs.values())
+    assert "frame" not in reprs or len(reprs) <= _frames.MAX_VARS
+
+
+def place_order(logger: logging.Logger, order: int) -> None:
+    logger.error("order %s failed", order)
+
+
+def cancel_order(logger: logging.Logger, order: int) -> None:
+    logger.error("order %s failed", order)
+
+
+def test_log_error_grouped_by_call_site_and_template(make_handler, server):
+    logger, handler = make_handler()
+    place_order(logger, 1)
+    place_order(logger, 2)
+    cancel_order(logger, 3)
+    handler.engine.flush(5)
+    first, second, third = server.wait_for(3)
+    assert first["message"] == "order 1 failed" and second["message"] == "order 2 failed"
+    assert server_signature(first) == server_signature(second)  # one call site, other args
+    assert server_signature(first) != server_signature(third)  # another call site
+    stack = first["data"]["@stack"]
+    assert stack["signature_data"] == {
+        "source": "app",
+        "site": f"at {__name__}.place_order",
+        "message": "order %s failed",
+    }
+    frames = first["data"]["@frames"]
+    assert frames[-1]["function"] == "place_order" and frames[-1]["in_app"] is True
+    assert all(frame["in_app"] for frame in frames)
+    assert frames[-1]["context_line"].strip() == 'logger.error("order %s failed", order)'
+
+
+def test_in_app_rules_and_options(tmp_path):
+    import json
+
+    json_file = json.__file__
+    assert not _frames.is_in_app(json_file, "json")
+    assert not _frames.is_in_app("/srv/venv/lib/python3.12/site-packages/x/y.py", "x.y")
+    assert not _frames.is_in_app("/usr/lib/python3/dist-packages/x/y.py", "x.y")
+    assert not _frames.is_in_app(_frames.__file__, "eventlog_handler.wire._frames")
+    assert _frames.is_in_app(str(tmp_path / "shop" / "cart.py"), "shop.cart")
+    assert _frames.is_in_app(
+        "/srv/venv/lib/python3.12/site-packages/acme/billing.py", "acme.billing", include=("acme",)
+    )
+    assert not _frames.is_in_app(
+        str(tmp_path / "shop" / "vendor" / "x.py"), "shop.vendor.x", exclude=("shop.vendor",)
+    )
+    assert _frames.is_in_app(str(tmp_path / "shopping.py"), "shopping", exclude=("shop",))
+
+
+@pytest.mark.parametrize("value", [["shop-app"], "shop..cart", [3], "1shop"])
+def test_bad_in_app_options_are_a_clear_value_error(value):
+    with pytest.raises(ValueError, match="in_app_include"):
+        Settings.from_options({"in_app_include": value}, require_api_key=False)
+    with pytest.raises(ValueError, match="in_app_exclude"):
+        EventLogHandler(api_key=API_KEY, in_app_exclude=value)
+
+
+def test_options_from_dictconfig_strings():
+    settings = Settings.from_options(
+        {"in_app_include": "acme, shop.core", "include_locals": "true", "environment": "staging"},
+        require_api_key=False,
+    )
+    assert settings.in_app_include == ("acme", "shop.core")
+    assert settings.include_locals is True
+    assert settings.environment == "staging"
+    assert (
+        Settings.from_options(
+            {}, environ={"EVENTLOG_ENVIRONMENT": "production"}, require_api_key=False
+        ).environment
+        == "production"
+    )
+    with pytest.raises(ValueError, match="environment"):
+        Settings.from_options({"environment": "prod uction"}, require_api_key=False)
+
+
+def test_environment_is_a_tag_and_a_data_key(make_handler, server):
+    logger, handler = make_handler(environment="production", include_environment=True)
+    logger.info("hello")
+    try:
+        print(1 / 0)
+    except ZeroDivisionError:
+        logger.exception("failed")
+    handler.engine.flush(5)
+    events = server.wait_for(2)
+    (error_event,) = [event for event in events if event["type"] == "error"]
+    for event in events:
+        assert "production" in event["tags"]
+        assert event["data"]["environment"] == "production", event
+    assert "machine_name" in error_event["data"].get("@environment", {}), error_event
+
+
+GIT_SCRIPT = """\
+import logging
+import eventlog_handler
+
+eventlog_handler.setup(flush_interval=0.05, error_delay=0.01)
+logging.getLogger("tool").warning("ran")
+"""
+
+
+def test_version_is_the_commit_of_a_git_checkout(server, tmp_path):
+    repo = tmp_path / "tool"
+    repo.mkdir()
+    (repo / "tool.py").write_text(GIT_SCRIPT, encoding="utf-8")
+    git = [
+        "git",
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.com",
+        "-c",
+        "commit.gpgsign=false",
+    ]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "-C", str(repo), "add", "tool.py"], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-q", "-m", "first"], check=True)
+    sha = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    env = child_env(server.url)
+    for name in (
+        "EVENTLOG_VERSION",
+        "SOURCE_VERSION",
+        "GIT_COMMIT",
+        "GITHUB_SHA",
+        "CI_COMMIT_SHA",
+        "HEROKU_SLUG_COMMIT",
+    ):
+        env.pop(name, None)
+    result = subprocess.run(
+        [sys.executable, str(repo / "tool.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    (event,) = server.wait_for(1)
+    assert event["data"]["@version"] == sha
+    # a deployment variable comes before git, EVENTLOG_VERSION before both
+    env["GITHUB_SHA"] = "d" * 40
+    subprocess.run(
+        [sys.executable, str(repo / "tool.py")], cwd=tmp_path, env=env, check=True, timeout=60
+    )
+    env["EVENTLOG_VERSION"] = "2.0.1"
+    subprocess.run(
+        [sys.executable, str(repo / "tool.py")], cwd=tmp_path, env=env, check=True, timeout=60
+    )
+    events = server.wait_for(3)
+    assert [event["data"]["@version"] for event in events] == [sha, "d" * 40, "2.0.1"]
+
+
+def test_git_commit_reads_packed_refs_and_detached_heads(tmp_path):
+    from eventlog_handler.wire._appversion import git_commit
+
+    git_dir = tmp_path / "repo" / ".git"
+    (git_dir / "refs" / "heads").mkdir(parents=True)
+    sha = "a" * 40
+    (git_dir / "HEAD").write_text("ref: refs/heads/main\n")
+    (git_dir / "packed-refs").write_text(f"# pack-refs with: peeled\n{sha} refs/heads/main\n")
+    (tmp_path / "repo" / "src").mkdir()
+    assert git_commit(str(tmp_path / "repo" / "src")) == sha
+    (git_dir / "HEAD").write_text("b" * 40 + "\n")
+    assert git_commit(str(tmp_path / "repo")) == "b" * 40
+    assert git_commit(str(Path(os.sep))) is None

@@ -1,0 +1,158 @@
+"""Real servers stopped the way process managers stop them: what was logged just before the
+signal arrives, and the exit status is what the server gives without the package.
+
+Each app calls ``eventlog_handler.setup()`` at import, as a user's app does, and logs one
+warning per request. The test sends 50 requests, then ``SIGTERM`` (or ``SIGINT``) to the
+server's main process at once, and counts what a loopback server received.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env
+
+ASGI_APP = """
+import logging
+import eventlog_handler
+
+if USE_PACKAGE:
+    eventlog_handler.setup()
+log = logging.getLogger("app")
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    log.warning("request %s", scope["path"])
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+"""
+
+WSGI_APP = """
+import logging
+import eventlog_handler
+
+if USE_PACKAGE:
+    eventlog_handler.setup()
+log = logging.getLogger("app")
+
+
+def app(environ, start_response):
+    log.warning("request %s", environ["PATH_INFO"])
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serve(
+    command: list[str], app: str, tmp_path: Path, url: str, *, package: bool = True
+) -> tuple[subprocess.Popen[str], int]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "webapp.py").write_text(app.replace("USE_PACKAGE", repr(package)))
+    port = free_port()
+    env = child_env(url)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    process = subprocess.Popen(
+        [part.replace("PORT", str(port)) for part in command],
+        cwd=str(tmp_path),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return process, port
+        except OSError:
+            if process.poll() is not None:
+                break
+            time.sleep(0.1)
+    process.kill()
+    _, stderr = process.communicate(timeout=10)
+    raise AssertionError(f"the server did not start: {stderr[-2000:]}")
+
+
+def requests_then_signal(
+    process: subprocess.Popen[str], port: int, signum: int = signal.SIGTERM
+) -> tuple[int, str]:
+    for index in range(50):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/r{index}", timeout=10) as answer:
+            assert answer.status == 200
+    process.send_signal(signum)
+    try:
+        _, stderr = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate(timeout=10)
+        raise AssertionError(f"the server did not stop: {stderr[-2000:]}") from None
+    return process.returncode, stderr
+
+
+UVICORN = [sys.executable, "-m", "uvicorn", "webapp:app", "--host", "127.0.0.1", "--port", "PORT"]
+GUNICORN = [sys.executable, "-m", "gunicorn", "webapp:app", "--bind", "127.0.0.1:PORT"]
+
+CASES = {
+    "uvicorn": (UVICORN, ASGI_APP, signal.SIGTERM),
+    "uvicorn-sigint": (UVICORN, ASGI_APP, signal.SIGINT),
+    "uvicorn-workers-2": ([*UVICORN, "--workers", "2"], ASGI_APP, signal.SIGTERM),
+    "gunicorn-sync": ([*GUNICORN, "--workers", "2"], WSGI_APP, signal.SIGTERM),
+    "gunicorn-gthread": (
+        [*GUNICORN, "--workers", "2", "--threads", "4", "--worker-class", "gthread"],
+        WSGI_APP,
+        signal.SIGTERM,
+    ),
+    "gunicorn-uvicorn-worker": (
+        [*GUNICORN, "--workers", "2", "--worker-class", "uvicorn.workers.UvicornWorker"],
+        ASGI_APP,
+        signal.SIGTERM,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_what_was_logged_before_the_signal_arrives(tmp_path: Path, case: str) -> None:
+    command, app, signum = CASES[case]
+    with FaultServer() as server:
+        # The same server without the package: its exit status is what ours must be.
+        plain, port = serve(command, app, tmp_path / "plain", server.url, package=False)
+        expected, _ = requests_then_signal(plain, port, signum)
+        process, port = serve(command, app, tmp_path / "with", server.url)
+        code, stderr = requests_then_signal(process, port, signum)
+        warnings = {
+            event["message"]
+            for event in server.accepted
+            if str(event.get("message", "")).startswith("request /r")
+        }
+    assert code == expected, stderr[-2000:]
+    assert warnings == {f"request /r{index}" for index in range(50)}, (
+        f"{len(warnings)} of 50 arrived; {stderr[-2000:]}"
+    )
+    assert "could not be sent" not in stderr
+    # The servers' routine lines are not events (their warnings and errors still are).
+    routine = [
+        event["message"]
+        for event in server.accepted
+        if event.get("source", "").startswith(("uvicorn", "gunicorn"))
+        and event.get("@level") in ("Trace", "Debug", "Info")
+    ]
+    assert routine == [], routine[:5]

@@ -1,0 +1,164 @@
+"""Fixtures the test directories share. A ``conftest.py`` imports those it wants::
+
+    from tests.support.fixtures import fault_server  # noqa: F401  (the fixture ``server``)
+
+Two fixtures are named ``server``: :func:`capture_server` (a :class:`CaptureServer`) and
+:func:`fault_server` (a :class:`FaultServer`); a directory imports one of them. Fixtures that
+take ``server`` (``make_handler``, ``make_engine``) use the one their directory has.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from eventlog_handler import EventLogHandler
+from eventlog_handler import _setup as configure
+from eventlog_handler.collector import Collector
+from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.settings import Settings
+from tests.support.capture import CaptureServer
+from tests.support.collector import Client
+from tests.support.constants import API_KEY, FAST, TRANSPORT_API_KEY, TRANSPORT_FAST
+from tests.support.faultserver import FaultServer
+
+# -- loopback servers --------------------------------------------------------------------------
+
+
+@pytest.fixture(name="server")
+def capture_server() -> Iterator[CaptureServer]:
+    """``server``: a running :class:`CaptureServer`."""
+    capture = CaptureServer().start()
+    yield capture
+    capture.stop()
+
+
+@pytest.fixture(name="server")
+def fault_server() -> Iterator[FaultServer]:
+    """``server``: a running :class:`FaultServer`."""
+    with FaultServer() as running:
+        yield running
+
+
+# -- the local collector -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    """The local collector (the service's API and storage) on 127.0.0.1, in memory."""
+    with Collector() as running:
+        yield running
+
+
+@pytest.fixture(name="collector", scope="module")
+def module_collector() -> Iterator[Collector]:
+    """``collector``, one for all the tests of a module."""
+    with Collector() as running:
+        yield running
+
+
+@pytest.fixture(name="client")
+def collector_client(collector: Collector) -> Iterator[Client]:
+    """``client``: an HTTP :class:`Client` of ``collector``."""
+    http = Client(collector)
+    yield http
+    http.close()
+
+
+# -- isolation ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def isolation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Restore logging, the exception hooks and the engines after each test."""
+    monkeypatch.delenv("EVENTLOG_API_KEY", raising=False)
+    monkeypatch.delenv("EVENTLOG_SERVER_URL", raising=False)
+    root = logging.getLogger()
+    saved_handlers = list(root.handlers)
+    saved_level = root.level
+    watched = [logging.getLogger(name) for name in ("urllib3", "app")]
+    saved_levels = [(logger, logger.level, logger.propagate) for logger in watched]
+    saved_hooks = (sys.excepthook, threading.excepthook)
+    transport._forget_engines_for_tests()
+    yield
+    current = configure._CURRENT
+    if current is not None:
+        current.detach()
+        configure._CURRENT = None
+    sys.excepthook, threading.excepthook = saved_hooks
+    root.handlers[:] = saved_handlers
+    root.setLevel(saved_level)
+    for logger, level, propagate in saved_levels:
+        logger.setLevel(level)
+        logger.propagate = propagate
+        logger.handlers.clear()
+    if "structlog" in sys.modules:
+        import structlog
+
+        structlog.reset_defaults()
+    transport._forget_engines_for_tests()
+
+
+@pytest.fixture(autouse=True)
+def restore_loggers() -> Iterator[None]:
+    """Loggers come out of a test as they went in (new ones: no handlers, propagating)."""
+    manager = logging.root.manager
+    before = {
+        name: (list(logger.handlers), logger.propagate, logger.level)
+        for name, logger in manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+    yield
+    for name, logger in list(manager.loggerDict.items()):
+        if not isinstance(logger, logging.Logger):
+            continue
+        handlers, propagate, level = before.get(name, ([], True, logging.NOTSET))
+        logger.handlers[:] = handlers
+        logger.propagate = propagate
+        logger.setLevel(level)
+
+
+# -- handlers and engines ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def make_handler(server: Any) -> Callable[..., tuple[logging.Logger, EventLogHandler]]:
+    """A handler to ``server`` with fast timings, on the logger ``app`` (not propagating)."""
+
+    def make(**options: Any) -> tuple[logging.Logger, EventLogHandler]:
+        merged: dict[str, Any] = {"api_key": API_KEY, "server_url": server.url, **FAST}
+        merged.update(options)
+        handler = EventLogHandler(**merged)
+        logger = logging.getLogger("app")
+        logger.handlers.clear()
+        logger.propagate = False
+        logger.setLevel(1)
+        logger.addHandler(handler)
+        return logger, handler
+
+    return make
+
+
+@pytest.fixture
+def make_engine(server: Any) -> Iterator[Any]:
+    """``make(url=None, **options)``: an engine to ``server`` (or ``url``) with the transport
+    tests' fast timings; every engine made is shut down after the test."""
+    made: list[transport.Engine] = []
+
+    def make(url: str | None = None, **options: Any) -> transport.Engine:
+        values = {**TRANSPORT_FAST, **options}
+        settings = Settings.from_options(
+            {"server_url": url or server.url, "api_key": TRANSPORT_API_KEY, **values}, environ={}
+        )
+        engine = transport.Engine(settings)
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        engine.shutdown(0.5)

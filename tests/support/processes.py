@@ -1,0 +1,92 @@
+"""Python programs in interpreters of their own, configured through the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tests.support.constants import API_KEY, REPO
+
+
+def child_env(server_url: str, **extra: str) -> dict[str, str]:
+    """This environment, plus the server URL, the key, the repository on ``PYTHONPATH``,
+    unbuffered output, and ``extra``."""
+    env = dict(os.environ)
+    env["EVENTLOG_SERVER_URL"] = server_url
+    env["EVENTLOG_API_KEY"] = API_KEY
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
+    env.pop("PYTHONSTARTUP", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run_python(
+    server_url: str, args: list[str], *, timeout: float = 30, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python <args>`` with ``EVENTLOG_SERVER_URL``/``EVENTLOG_API_KEY`` set."""
+    return subprocess.run(
+        [sys.executable, *args],
+        env=child_env(server_url, **extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+    )
+
+
+class Program:
+    """A Python program in a process of its own, logging through ``setup()``."""
+
+    def __init__(self, source: str, url: str, tmp_path: Path, **env: str) -> None:
+        self.path = tmp_path / "program.py"
+        self.path.write_text(textwrap.dedent(source))
+        self.url = url
+        self.env = env
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> Program:
+        self.process = subprocess.Popen(
+            [sys.executable, str(self.path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(self.url, **self.env),
+            cwd=str(REPO),
+        )
+        return self
+
+
+def run_program(
+    source: str, url: str, tmp_path: Path, *, timeout: float = 60, **env: str
+) -> tuple[int, str, list[str]]:
+    """Run a program to its end (killed after ``timeout`` s: a hang fails the test, it does not
+    hang the suite): exit status, stderr, stdout lines."""
+    process = Program(source, url, tmp_path, **env).start().process
+    assert process is not None
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"the program did not end in {timeout} s: {stdout[-2000:]} {stderr[-2000:]}"
+        ) from None
+    return process.returncode, stderr, stdout.splitlines()
+
+
+def marks(lines: list[str]) -> dict[str, Any]:
+    """``MARK name {json}`` lines a program printed, by name."""
+    found: dict[str, Any] = {}
+    for line in lines:
+        if line.startswith("MARK "):
+            _, name, text = line.split(" ", 2)
+            found[name] = json.loads(text)
+    return found

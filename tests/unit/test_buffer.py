@@ -1,0 +1,197 @@
+"""The bounded buffer (``delivery/_buffer.py``): eviction order, byte bound, take order."""
+
+from __future__ import annotations
+
+import pytest
+
+from eventlog_handler.delivery._buffer import Entry, EventBuffer, entry_size, estimate
+from eventlog_handler.settings import Settings
+
+SETTINGS = Settings(api_key="k")
+ROOM = 1 << 40  # no byte bound unless a test sets one
+
+
+def entry(name: str, *, error: bool = False, size: int = 0, at: float = 0.0) -> Entry:
+    made = Entry(SETTINGS, None, 40 if error else 20, name, name, None, at, at, is_error=error)
+    made.size = size
+    return made
+
+
+def log(name: str, size: int = 0) -> Entry:
+    return entry(name, size=size)
+
+
+def err(name: str, size: int = 0) -> Entry:
+    return entry(name, error=True, size=size)
+
+
+def names(entries: list[Entry]) -> list[str]:
+    return [item.source for item in entries]  # type: ignore[misc]
+
+
+def fill(buffer: EventBuffer, *items: Entry, room: int = ROOM) -> list[Entry]:
+    evicted: list[Entry] = []
+    for item in items:
+        evicted += buffer.put(item, item.is_error, room)
+    return evicted
+
+
+def test_capacity_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        EventBuffer(0)
+    assert len(EventBuffer(1)) == 0
+    assert not EventBuffer(1)
+
+
+def test_put_within_capacity_evicts_nothing() -> None:
+    buffer = EventBuffer(3)
+    assert fill(buffer, log("l1"), err("e1"), log("l2")) == []
+    assert len(buffer) == 3
+    assert buffer
+
+
+def test_the_oldest_log_goes_first() -> None:
+    buffer = EventBuffer(3)
+    fill(buffer, log("l1"), log("l2"), log("l3"))
+    assert names(buffer.put(log("l4"), False, ROOM)) == ["l1"]
+    assert names(buffer.put(log("l5"), False, ROOM)) == ["l2"]
+    assert names(buffer.take(10)) == ["l3", "l4", "l5"]
+
+
+def test_errors_are_kept_while_logs_are_evicted() -> None:
+    buffer = EventBuffer(3)
+    fill(buffer, err("e1"), log("l1"), err("e2"))
+    # A new log pushes out the oldest log, not the older error.
+    assert names(buffer.put(log("l2"), False, ROOM)) == ["l1"]
+    # A new error also pushes out a log first.
+    assert names(buffer.put(err("e3"), True, ROOM)) == ["l2"]
+    assert names(buffer.take(10)) == ["e1", "e2", "e3"]
+
+
+def test_a_flood_of_logs_never_pushes_out_an_error() -> None:
+    buffer = EventBuffer(5)
+    fill(buffer, err("e1"), err("e2"))
+    evicted = fill(buffer, *(log(f"l{n}") for n in range(100)))
+    assert len(evicted) == 97
+    assert names(buffer.take(10)) == ["e1", "e2", "l97", "l98", "l99"]
+
+
+def test_when_all_errors_a_new_log_is_refused() -> None:
+    buffer = EventBuffer(2)
+    fill(buffer, err("e1"), err("e2"))
+    new = log("l1")
+    assert buffer.put(new, False, ROOM) == [new]
+    assert names(buffer.take(10)) == ["e1", "e2"]
+
+
+def test_when_all_errors_a_new_error_evicts_the_oldest_error() -> None:
+    buffer = EventBuffer(2)
+    fill(buffer, err("e1"), err("e2"))
+    assert names(buffer.put(err("e3"), True, ROOM)) == ["e1"]
+    assert names(buffer.take(10)) == ["e2", "e3"]
+
+
+def test_take_returns_errors_first_then_logs_oldest_first() -> None:
+    buffer = EventBuffer(10)
+    fill(buffer, log("l1"), err("e1"), log("l2"), err("e2"), log("l3"))
+    assert names(buffer.take(3)) == ["e1", "e2", "l1"]
+    assert names(buffer.take(3)) == ["l2", "l3"]
+    assert buffer.take(3) == []
+
+
+def test_oldest_gives_the_oldest_error_and_log() -> None:
+    buffer = EventBuffer(10)
+    assert buffer.oldest() == (None, None)
+    fill(buffer, log("l1"), err("e1"), log("l2"))
+    oldest_error, oldest_log = buffer.oldest()
+    assert (oldest_error.source, oldest_log.source) == ("e1", "l1")  # type: ignore[union-attr]
+    assert len(buffer) == 3  # nothing removed
+
+
+def test_put_front_restores_the_order_of_taken_entries() -> None:
+    buffer = EventBuffer(10)
+    fill(buffer, log("l1"), log("l2"), log("l3"), err("e1"))
+    taken = buffer.take(2)
+    assert names(taken) == ["e1", "l1"]
+    for item in reversed(taken):
+        buffer.put_front(item)
+    assert names(buffer.take(10)) == ["e1", "l1", "l2", "l3"]
+
+
+def test_clear_counts_what_was_dropped() -> None:
+    buffer = EventBuffer(10)
+    fill(buffer, log("l1", 100), err("e1", 50))
+    assert buffer.clear() == 2
+    assert len(buffer) == 0
+    assert buffer.bytes == 0
+
+
+# -- bytes ----------------------------------------------------------------------------------
+
+
+def test_bytes_follow_put_take_and_put_front() -> None:
+    buffer = EventBuffer(10)
+    fill(buffer, log("l1", 100), err("e1", 30), log("l2", 7))
+    assert buffer.bytes == 137
+    taken = buffer.take(2)
+    assert buffer.bytes == 7
+    buffer.put_front(taken[1])
+    assert buffer.bytes == 107
+    buffer.take(10)
+    assert buffer.bytes == 0
+
+
+def test_an_entry_larger_than_the_room_is_refused_alone() -> None:
+    buffer = EventBuffer(10)
+    fill(buffer, log("l1", 10), room=100)
+    big = err("big", 101)
+    assert buffer.put(big, True, 100) == [big]
+    assert names(buffer.take(10)) == ["l1"]
+
+
+def test_the_byte_bound_evicts_the_oldest_logs_first() -> None:
+    buffer = EventBuffer(100)
+    fill(buffer, log("l1", 40), err("e1", 40), log("l2", 40), room=200)
+    evicted = buffer.put(log("l3", 100), False, 200)
+    assert names(evicted) == ["l1"]
+    assert buffer.bytes == 180
+    evicted = buffer.put(err("e2", 100), True, 200)
+    assert names(evicted) == ["l2", "l3"]
+    assert names(buffer.take(10)) == ["e1", "e2"]
+
+
+def test_the_byte_bound_with_only_errors_left_refuses_a_log_and_keeps_the_logs_it_tried() -> None:
+    buffer = EventBuffer(100)
+    fill(buffer, err("e1", 60), log("l1", 20), err("e2", 60), room=150)
+    new = log("l2", 50)
+    # Evicting l1 is not enough and errors can't go for a log: nothing changes.
+    assert buffer.put(new, False, 150) == [new]
+    assert names(buffer.take(10)) == ["e1", "e2", "l1"]
+
+
+def test_the_byte_bound_lets_a_new_error_evict_old_errors() -> None:
+    buffer = EventBuffer(100)
+    fill(buffer, err("e1", 60), err("e2", 60), room=150)
+    assert names(buffer.put(err("e3", 60), True, 150)) == ["e1"]
+    assert buffer.bytes == 120
+
+
+# -- size estimates -------------------------------------------------------------------------
+
+
+def test_estimate_counts_text_by_length_and_is_bounded() -> None:
+    assert estimate("x" * 1000) - estimate("") == 1000
+    assert estimate({"a": "x" * 1000}) > 1000
+    assert estimate(12) == estimate(None) == 32
+    huge = list(range(100_000))
+    assert estimate(huge) > 100_000 * 8  # extrapolated, not zero
+
+
+def test_entry_size_grows_with_what_the_entry_carries() -> None:
+    small = entry("a")
+    big = entry("a")
+    big.message = "m" * 10_000
+    big.data = {"blob": "d" * 5_000, "n": 1}
+    assert entry_size(big) - entry_size(small) >= 15_000
+    event = Entry(SETTINGS, {"message": "x" * 2_000}, 40, None, None, None, 0, 0, is_error=True)
+    assert entry_size(event) > 2_000

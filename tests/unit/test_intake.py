@@ -1,0 +1,528 @@
+"""The caller's side of the engine (``delivery/_intake.py``): when the worker is woken, when
+events are due, when a logging thread waits for the worker, and what ``give_back`` keeps.
+
+No worker thread: the ledger's condition is replaced by a recorder, and "the worker" is
+whatever the test does inside the recorder's ``wait``."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import pytest
+
+from eventlog_handler.delivery import _intake
+from eventlog_handler.delivery._buffer import Entry
+from eventlog_handler.delivery._intake import BUSY, STUCK_AFTER, Intake
+from eventlog_handler.delivery._ledger import Ledger
+from eventlog_handler.delivery._state import RunState
+from eventlog_handler.settings import Settings
+
+
+class Condition:
+    """Stands for ``ledger.changed``: counts wake-ups, runs ``on_wait`` instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.notified = 0
+        self.waits: list[float | None] = []
+        self.on_wait: Callable[[], None] = lambda: None
+
+    def notify_all(self) -> None:
+        self.notified += 1
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        self.on_wait()
+        return True
+
+
+def make_intake(**options: object) -> tuple[Intake, Condition]:
+    values: dict[str, object] = {
+        "api_key": "k",
+        "queue_size": 100,
+        "batch_size": 10,
+        "error_delay": 0.25,
+        "flush_interval": 3.0,
+    }
+    values.update(options)
+    settings = Settings(**values)  # type: ignore[arg-type]
+    ledger = Ledger()
+    changed = Condition()
+    ledger.changed = changed  # type: ignore[assignment]
+    intake = Intake(settings, ledger, RunState())
+    intake.worker_running = True  # no thread: the test plays the worker
+    return intake, changed
+
+
+def entry(intake: Intake, *, error: bool = False, at: float = 100.0, text: str = "m") -> Entry:
+    made = Entry(intake.settings, None, 40 if error else 20, "src", text, None, at, at)
+    made.is_error = error
+    return made
+
+
+def accounted(intake: Intake) -> bool:
+    ledger = intake.ledger
+    return ledger.captured == (
+        ledger.delivered
+        + sum(ledger.dropped.values())
+        + len(intake.buffer)
+        + ledger.in_flight
+        + ledger.spooled
+    )
+
+
+@pytest.fixture
+def no_pushback(monkeypatch: pytest.MonkeyPatch) -> list[Intake]:
+    """Record the calls of ``_wait_for_worker`` instead of waiting."""
+    calls: list[Intake] = []
+    monkeypatch.setattr(Intake, "_wait_for_worker", lambda self: calls.append(self))
+    return calls
+
+
+# -- put ------------------------------------------------------------------------------------
+
+
+def test_put_counts_queues_and_sizes_the_entry() -> None:
+    intake, _ = make_intake()
+    item = entry(intake)
+    assert intake.put(item) is True
+    assert intake.ledger.captured == 1
+    assert len(intake.buffer) == 1
+    assert item.size > 0
+    assert intake.buffer.bytes == item.size
+    assert accounted(intake)
+
+
+def test_put_after_finish_drops_as_shutdown() -> None:
+    intake, changed = make_intake()
+    intake.finished = True
+    assert intake.put(entry(intake)) is False
+    assert intake.ledger.dropped["shutdown"] == 1
+    assert len(intake.buffer) == 0
+    assert changed.notified == 0
+    assert accounted(intake)
+
+
+def test_put_starts_the_worker_when_none_runs() -> None:
+    intake, _ = make_intake()
+    started: list[bool] = []
+    intake.worker_running = False
+    intake.start_worker = lambda: started.append(True) or True
+    intake.put(entry(intake))
+    assert started == [True]
+    intake.worker_running = True
+    intake.put(entry(intake))
+    assert started == [True]
+
+
+def test_put_into_a_full_buffer_evicts_the_oldest_log_as_queue_full(no_pushback) -> None:
+    intake, _ = make_intake(queue_size=3, batch_size=1)
+    first = entry(intake, text="first")
+    intake.put(first)
+    intake.put(entry(intake, error=True))
+    intake.put(entry(intake))
+    assert intake.put(entry(intake, text="new")) is True
+    assert intake.ledger.dropped["queue_full"] == 1
+    assert first not in intake.buffer.logs
+    assert accounted(intake)
+
+
+def test_put_of_a_log_into_a_buffer_of_errors_reports_it_dropped(no_pushback) -> None:
+    intake, _ = make_intake(queue_size=2, batch_size=1)
+    intake.put(entry(intake, error=True))
+    intake.put(entry(intake, error=True))
+    assert intake.put(entry(intake)) is False
+    assert intake.ledger.dropped["queue_full"] == 1
+    assert len(intake.buffer.errors) == 2
+    assert accounted(intake)
+
+
+# -- waking the worker ----------------------------------------------------------------------
+
+
+def test_a_busy_worker_is_never_woken() -> None:
+    intake, changed = make_intake()
+    assert intake.wake_at == BUSY
+    for _ in range(5):
+        intake.put(entry(intake, error=True))
+    assert changed.notified == 0
+
+
+def test_an_idle_worker_is_woken_by_the_first_event() -> None:
+    intake, changed = make_intake()
+    intake.wake_at = math.inf  # sleeping without a timeout
+    intake.put(entry(intake))
+    assert changed.notified == 1
+    assert intake.wake_at == BUSY  # woken: the next put doesn't wake it again
+    intake.put(entry(intake))
+    assert changed.notified == 1
+
+
+def test_the_worker_is_woken_when_an_error_is_due_before_it_wakes() -> None:
+    intake, changed = make_intake()
+    intake.wake_at = 101.0  # it wakes by itself at 101
+    intake.put(entry(intake, error=True, at=100.0))  # due at 100.25
+    assert changed.notified == 1
+    assert intake.wake_at == BUSY
+
+
+def test_the_worker_is_not_woken_when_the_event_is_due_after_it_wakes() -> None:
+    intake, changed = make_intake()
+    intake.wake_at = 101.0
+    intake.put(entry(intake, at=100.0))  # a log: due at 103
+    intake.put(entry(intake, error=True, at=100.9))  # due at 101.15
+    assert changed.notified == 0
+    assert intake.wake_at == 101.0
+
+
+def test_due_exactly_at_the_wake_time_does_not_wake() -> None:
+    intake, changed = make_intake(error_delay=1.0)
+    intake.wake_at = 101.0
+    intake.put(entry(intake, error=True, at=100.0))  # due at 101: the worker wakes then anyway
+    assert changed.notified == 0
+
+
+def test_the_worker_is_woken_when_a_batch_is_full() -> None:
+    intake, changed = make_intake(batch_size=3)
+    intake.wake_at = 102.0  # before the logs are due (103)
+    intake.put(entry(intake, at=100.0))
+    intake.put(entry(intake, at=100.0))
+    assert changed.notified == 0
+    intake.put(entry(intake, at=100.0))
+    assert changed.notified == 1
+
+
+def test_spool_all_wakes_the_worker_for_every_event() -> None:
+    intake, changed = make_intake(spool_all=True)
+    intake.wake_at = 1_000.0
+    intake.put(entry(intake, at=100.0))
+    assert changed.notified == 1
+
+
+# -- due ------------------------------------------------------------------------------------
+
+
+def test_nothing_is_due_when_the_buffer_is_empty() -> None:
+    intake, _ = make_intake()
+    assert intake.due(100.0) == math.inf
+    intake.state.flushing = 1
+    assert intake.due(100.0) == math.inf
+
+
+def test_an_error_is_due_after_error_delay() -> None:
+    intake, _ = make_intake()
+    intake.put(entry(intake, error=True, at=100.0))
+    assert intake.due(100.0) == pytest.approx(100.25)
+
+
+def test_a_log_is_due_after_flush_interval() -> None:
+    intake, _ = make_intake()
+    intake.put(entry(intake, at=100.0))
+    assert intake.due(100.0) == pytest.approx(103.0)
+
+
+def test_due_is_the_earlier_of_the_oldest_error_and_the_oldest_log() -> None:
+    intake, _ = make_intake()
+    intake.put(entry(intake, at=100.0))  # 103
+    intake.put(entry(intake, at=101.0))  # 104
+    intake.put(entry(intake, error=True, at=102.0))  # 102.25
+    assert intake.due(102.0) == pytest.approx(102.25)
+    intake2, _ = make_intake()
+    intake2.put(entry(intake2, at=100.0))  # 103
+    intake2.put(entry(intake2, error=True, at=102.9))  # 103.15
+    assert intake2.due(102.9) == pytest.approx(103.0)
+
+
+@pytest.mark.parametrize("hurry", ["flushing", "closing"])
+def test_everything_is_due_now_when_hurried(hurry: str) -> None:
+    intake, _ = make_intake()
+    intake.put(entry(intake, at=100.0))
+    setattr(intake.state, hurry, 1 if hurry == "flushing" else True)
+    assert intake.state.hurried
+    assert intake.due(100.5) == 100.5
+
+
+def test_a_full_batch_is_due_now() -> None:
+    intake, _ = make_intake(batch_size=2)
+    intake.put(entry(intake, at=100.0))
+    assert intake.due(100.0) == pytest.approx(103.0)
+    intake.put(entry(intake, at=100.0))
+    assert intake.due(100.0) == 100.0
+
+
+def test_with_spool_all_anything_is_due_now() -> None:
+    intake, _ = make_intake(spool_all=True)
+    intake.put(entry(intake, at=100.0))
+    assert intake.due(100.0) == 100.0
+
+
+# -- back-pressure --------------------------------------------------------------------------
+
+
+def test_water_marks() -> None:
+    intake, _ = make_intake(queue_size=100, batch_size=10)
+    assert (intake.high_water, intake.low_water) == (75, 65)
+    small, _ = make_intake(queue_size=8, batch_size=10)
+    assert (small.high_water, small.low_water) == (10, 0)
+
+
+def test_put_pushes_back_past_high_water_only_while_the_service_accepts(no_pushback) -> None:
+    intake, _ = make_intake(queue_size=8, batch_size=2)  # high water 6
+    for _ in range(6):
+        intake.put(entry(intake))
+    assert no_pushback == []
+    intake.put(entry(intake))
+    assert no_pushback == [intake]
+    intake.retrying = True  # the service fails: nobody waits for it
+    intake.put(entry(intake))
+    assert len(no_pushback) == 1
+    intake.spilling = lambda: True  # ... unless the worker writes them to disk
+    intake.put(entry(intake))
+    assert len(no_pushback) == 2
+
+
+def test_put_pushes_back_past_the_byte_high_water(no_pushback) -> None:
+    intake, _ = make_intake(memory_budget=80_000)  # high bytes 30,000
+    intake.put(entry(intake, text="x" * 10_000))
+    intake.put(entry(intake, text="x" * 10_000))
+    assert no_pushback == []
+    intake.put(entry(intake, text="x" * 10_000))
+    assert no_pushback == [intake]
+
+
+def fill(intake: Intake, count: int) -> None:
+    buffer = intake.buffer
+    for _ in range(count):
+        buffer.put(entry(intake), False, intake.room())
+
+
+def test_the_wait_ends_when_the_worker_takes_the_buffer_below_low_water() -> None:
+    intake, changed = make_intake(queue_size=100, batch_size=10)  # low water 65
+    fill(intake, 80)
+    changed.on_wait = lambda: intake.buffer.take(10)  # the worker takes a batch per wait
+    intake._wait_for_worker()
+    assert len(intake.buffer) == 60
+    assert len(changed.waits) == 2
+    assert intake.waiting == 0
+
+
+def test_the_wait_wakes_a_sleeping_worker_first() -> None:
+    intake, changed = make_intake()
+    fill(intake, 80)
+    intake.wake_at = 500.0
+    changed.on_wait = lambda: intake.buffer.take(100)
+    intake._wait_for_worker()
+    assert changed.notified == 1
+    assert intake.wake_at == BUSY
+
+
+def test_no_wait_without_a_worker() -> None:
+    intake, changed = make_intake()
+    fill(intake, 80)
+    intake.worker_running = False
+    intake._wait_for_worker()
+    assert changed.waits == []
+
+
+def test_the_wait_returns_when_the_worker_posts_longer_than_stuck_after() -> None:
+    intake, changed = make_intake()
+    fill(intake, 80)
+    intake.posting_since = time.monotonic() - STUCK_AFTER - 0.1
+    intake._wait_for_worker()
+    assert changed.waits == []
+    assert len(intake.buffer) == 80
+
+
+def test_the_wait_goes_on_while_a_request_is_young() -> None:
+    intake, changed = make_intake()
+    fill(intake, 80)
+    intake.posting_since = time.monotonic()  # just sent: its answer is being read
+    changed.on_wait = lambda: intake.buffer.take(100)
+    intake._wait_for_worker()
+    assert len(changed.waits) == 1
+
+
+def test_a_request_that_becomes_stuck_ends_the_wait() -> None:
+    intake, changed = make_intake()
+    fill(intake, 80)
+    intake.posting_since = time.monotonic()
+
+    def stuck() -> None:
+        intake.posting_since = time.monotonic() - STUCK_AFTER - 0.1
+
+    changed.on_wait = stuck
+    intake._wait_for_worker()
+    assert len(changed.waits) == 1
+    assert len(intake.buffer) == 80
+
+
+def test_the_wait_returns_while_retrying() -> None:
+    intake, changed = make_intake()
+    fill(intake, 80)
+    intake.retrying = True
+    intake._wait_for_worker()
+    assert changed.waits == []
+
+
+def test_the_wait_goes_on_while_retrying_if_the_worker_spills_to_disk() -> None:
+    intake, changed = make_intake()
+    fill(intake, 80)
+    intake.retrying = True
+    intake.spilling = lambda: True
+    changed.on_wait = lambda: intake.buffer.take(100)
+    intake._wait_for_worker()
+    assert len(changed.waits) == 1
+
+
+def test_the_wait_ends_when_the_engine_finishes() -> None:
+    intake, changed = make_intake()
+    fill(intake, 80)
+
+    def finish() -> None:
+        intake.finished = True
+
+    changed.on_wait = finish
+    intake._wait_for_worker()
+    assert len(changed.waits) == 1
+
+
+def test_a_wait_without_progress_gives_up_and_pauses_pushback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_intake, "PUSHBACK_WAIT", 0.0)
+    intake, changed = make_intake()
+    fill(intake, 80)
+    clock = iter([1_000.0, 1_000.0, 1_000.5, 1_000.6, 1_002.0])
+    monkeypatch.setattr(_intake.time, "monotonic", lambda: next(clock))
+    intake._wait_for_worker()  # start 1000, first look 1000 (not past), waits, 1000.5: gives up
+    assert len(changed.waits) == 1
+    assert intake._pushback_off_until == pytest.approx(1_000.5 + _intake.PUSHBACK_PAUSE)
+    intake._wait_for_worker()  # at 1000.6: paused, nobody waits
+    assert len(changed.waits) == 1
+
+
+# -- taken and give_back --------------------------------------------------------------------
+
+
+def test_taken_releases_waiting_threads_only_below_low_water() -> None:
+    intake, changed = make_intake()
+    fill(intake, 80)
+    intake.waiting = 1
+    intake.taken()
+    assert changed.notified == 0
+    intake.buffer.take(20)
+    intake.taken()
+    assert changed.notified == 1
+    intake.waiting = 0
+    intake.taken()
+    assert changed.notified == 1
+
+
+def take_in_flight(intake: Intake, count: int) -> list[Entry]:
+    """What the worker does when it takes a batch."""
+    batch = intake.buffer.take(count)
+    intake.ledger.in_flight += len(batch)
+    return batch
+
+
+def test_give_back_returns_entries_to_the_front_in_order() -> None:
+    intake, _ = make_intake()
+    for n in range(5):
+        intake.put(entry(intake, text=f"l{n}"))
+    batch = take_in_flight(intake, 3)
+    intake.put(entry(intake, text="new"))
+    intake.give_back(batch)
+    assert [item.message for item in intake.buffer.take(10)] == [
+        "l0",
+        "l1",
+        "l2",
+        "l3",
+        "l4",
+        "new",
+    ]
+
+
+def test_give_back_settles_in_flight_and_keeps_the_books() -> None:
+    intake, _ = make_intake()
+    for _ in range(5):
+        intake.put(entry(intake))
+    batch = take_in_flight(intake, 5)
+    assert intake.ledger.in_flight == 5
+    intake.give_back(batch)
+    assert intake.ledger.in_flight == 0
+    assert len(intake.buffer) == 5
+    assert intake.ledger.dropped["queue_full"] == 0
+    assert accounted(intake)
+
+
+def test_give_back_drops_what_does_not_fit_and_counts_it(no_pushback) -> None:
+    intake, _ = make_intake(queue_size=5, batch_size=5)
+    for n in range(5):
+        intake.put(entry(intake, text=f"old{n}"))
+    batch = take_in_flight(intake, 5)
+    for n in range(3):
+        intake.put(entry(intake, text=f"new{n}"))
+    intake.give_back(batch)
+    assert len(intake.buffer) == 5
+    assert intake.ledger.dropped["queue_full"] == 3
+    assert intake.ledger.in_flight == 0
+    assert accounted(intake)
+    # The newest of the returned entries are kept (they go back to the front).
+    assert [item.message for item in intake.buffer.take(10)] == [
+        "old3",
+        "old4",
+        "new0",
+        "new1",
+        "new2",
+    ]
+
+
+def test_give_back_respects_the_byte_room() -> None:
+    intake, _ = make_intake(memory_budget=10_000)
+    batch = [entry(intake) for _ in range(3)]
+    for item in batch:
+        item.size = 4_000
+    intake.ledger.captured += 3
+    intake.ledger.in_flight += 3
+    intake.give_back(batch)
+    assert len(intake.buffer) == 2
+    assert intake.ledger.dropped["queue_full"] == 1
+    assert accounted(intake)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="give_back drops a returned error to keep logs: it does not apply the buffer's "
+    "rule (oldest log first, errors survive); _intake.py give_back, lines 178-182",
+)
+def test_give_back_keeps_errors_rather_than_logs(no_pushback) -> None:
+    intake, _ = make_intake(queue_size=3, batch_size=3)
+    intake.put(entry(intake, error=True, text="err"))
+    intake.put(entry(intake, text="log0"))
+    batch = take_in_flight(intake, 2)  # [err, log0]
+    intake.put(entry(intake, text="log1"))
+    intake.put(entry(intake, text="log2"))
+    intake.give_back(batch)  # room for one: the error should be the one kept
+    assert [item.message for item in intake.buffer.errors] == ["err"]
+    assert intake.ledger.dropped["queue_full"] == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="give_back measures room() while the returned entries' bytes are still counted in "
+    "ledger.in_flight_bytes (set by the worker when it took them): they are counted twice and "
+    "dropped though they fit; _intake.py give_back line 177 with room() line 120",
+)
+def test_give_back_of_the_batch_in_flight_fits_where_it_came_from() -> None:
+    intake, _ = make_intake(memory_budget=10_000)
+    for _ in range(2):
+        item = entry(intake)
+        intake.put(item)
+        item.size = 4_000  # big entries, together within the budget
+    intake.buffer.bytes = 8_000
+    batch = take_in_flight(intake, 2)
+    intake.ledger.in_flight_bytes = sum(item.size for item in batch)  # as the worker does
+    intake.give_back(batch)
+    assert len(intake.buffer) == 2
+    assert intake.ledger.dropped["queue_full"] == 0
