@@ -26,20 +26,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import eventlog_handler  # noqa: E402
-from tests.transport.faultserver import FaultServer  # noqa: E402
+from faults import FaultServer
+
+import eventlog_handler
 
 API_KEY = "outage-api-key-0123456789abcdef"
 
 
 def serve(control: Any, port: int) -> None:
-    server = FaultServer(port=port, keep_events=False).start()
+    server = FaultServer(port=port).start()
     control.send("ready")
     control.recv()
-    control.send({"accepted_unique": len(server._ids), "duplicates": len(server.duplicates)})
+    control.send({"accepted_unique": len(server.ids), "duplicates": server.duplicates})
     server.stop()
 
 

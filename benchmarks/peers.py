@@ -2,15 +2,19 @@
 
 - ``noop``: a :class:`logging.Handler` whose ``emit`` does nothing: the floor, what the logging
   call itself costs.
-- ``floor``: :class:`logging.handlers.QueueHandler` → :class:`logging.handlers.QueueListener`
-  whose handler does nothing: the cost of handing a record to another thread at all.
-- ``stdlib``: :class:`logging.handlers.QueueHandler` → :class:`logging.handlers.QueueListener`,
-  whose handler (:class:`JsonBatchHandler`) turns each record into a JSON object and POSTs them to
-  ``/api/v2/events`` in gzip'd batches of up to 500 with ``requests`` (one session, keep-alive),
-  sending a partial batch as soon as the queue runs empty. That is the same work eventlog-handler's
-  worker does, so the comparison is fair; a stdlib ``HTTPHandler`` (one request per record) would
-  be far slower. It has no retry: a failed batch is dropped and counted.
-- ``eventlog``: :class:`eventlog_handler.EventLogHandler` with its default settings.
+- ``floor`` (queue floor): :class:`logging.handlers.QueueHandler` on a :class:`queue.SimpleQueue`
+  → :class:`logging.handlers.QueueListener` whose handler does nothing: the cost of handing a
+  record to another thread at all.
+- ``stdlib`` (stdlib pipeline): the same ``QueueHandler`` (its own ``prepare``: the message
+  formatted, one ``copy.copy`` of the record) on a ``SimpleQueue`` → a ``QueueListener`` →
+  :class:`BatchPoster`, which builds per record the event dict a user would build (``type``,
+  ``message``, ``date``, ``source``, ``@level``, ``data`` from the extras), JSON-encodes
+  (:mod:`json`), gzips (level 6) and POSTs full batches of 500 with one ``requests.Session``,
+  and a partial batch once its oldest record is ``flush_interval`` (3 s, the package's default)
+  old: the package's batching policy, written with the standard library and ``requests``. No
+  retry, scrubbing, roll-up, reference ids or trace log.
+- ``eventlog``: :class:`eventlog_handler.EventLogHandler` with its default settings, driven through
+  its public methods only (``flush``, ``stats``).
 - ``eventlog-spool`` / ``eventlog-spool-all`` (only with ``--peers``): the same with the durable
   spool, events going to disk when they can't be sent / every event written before it is sent.
 - ``sentry``: sentry-sdk with ``LoggingIntegration(event_level=WARNING)`` (every warning is an
@@ -21,6 +25,7 @@
 
 from __future__ import annotations
 
+import datetime
 import gzip
 import importlib.util
 import json
@@ -32,6 +37,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+UTC = datetime.timezone.utc
 API_KEY = "bench-api-key-0123456789abcdef0123456789ab"
 
 # What a fresh record has; everything else on a record came from ``extra=``.
@@ -98,30 +104,58 @@ class Noop(Peer):
         logger.addHandler(NoopHandler())
 
 
+class _Marker(logging.LogRecord):
+    """A record the stdlib listener recognises by identity: "send what you hold now"."""
+
+
 class Floor(Peer):
-    """``QueueHandler`` → ``QueueListener`` → a handler that does nothing."""
+    """``QueueHandler`` on a ``SimpleQueue`` → ``QueueListener`` → a handler that does nothing."""
 
     name, title = "floor", "queue floor"
 
     def attach(self, logger: logging.Logger, target: Target, options: dict[str, Any]) -> None:
         import atexit
 
-        self.queue: queue.Queue[Any] = queue.Queue()
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.listener = logging.handlers.QueueListener(self.queue, NoopHandler())
         self.listener.start()
         atexit.register(self.listener.stop)
         logger.addHandler(logging.handlers.QueueHandler(self.queue))
 
     def settle(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self.queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.005)
+        # A SimpleQueue has no task counts: wait until it is empty, then a little for the
+        # listener to finish the record it took last.
+        wait_until(self.queue.empty, timeout)
+        time.sleep(0.01)
+
+    def pending(self) -> int | None:
+        return self.queue.qsize()
 
 
-class JsonBatchHandler(logging.Handler):
-    """JSON-encodes records and POSTs them in gzip'd batches (the stdlib peer's sender)."""
+#: The service's level names (what the event's ``@level`` carries).
+_LEVEL_NAMES = {
+    logging.DEBUG: "Debug",
+    logging.INFO: "Info",
+    logging.WARNING: "Warn",
+    logging.ERROR: "Error",
+    logging.CRITICAL: "Fatal",
+}
 
-    def __init__(self, url: str, api_key: str, batch_size: int = 500) -> None:
+
+class BatchPoster(logging.Handler):
+    """The stdlib pipeline's sender, run by the listener's thread only.
+
+    Per record it builds the event a user would write by hand (``type``, ``message``, ``date``,
+    ``source``, ``@level``, and ``data`` from the record's extras); a full batch of
+    ``batch_size`` is JSON-encoded with :mod:`json`, gzip'd (level 6, as the package does,
+    when over 1 KB) and POSTed with one ``requests.Session`` (keep-alive). A partial batch goes
+    out once its oldest record is ``flush_interval`` seconds old (see :class:`BatchingListener`).
+    No retry: a failed batch is dropped and counted.
+    """
+
+    def __init__(
+        self, url: str, api_key: str, batch_size: int = 500, flush_interval: float = 3.0
+    ) -> None:
         super().__init__()
         import requests
 
@@ -130,86 +164,132 @@ class JsonBatchHandler(logging.Handler):
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {api_key}"
         self.batch_size = batch_size
+        self.flush_interval = flush_interval
         self.batch: list[dict[str, Any]] = []
+        self.oldest = 0.0  # ``created`` of the batch's first record
         self.failed = 0
-        self._send_lock = threading.Lock()
+        self.sent = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         data = {key: value for key, value in vars(record).items() if key not in _RESERVED}
-        data["@level"] = record.levelname
-        self.batch.append(
-            {
-                "type": "log",
-                "message": record.getMessage(),
-                "date": record.created,
-                "source": record.name,
-                "data": data,
-            }
-        )
+        event: dict[str, Any] = {
+            "type": "log",
+            "message": record.getMessage(),
+            "date": datetime.datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "source": record.name,
+            "@level": _LEVEL_NAMES.get(record.levelno, record.levelname),
+        }
+        if data:
+            event["data"] = data
+        if not self.batch:
+            self.oldest = record.created
+        self.batch.append(event)
         if len(self.batch) >= self.batch_size:
-            self.flush()
+            self.send()
+
+    def due(self) -> float | None:
+        """When the partial batch must go (a ``time.time()``), or ``None`` when there is none."""
+        return self.oldest + self.flush_interval if self.batch else None
+
+    def send(self) -> None:
+        batch, self.batch = self.batch, []
+        if not batch:
+            return
+        body = json.dumps(batch, default=str).encode()
+        headers = {"Content-Type": "application/json"}
+        if len(body) > 1024:
+            body = gzip.compress(body, compresslevel=6, mtime=0)
+            headers["Content-Encoding"] = "gzip"
+        try:
+            response = self.session.post(self.url, data=body, headers=headers, timeout=(5, 10))
+            if response.status_code >= 300:
+                self.failed += len(batch)
+            else:
+                self.sent += len(batch)
+        except self._requests.RequestException:
+            self.failed += len(batch)
 
     def flush(self) -> None:
-        with self._send_lock:
-            batch, self.batch = self.batch, []
-            if not batch:
-                return
-            body = json.dumps(batch, default=str).encode()
-            headers = {"Content-Type": "application/json"}
-            if len(body) > 1024:
-                body = gzip.compress(body, compresslevel=6, mtime=0)
-                headers["Content-Encoding"] = "gzip"
+        # logging.shutdown() calls this after the listener has stopped (its atexit hook was
+        # registered later, so it runs first): nothing else touches the batch then.
+        self.send()
+
+
+class BatchingListener(logging.handlers.QueueListener):
+    """``QueueListener`` whose wait for the next record ends when the partial batch is due
+    (then the records already in the queue are taken first, up to a full batch: with a backlog,
+    batches stay full).
+
+    Everything else is the stdlib's: ``_monitor``, ``prepare`` (a no-op), ``handle`` (the
+    handler's ``handle``, which takes its lock and calls ``emit``).
+    """
+
+    def __init__(self, q: queue.SimpleQueue[Any], poster: BatchPoster) -> None:
+        super().__init__(q, poster)
+        self.poster = poster
+        self.marker = _Marker("", 0, "", 0, "", None, None)
+        self.settled = threading.Event()
+
+    def dequeue(self, block: bool) -> Any:
+        while True:
+            due = self.poster.due()
+            if due is None:
+                return self.queue.get()
+            wait = due - time.time()
             try:
-                response = self.session.post(self.url, data=body, headers=headers, timeout=(5, 10))
-                if response.status_code >= 300:
-                    self.failed += len(batch)
-            except self._requests.RequestException:
-                self.failed += len(batch)
-
-    def close(self) -> None:
-        try:
-            self.flush()
-        finally:
-            super().close()
-
-
-class _FlushWhenIdle(logging.handlers.QueueListener):
-    """Sends a partial batch as soon as the queue runs empty."""
+                if wait > 0:
+                    return self.queue.get(timeout=wait)
+                # Due: records already waiting join the batch first (up to a full one), as
+                # the package's worker takes what its queue holds; then the partial batch goes.
+                return self.queue.get_nowait()
+            except queue.Empty:
+                self.poster.send()
 
     def handle(self, record: logging.LogRecord) -> None:
+        if record is self.marker:  # settle(): send the partial batch now
+            self.poster.send()
+            self.settled.set()
+            return
         super().handle(record)
-        if self.queue.empty():  # type: ignore[attr-defined]
-            for handler in self.handlers:
-                handler.flush()
 
 
 class Stdlib(Peer):
-    name, title = "stdlib", "stdlib queue"
+    """The stdlib pipeline: ``QueueHandler`` → ``SimpleQueue`` → :class:`BatchingListener` →
+    :class:`BatchPoster`."""
+
+    name, title = "stdlib", "stdlib pipeline"
     counter = "events"
 
     def attach(self, logger: logging.Logger, target: Target, options: dict[str, Any]) -> None:
         import atexit
 
-        self.queue: queue.Queue[Any] = queue.Queue()
-        self.sender = JsonBatchHandler(target.http_url, target.api_key)
-        self.listener = _FlushWhenIdle(self.queue, self.sender)
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.sender = BatchPoster(
+            target.http_url,
+            target.api_key,
+            flush_interval=float(options.get("flush_interval", 3.0)),
+        )
+        self.listener = BatchingListener(self.queue, self.sender)
         self.listener.start()
         atexit.register(self.listener.stop)
         logger.addHandler(logging.handlers.QueueHandler(self.queue))
 
     def settle(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self.queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.005)
+        """Have the listener send what it holds once it reaches this point of the queue."""
+        self.listener.settled.clear()
+        self.queue.put(self.listener.marker)
+        self.listener.settled.wait(timeout)
 
     def pending(self) -> int | None:
         return self.queue.qsize() + len(self.sender.batch)
 
     def stats(self) -> dict[str, Any]:
-        return {"failed": self.sender.failed}
+        return {"sent": self.sender.sent, "failed": self.sender.failed}
 
 
 class EventLog(Peer):
+    """``eventlog_handler.EventLogHandler`` with default settings; public API only."""
+
     name, title = "eventlog", "eventlog"
     counter = "events"
 
@@ -219,27 +299,26 @@ class EventLog(Peer):
         self.handler = eventlog_handler.EventLogHandler(
             api_key=target.api_key, server_url=target.http_url, **options
         )
+        self._shutdown_timeout = float(options.get("shutdown_timeout", 2.0))  # its default
         logger.addHandler(self.handler)
 
     def settle(self, timeout: float) -> None:
-        self.handler.engine.flush(timeout)
+        self.handler.flush(timeout)
 
     def pending(self) -> int | None:
-        stats = self.handler.engine.stats()
+        stats = self.handler.stats()
         return int(stats["queued"]) + int(stats["in_flight"])
 
     def stats(self) -> dict[str, Any]:
         stats = self.handler.stats()
         return {
-            "delivered": stats["delivered"],
-            "dropped": {k: v for k, v in stats["dropped"].items() if v},
-            "retries": stats["retries"],
-            "batches": stats["batches"],
-            "emit_errors": stats["emit_errors"],
+            key: ({k: v for k, v in stats[key].items() if v} if key == "dropped" else stats[key])
+            for key in ("delivered", "dropped", "retries", "batches", "emit_errors")
+            if key in stats
         }
 
     def shutdown_timeout(self) -> float | None:
-        return float(self.handler.settings.shutdown_timeout)
+        return self._shutdown_timeout
 
 
 class Sentry(Peer):
@@ -332,3 +411,12 @@ def bench_logger(name: str = "bench") -> logging.Logger:
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     return logger
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.002) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True

@@ -1,14 +1,18 @@
-"""Run the benchmarks and print one table: eventlog-handler against its peers and the targets.
+"""Run the benchmarks: eventlog-handler against the stdlib pipeline, in interleaved rounds.
 
-    python benchmarks/run.py                 # every case, once
-    python benchmarks/run.py --repeat 3      # medians of three runs
-    python benchmarks/run.py --quick         # tiny sizes: checks that everything runs
-    python benchmarks/run.py --cases caller,exit --peers eventlog,stdlib
+    python benchmarks/run.py                 # 5 rounds of the headline cases, the rest once
+    python benchmarks/run.py --rounds 9      # more rounds, steadier medians
+    python benchmarks/run.py --quick         # tiny sizes, 2 rounds: checks that everything runs
+    python benchmarks/run.py --cases caller,throughput --peers stdlib,eventlog
 
-Each case runs for each peer in a process of its own (``benchmarks/cases.py``), and each of those
-sends to a counting sink in yet another process (``benchmarks/sink.py``), all on 127.0.0.1.
-A peer that is not installed is shown as ``n/a``. Progress goes to stderr, the table to stdout.
-See ``benchmarks/README.md``.
+The headline cases (caller, errors, throughput) run in rounds: in each round every peer's case
+runs once, each in a process of its own (``benchmarks/cases.py``), then the next round; the
+order of the peers alternates from round to round. eventlog / stdlib pipeline is computed per
+round, and the targets are checked against the median of those ratios. The other cases, and the
+sentry-sdk and logstash-async columns, run once, after the rounds. Every peer sends to a counting
+sink in another process (``benchmarks/sink.py``) on 127.0.0.1. Progress goes to stderr; the
+report goes to stdout and to ``--output`` (``benchmarks/results.txt``). See
+``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime
+import importlib.util
 import json
 import math
 import os
@@ -39,24 +44,72 @@ PEER_ORDER = ("noop", "floor", "stdlib", "eventlog", "sentry", "logstash")
 #: Variants of the package shown only when asked for (``--peers ...,eventlog-spool``).
 EXTRA_PEERS = ("eventlog-spool", "eventlog-spool-all")
 ALL_PEERS = PEER_ORDER[:4] + EXTRA_PEERS + PEER_ORDER[4:]
-VARIANTS: dict[str, tuple[str, ...]] = {
-    "burst": ("20k", "200k"),
-    "throughput": ("collector",),
-    "exit": ("up", "down", "hung"),
+#: Peers that run in every round; the others (slow: seconds per call) run once.
+ROUND_PEERS = ("noop", "floor", "stdlib", "eventlog", *EXTRA_PEERS)
+#: (case, variant) run in rounds.
+HEADLINE: tuple[tuple[str, str], ...] = (("caller", ""), ("errors", ""), ("throughput", ""))
+#: (case, peer) of the rounds run in the first round only: context, not compared (saves ~1 min).
+FIRST_ROUND_ONLY = {("throughput", "noop"), ("throughput", "floor")}
+#: (case, variant) run once, after the rounds.
+ONCE: tuple[tuple[str, str], ...] = (
+    ("throughput", "collector"),
+    ("burst", ""),
+    ("idle", ""),
+    ("memory", ""),
+    ("exit", "up"),
+    ("exit", "down"),
+    ("exit", "hung"),
+)
+DELIVERING = ("stdlib", "eventlog", *EXTRA_PEERS, "sentry", "logstash")
+#: Which peers a (case, variant) is run for; the rest show "-".
+APPLIES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("caller", ""): ALL_PEERS,
+    # The queue floor's exception cost is the stdlib pipeline's (the same QueueHandler.prepare).
+    ("errors", ""): tuple(p for p in ALL_PEERS if p != "floor"),
+    ("throughput", ""): ALL_PEERS,
+    ("throughput", "collector"): ("eventlog",),
+    ("burst", ""): DELIVERING,
+    ("idle", ""): DELIVERING,
+    ("memory", ""): DELIVERING,
+    ("exit", "up"): DELIVERING,
+    ("exit", "down"): DELIVERING,
+    ("exit", "hung"): DELIVERING,
 }
-STDLIB_PEER = (
-    "stdlib queue = QueueHandler -> QueueListener -> a handler that JSON-encodes records and "
-    "POSTs gzip'd batches of <= 500 with requests (partial batch when the queue runs empty); "
-    "queue floor = the same QueueHandler -> QueueListener with a handler that does nothing"
+TITLES = {**{name: peer.title for name, peer in PEERS.items()}}
+PEER_NOTES = (
+    "stdlib pipeline = QueueHandler (stdlib prepare) on a SimpleQueue -> QueueListener -> a "
+    "handler that builds the event dict per record (message, level, source, date, data from "
+    "extras), json-encodes, gzips (level 6) and POSTs with one requests.Session full batches "
+    "of 500, and a partial batch once its oldest record is flush_interval (3 s) old; no retry",
+    "queue floor = the same QueueHandler -> SimpleQueue -> QueueListener, handler does nothing; "
+    "no-op = logger.warning into a handler that does nothing, on the caller's thread",
 )
 #: The package's defaults that the latency targets follow.
 FLUSH_INTERVAL, ERROR_DELAY = 3.0, 0.25
+#: Headline targets: (label, case, figure key, "<=" or ">=", limit).
+HEADLINE_TARGETS = (
+    ("caller mean, warning(extra=)", "caller", "warning_us", "<=", 1.0),
+    ("caller p99, warning(extra=)", "caller", "warning_p99_us", "<=", 1.0),
+    ("flat out: events/s into the sink", "throughput", "events_per_s", ">=", 1.3),
+)
+#: Headline figures shown as ratios without a target.
+HEADLINE_INFO = (
+    ("caller p50, warning(extra=)", "caller", "warning_p50_us"),
+    ("flat out: CPU us/event, caller thread", "throughput", "caller_cpu_us"),
+    ("flat out: CPU us/event, delivery threads", "throughput", "delivery_cpu_us"),
+    ("flat out: CPU us/event, both", "throughput", "cpu_us"),
+)
 
 Key = tuple[str, str, str]  # case, peer, variant
 Results = dict[Key, dict[str, Any]]
+Rounds = dict[Key, list[dict[str, Any]]]  # every round's result, in order
 
 
 # -- running -------------------------------------------------------------------------------------
+
+
+#: Where the measured package is imported from (``--package-dir``; the work tree by default).
+PACKAGE_DIR = REPO
 
 
 def run_one(case: str, peer: str, variant: str, quick: bool, timeout: float) -> dict[str, Any]:
@@ -66,7 +119,7 @@ def run_one(case: str, peer: str, variant: str, quick: bool, timeout: float) -> 
         command.append("--quick")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        [str(PACKAGE_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     )
     try:
         done = subprocess.run(
@@ -88,23 +141,21 @@ def run_one(case: str, peer: str, variant: str, quick: bool, timeout: float) -> 
     return {"error": f"exit {done.returncode}: " + " | ".join(tail)}
 
 
+_KEEP = ("logged", "planned", "stats", "pending", "shutdown_timeout", "killed_after")
+_KEEP += ("burst_runs", "planned_runs", "threads")
+
+
 def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians of the numeric figures of repeated runs (``None``, "never", sorts last)."""
-    for result in results:
-        if "error" in result or "na" in result:
-            return result
+    """Medians of the numeric figures of the rounds (``None``, "never", sorts last), over the
+    rounds that gave figures; a round that failed is counted in ``failed_rounds``."""
+    good = [r for r in results if "error" not in r and "na" not in r]
+    if not good:
+        return results[0]
+    failed = [r for r in results if "error" in r]
+    results = good
     combined: dict[str, Any] = dict(results[0])
     for key, value in results[0].items():
-        if key in (
-            "logged",
-            "planned",
-            "stats",
-            "pending",
-            "shutdown_timeout",
-            "killed_after",
-            "burst_runs",
-            "planned_runs",
-        ):
+        if key in _KEEP:
             continue
         if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             numbers = [math.inf if r.get(key) is None else float(r[key]) for r in results]
@@ -113,46 +164,87 @@ def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
     if "logged" in combined:
         combined["logged"] = min(int(r.get("logged") or 0) for r in results)
     combined["runs"] = len(results)
+    if failed:
+        combined["failed_rounds"] = len(failed)
+        combined["failed_error"] = failed[0]["error"]
     return combined
 
 
-def run_all(cases: list[str], peers: list[str], repeat: int, quick: bool, jobs: int) -> Results:
+def schedule(cases: list[str], peers: list[str], rounds: int) -> list[tuple[Key, int]]:
+    """The tasks in the order they run: the rounds (peers alternating direction), then the
+    cases and peers that run once."""
     tasks: list[tuple[Key, int]] = []
-    for rep in range(repeat):
-        for case in cases:
-            for variant in VARIANTS.get(case, ("",)):
-                for peer in peers:
-                    tasks.append(((case, peer, variant), rep))
-    raw: dict[Key, list[dict[str, Any]]] = {}
+    in_rounds = [p for p in peers if p in ROUND_PEERS]
+    for number in range(rounds):
+        order = in_rounds if number % 2 == 0 else in_rounds[::-1]
+        for case, variant in HEADLINE:
+            if case in cases:
+                tasks += [
+                    ((case, p, variant), number)
+                    for p in order
+                    if p in APPLIES[(case, variant)]
+                    and (number == 0 or (case, p) not in FIRST_ROUND_ONLY)
+                ]
+    for case, variant in HEADLINE:
+        if case in cases:
+            tasks += [
+                ((case, p, variant), 0)
+                for p in peers
+                if p not in ROUND_PEERS and p in APPLIES[(case, variant)]
+            ]
+    for case, variant in ONCE:
+        if case in cases:
+            tasks += [((case, p, variant), 0) for p in peers if p in APPLIES[(case, variant)]]
+    return tasks
+
+
+def run_all(cases: list[str], peers: list[str], rounds: int, quick: bool, jobs: int) -> Rounds:
+    tasks = schedule(cases, peers, rounds)
+    raw: Rounds = {}
     timeout = 90.0 if quick else 900.0
 
-    def work(task: tuple[Key, int]) -> tuple[Key, dict[str, Any], float]:
-        (case, peer, variant), _rep = task
+    def work(task: tuple[Key, int]) -> tuple[Key, int, dict[str, Any], float]:
+        (case, peer, variant), number = task
         if not PEERS[peer].available():
-            return task[0], {"na": "not installed"}, 0.0
+            return task[0], number, {"na": "not installed"}, 0.0
         start = time.monotonic()
         result = run_one(case, peer, variant, quick, timeout)
-        return task[0], result, time.monotonic() - start
+        return task[0], number, result, time.monotonic() - start
 
+    started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for number, (key, result, seconds) in enumerate(pool.map(work, tasks), 1):
+        for count, (key, number, result, seconds) in enumerate(pool.map(work, tasks), 1):
             raw.setdefault(key, []).append(result)
             label = "/".join(filter(None, key))
             status = "error" if "error" in result else "n/a" if "na" in result else "ok"
+            where = (
+                f"round {number + 1}"
+                if key[1] in ROUND_PEERS and (key[0], key[2]) in HEADLINE
+                else "once"
+            )
             print(
-                f"[{number}/{len(tasks)}] {label}: {status} ({seconds:.1f} s)",
+                f"[{count}/{len(tasks)} {time.monotonic() - started:5.0f} s] {where}: {label}: "
+                f"{status} ({seconds:.1f} s)"
+                + (f" {result['error']}" if "error" in result else ""),
                 file=sys.stderr,
                 flush=True,
             )
-    return {key: combine(results) for key, results in raw.items()}
+    return raw
 
 
-# -- the table -----------------------------------------------------------------------------------
+# -- formatting ----------------------------------------------------------------------------------
 
 
 def code_version() -> str:
     """The package's version, and the commit of the work tree when it is a git checkout."""
     version = "?"
+    if PACKAGE_DIR != REPO:
+        try:
+            text = (PACKAGE_DIR / "eventlog_handler" / "_version.py").read_text()
+            version = text.split("=", 1)[1].strip().strip("\"'")
+        except (OSError, IndexError):
+            pass
+        return f"{version}, imported from {PACKAGE_DIR}"
     try:
         text = (REPO / "eventlog_handler" / "_version.py").read_text()
         version = text.split("=", 1)[1].strip().strip("\"'")
@@ -192,82 +284,112 @@ def _exit_figure(result: dict[str, Any]) -> str:
     return f"{result['exit_s']:.2f} s"
 
 
+def _align(rows: list[list[str]], header_rule: bool = True) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for number, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if number == 0 and header_rule:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
 Figure = Callable[[dict[str, Any]], str]
 
 
 def rows(size: dict[str, Any]) -> list[tuple[str, str, str, Figure]]:
-    """(label, case, variant, figure) of every row of the table."""
-    burst, big, memory = size["burst"], size["big_burst"], size["memory"]
+    """(label, case, variant, figure) of every row of the per-peer table."""
+    burst, n, memory = size["burst"], size["throughput"], size["memory"]
     runs, pending, idle = size["burst_runs"], size["exit_pending"], size["idle_s"]
     never = f"> {size['burst_timeout']:g} s"
     return [
         ("1 caller: warning(extra=), mean us", "caller", "", lambda r: _n(r["warning_us"])),
         ("1 caller: warning, p50 us", "caller", "", lambda r: _n(r["warning_p50_us"])),
         ("1 caller: warning, p99 us", "caller", "", lambda r: _n(r["warning_p99_us"])),
-        ("1 caller: exception, 10 frames, mean us", "caller", "", lambda r: _n(r["exception_us"])),
-        ("1 caller: exception, p99 us", "caller", "", lambda r: _n(r["exception_p99_us"])),
+        ("2 caller: exception, 10 frames, mean us", "errors", "", lambda r: _n(r["exception_us"])),
+        ("2 caller: exception, p99 us", "errors", "", lambda r: _n(r["exception_p99_us"])),
+        ("2 caller: error, no exception, mean us", "errors", "", lambda r: _n(r["error_us"])),
+        ("2 caller: error, p99 us", "errors", "", lambda r: _n(r["error_p99_us"])),
+        (f"3 flat out {n:,}: delivered", "throughput", "", lambda r: f"{r['fraction']:.1%}"),
         (
-            f"2 burst {burst:,} x{runs}: runs fully delivered",
-            "burst",
-            "20k",
-            lambda r: f"{r['complete_runs']:.0f}/{r['burst_runs']}",
-        ),
-        (
-            f"2 burst {burst:,}: worst run delivered",
-            "burst",
-            "20k",
-            lambda r: f"{r['fraction']:.1%}",
-        ),
-        (
-            f"2 burst {burst:,}: s until the sink has all (worst)",
-            "burst",
-            "20k",
-            lambda r: _seconds(r["all_s"], never),
-        ),
-        (f"2 burst {burst:,}: s to log it", "burst", "20k", lambda r: _seconds(r["burst_s"], "")),
-        (f"3 flat out {big:,}: delivered", "burst", "200k", lambda r: f"{r['fraction']:.1%}"),
-        (
-            f"3 flat out {big:,}: events/s into the sink",
-            "burst",
-            "200k",
+            f"3 flat out {n:,}: events/s into the sink",
+            "throughput",
+            "",
             lambda r: _n(r["events_per_s"]),
         ),
         (
-            f"3 flat out {big:,}: s until the sink has all",
-            "burst",
-            "200k",
+            f"3 flat out {n:,}: s until the sink has all",
+            "throughput",
+            "",
             lambda r: _seconds(r["all_s"], "not all"),
         ),
         (
-            f"3 flat out {big:,} -> local collector: events/s",
+            "3 flat out: CPU us/event, caller thread",
+            "throughput",
+            "",
+            lambda r: _n(r["caller_cpu_us"]),
+        ),
+        (
+            "3 flat out: CPU us/event, delivery threads",
+            "throughput",
+            "",
+            lambda r: _n(r["delivery_cpu_us"]),
+        ),
+        ("3 flat out: CPU us/event, both", "throughput", "", lambda r: _n(r["cpu_us"])),
+        (
+            f"3 flat out {n:,} -> local collector: events/s",
             "throughput",
             "collector",
             lambda r: _n(r["events_per_s"]),
         ),
         (
-            f"4 idle {idle:g} s, then a warning: s to the sink",
+            f"4 burst {burst:,} x{runs}: runs fully delivered",
+            "burst",
+            "",
+            lambda r: f"{r['complete_runs']:.0f}/{r['burst_runs']}",
+        ),
+        (f"4 burst {burst:,}: worst run delivered", "burst", "", lambda r: f"{r['fraction']:.1%}"),
+        (
+            f"4 burst {burst:,}: s until the sink has all (worst)",
+            "burst",
+            "",
+            lambda r: _seconds(r["all_s"], never),
+        ),
+        (f"4 burst {burst:,}: s to log it", "burst", "", lambda r: _seconds(r["burst_s"], "")),
+        (
+            f"5 idle {idle:g} s, then a warning: s to the sink",
             "idle",
             "",
             lambda r: _seconds(r["warning_s"], "never"),
         ),
         (
-            f"4 idle {idle:g} s, then an error: s to the sink",
+            f"5 idle {idle:g} s, then an error: s to the sink",
             "idle",
             "",
             lambda r: _seconds(r["error_s"], "never"),
         ),
-        (f"5 memory {memory:,}, dead server: RSS MB", "memory", "", lambda r: _n(r["growth_mb"])),
-        (f"6 exit, {pending:,} pending, server up", "exit", "up", _exit_figure),
-        ("6 exit, server up: delivered", "exit", "up", lambda r: f"{r['fraction']:.1%}"),
-        ("6 exit, server down (port closed)", "exit", "down", _exit_figure),
-        ("6 exit, server hung (never answers)", "exit", "hung", _exit_figure),
+        (f"6 memory {memory:,}, dead server: RSS MB", "memory", "", lambda r: _n(r["growth_mb"])),
+        (f"7 exit, {pending:,} pending, server up", "exit", "up", _exit_figure),
+        ("7 exit, server up: delivered", "exit", "up", lambda r: f"{r['fraction']:.1%}"),
+        ("7 exit, server down (port closed)", "exit", "down", _exit_figure),
+        ("7 exit, server hung (never answers)", "exit", "hung", _exit_figure),
     ]
 
 
-def table(results: Results, peers: list[str], size: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The table's lines and its footnotes."""
+def peer_table(
+    results: Results, peers: list[str], size: dict[str, Any], rounds: int
+) -> tuple[list[str], list[str]]:
+    """The per-peer table's lines and its footnotes."""
     notes: list[str] = []
-    header = ["case / figure (median)"] + [PEERS[p].title for p in peers]
+    header = [
+        f"case / figure (median of {rounds} rounds, + one run)"
+        if rounds > 1
+        else "case / figure (one run)"
+    ]
+    header += [TITLES[p] for p in peers]
     body: list[list[str]] = []
     for label, case, variant, figure in rows(size):
         line = [label]
@@ -275,27 +397,35 @@ def table(results: Results, peers: list[str], size: dict[str, Any]) -> tuple[lis
         for peer in peers:
             result = results.get((case, peer, variant))
             if result is None:
-                line.append("")
+                line.append("-")
                 continue
             present = True
             if "error" in result:
                 line.append("ERR")
-                notes.append(f"ERR {PEERS[peer].title}, {case} {variant}: {result['error']}")
+                notes.append(f"ERR {TITLES[peer]}, {case} {variant}: {result['error']}")
                 continue
             if "na" in result:
                 line.append("n/a" if result["na"] == "not installed" else "-")
                 continue
             try:
                 text = figure(result)
-            except (KeyError, TypeError, ValueError) as exc:
-                line.append("ERR")
-                notes.append(f"ERR {PEERS[peer].title}, {label}: no figure ({exc!r})")
+            except (KeyError, TypeError, ValueError):
+                line.append("-")  # a figure this peer does not have (no-op: nothing delivered)
                 continue
+            if result.get("failed_rounds"):
+                text += "!"
+                note = (
+                    f"! {TITLES[peer]}, {case}{' ' + variant if variant else ''}: "
+                    f"{result['failed_rounds']} of {result['failed_rounds'] + result['runs']} "
+                    f"rounds failed (median of the others): {result['failed_error'][:300]}"
+                )
+                if note not in notes:
+                    notes.append(note)
             planned, logged = result.get("planned"), result.get("logged")
             if planned and logged is not None and logged < planned:
                 text += "*"
                 note = (
-                    f"* {PEERS[peer].title}, {case}: logged {logged:,} of {planned:,} records "
+                    f"* {TITLES[peer]}, {case}: logged {logged:,} of {planned:,} records "
                     "within the case's time budget"
                 )
                 if note not in notes:
@@ -303,18 +433,16 @@ def table(results: Results, peers: list[str], size: dict[str, Any]) -> tuple[lis
             line.append(text)
         if present:
             body.append(line)
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = []
-    for number, row in enumerate([header, *body]):
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if number == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    for variant in VARIANTS["exit"]:
+    lines = _align([header, *body])
+    if rounds > 1:
+        notes.append(
+            f"+ rows 1-3 are medians of {rounds} rounds for stdlib pipeline and eventlog, and "
+            "rows 1-2 for no-op and queue floor; one run: their row 3 (round 1), the sentry-sdk "
+            "and logstash-async columns, the local collector and rows 4-7"
+        )
+    for variant in ("up", "down", "hung"):
         pending = [
-            f"{PEERS[p].title} {results[('exit', p, variant)]['pending']:,}"
+            f"{TITLES[p]} {results[('exit', p, variant)]['pending']:,}"
             for p in peers
             if isinstance((results.get(("exit", p, variant)) or {}).get("pending"), int)
         ]
@@ -322,22 +450,72 @@ def table(results: Results, peers: list[str], size: dict[str, Any]) -> tuple[lis
             notes.append(
                 f"exit, server {variant}: events held at the exit mark: " + ", ".join(pending)
             )
-    for case in ("burst", "throughput"):
-        for variant in VARIANTS.get(case, ("",)):
-            result = results.get((case, "eventlog", variant)) or {}
-            dropped = {
-                k: v for k, v in ((result.get("stats") or {}).get("dropped") or {}).items() if v
-            }
-            if dropped:
-                notes.append(f"eventlog {case} {variant}: dropped {dropped}".replace("  ", " "))
+    for case, variant in (("throughput", ""), ("burst", ""), ("throughput", "collector")):
+        result = results.get((case, "eventlog", variant)) or {}
+        dropped = {k: v for k, v in ((result.get("stats") or {}).get("dropped") or {}).items() if v}
+        if dropped:
+            notes.append(f"eventlog {case} {variant}: dropped {dropped}".replace("  ", " "))
     return lines, notes
 
 
-# -- the targets ---------------------------------------------------------------------------------
+# -- the headline: per-round ratios ----------------------------------------------------------------
 
 
-def targets(results: Results, size: dict[str, Any]) -> list[list[str]]:
-    """[target, figure, verdict] for each target, from this run's figures."""
+def round_ratios(raw: Rounds, case: str, key: str) -> list[float | None]:
+    """eventlog / stdlib pipeline of ``key``, per round (``None`` where either is missing)."""
+    ours = raw.get((case, "eventlog", ""), [])
+    theirs = raw.get((case, "stdlib", ""), [])
+    ratios: list[float | None] = []
+    for a, b in zip(ours, theirs, strict=False):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y > 0:
+            ratios.append(x / y)
+        else:
+            ratios.append(None)
+    return ratios
+
+
+def headline(raw: Rounds) -> tuple[list[str], list[list[str]]]:
+    """The ratio table (a row per figure, a column per round, the median, the target) and the
+    headline targets' verdicts."""
+    rounds = max([1] + [len(raw.get((case, "eventlog", ""), [])) for case, _ in HEADLINE])
+    header = ["eventlog / stdlib pipeline"] + [f"round {i + 1}" for i in range(rounds)]
+    header += ["median", "target", "verdict"]
+    body: list[list[str]] = []
+    checks: list[list[str]] = []
+    specs = [(label, case, key, op, limit) for label, case, key, op, limit in HEADLINE_TARGETS]
+    specs += [(label, case, key, "", None) for label, case, key in HEADLINE_INFO]
+    for label, case, key, op, limit in specs:
+        ratios = round_ratios(raw, case, key)
+        if not any(r is not None for r in ratios):
+            continue
+        found = [r for r in ratios if r is not None]
+        middle = median(found)
+        cells = [f"{r:.2f}x" if r is not None else "-" for r in ratios]
+        cells += ["-"] * (rounds - len(cells))
+        if limit is None:
+            target = verdict = ""
+        else:
+            ok = middle <= limit if op == "<=" else middle >= limit
+            target, verdict = f"{op} {limit:.1f}x", "PASS" if ok else "FAIL"
+            checks.append(
+                [
+                    f"{label}: {op} {limit:.1f}x stdlib pipeline",
+                    f"{middle:.2f}x",
+                    verdict,
+                ]
+            )
+        body.append([label, *cells, f"{middle:.2f}x", target, verdict])
+    if not body:
+        return [], checks
+    return _align([header, *body]), checks
+
+
+# -- the other targets ---------------------------------------------------------------------------
+
+
+def other_targets(results: Results, size: dict[str, Any]) -> list[list[str]]:
+    """[target, figure, verdict] for the targets beside the headline, from this run."""
 
     def get(case: str, peer: str, variant: str = "") -> dict[str, Any] | None:
         result = results.get((case, peer, variant))
@@ -351,26 +529,23 @@ def targets(results: Results, size: dict[str, Any]) -> list[list[str]]:
         verdict = "n/a" if ok is None else "PASS" if ok else "FAIL"
         out.append([name, figure or "-", verdict])
 
-    ours = get("caller", "eventlog")
-    for kind, label in (("warning", "warning"), ("exception", "exception")):
-        for peer, limit, figure_key, what in (
-            ("stdlib", 1.3, f"{kind}_us", "mean"),
-            ("stdlib", 1.3, f"{kind}_p99_us", "p99"),
-            ("sentry", 0.1, f"{kind}_us", "mean"),
-        ):
-            other = get("caller", peer)
-            name = f"caller cost, {label} {what}: <= {limit:g}x {PEERS[peer].title}"
-            if ours is None or other is None:
-                check(name, None, None)
-                continue
-            ratio = ours[figure_key] / other[figure_key]
-            figure = f"{ratio:.3g}x ({_n(ours[figure_key])} / {_n(other[figure_key])} us)"
-            check(name, figure, ratio <= limit)
-    burst = get("burst", "eventlog", "20k")
-    if burst is None:
-        check("burst 20,000: every run fully delivered", None, None)
-        check("burst: drained in < 1 s", None, None)
-    else:
+    ours, sentry = get("caller", "eventlog"), get("caller", "sentry")
+    if ours is not None and sentry is not None:
+        ratio = ours["warning_us"] / sentry["warning_us"]
+        check(
+            "caller mean, warning: <= 0.1x sentry-sdk",
+            f"{ratio:.3g}x ({_n(ours['warning_us'])} / {_n(sentry['warning_us'])} us)",
+            ratio <= 0.1,
+        )
+    big = get("throughput", "eventlog")
+    if big is not None:
+        check(
+            f"flat out {size['throughput']:,}: >= 99% delivered (median)",
+            f"{big['fraction']:.2%}",
+            big["fraction"] >= 0.99,
+        )
+    burst = get("burst", "eventlog")
+    if burst is not None:
         check(
             f"burst {size['burst']:,}: every run fully delivered",
             f"{burst['complete_runs']:.0f} of {burst['planned_runs']} runs",
@@ -382,43 +557,25 @@ def targets(results: Results, size: dict[str, Any]) -> list[list[str]]:
             _seconds(all_s, f"> {size['burst_timeout']:g} s"),
             all_s is not None and all_s < 1,
         )
-    big = get("burst", "eventlog", "200k")
-    check(
-        f"flat out {size['big_burst']:,}: >= 99% delivered",
-        None if big is None else f"{big['fraction']:.2%}",
-        None if big is None else big["fraction"] >= 0.99,
-    )
-    stdlib_big = get("burst", "stdlib", "200k")
-    check(
-        "flat out: events/s >= 1.5x stdlib queue",
-        None
-        if big is None or stdlib_big is None
-        else f"{big['events_per_s'] / stdlib_big['events_per_s']:.3g}x "
-        f"({_n(big['events_per_s'])} / {_n(stdlib_big['events_per_s'])})",
-        None
-        if big is None or stdlib_big is None
-        else big["events_per_s"] >= 1.5 * stdlib_big["events_per_s"],
-    )
     idle = get("idle", "eventlog")
-    for kind, delay in (("warning", FLUSH_INTERVAL), ("error", ERROR_DELAY)):
-        check(
-            f"idle, then {kind}: <= {'flush_interval' if kind == 'warning' else 'error_delay'}"
-            f" + 1 = {delay + 1:g} s",
-            None if idle is None else _seconds(idle[f"{kind}_s"], "never"),
-            None if idle is None else idle[f"{kind}_s"] <= delay + 1,
-        )
+    if idle is not None:
+        for kind, delay in (("warning", FLUSH_INTERVAL), ("error", ERROR_DELAY)):
+            check(
+                f"idle, then {kind}: <= "
+                f"{'flush_interval' if kind == 'warning' else 'error_delay'} + 1 = {delay + 1:g} s",
+                _seconds(idle[f"{kind}_s"], "never"),
+                idle[f"{kind}_s"] is not None and idle[f"{kind}_s"] <= delay + 1,
+            )
     memory = get("memory", "eventlog")
-    check(
-        f"RSS growth <= 50 MB for {size['memory']:,} records, dead server",
-        None if memory is None else f"{memory['growth_mb']:.1f} MB",
-        None
-        if memory is None
-        else (memory["growth_mb"] <= 50 and memory["logged"] >= size["memory"]),
-    )
+    if memory is not None:
+        check(
+            f"RSS growth <= 50 MB for {size['memory']:,} records, dead server",
+            f"{memory['growth_mb']:.1f} MB",
+            memory["growth_mb"] <= 50 and memory["logged"] >= size["memory"],
+        )
     for variant, extra in (("up", ""), ("down", ""), ("hung", " (extra)")):
         result = get("exit", "eventlog", variant)
         if result is None:
-            check(f"exit, server {variant}{extra}", None, None)
             continue
         limit = float(result["shutdown_timeout"]) + 0.5
         exit_s = result.get("exit_s")
@@ -433,12 +590,98 @@ def targets(results: Results, size: dict[str, Any]) -> list[list[str]]:
     return out
 
 
+def _checks(title: str, checks: list[list[str]]) -> list[str]:
+    if not checks:
+        return []
+    widths = [max(len(row[i]) for row in checks) for i in range(3)]
+    return ["", title] + [
+        f"  {a.ljust(widths[0])}  {b.rjust(widths[1])}  {c}" for a, b, c in checks
+    ]
+
+
+def report(
+    raw: Rounds,
+    peers: list[str],
+    size: dict[str, Any],
+    rounds: int,
+    quick: bool,
+    command: str,
+    version: str,
+    when: str | None = None,
+    where: str | None = None,
+) -> tuple[list[str], Results, list[list[str]]]:
+    results = {key: combine(values) for key, values in raw.items()}
+    orjson = importlib.util.find_spec("orjson") is not None
+    out = [
+        "eventlog-handler benchmarks "
+        + (when or datetime.datetime.now().isoformat(timespec="seconds"))
+        + (" (quick sizes: figures are not comparable to the targets)" if quick else ""),
+        f"machine: {where or machine()}",
+        f"eventlog-handler {version}; orjson "
+        + (
+            "installed (the package encodes with it; the stdlib pipeline uses json)"
+            if orjson
+            else "not installed (both encode with json)"
+        ),
+        f"command: {command}",
+        f"{rounds} interleaved round(s) of cases 1-3 for no-op, queue floor, stdlib pipeline "
+        "and eventlog; everything else once. Each case in its own process; sinks in another "
+        "process on 127.0.0.1.",
+        *PEER_NOTES,
+    ]
+    ratio_lines, head_checks = headline(raw)
+    if ratio_lines:
+        out += ["", *ratio_lines]
+    lines, notes = peer_table(results, peers, size, rounds)
+    out += ["", *lines]
+    if notes:
+        out += ["", *notes]
+    rest = other_targets(results, size)
+    out += _checks(
+        "targets (eventlog / stdlib pipeline, medians of the per-round ratios)", head_checks
+    )
+    out += _checks("other targets (eventlog, this run)", rest)
+    return out, results, head_checks + rest
+
+
+def reprint(path: Path, output: str) -> int:
+    """The report of a run saved with ``--json`` (its figures, and every round's)."""
+    data = json.loads(path.read_text())
+    raw: Rounds = {
+        (item["case"], item["peer"], item["variant"]): item["rounds"] for item in data["per_round"]
+    }
+    peers = data.get("peers") or [p for p in ALL_PEERS if any(k[1] == p for k in raw)]
+    quick = bool(data.get("quick"))
+    out, _, _ = report(
+        raw,
+        peers,
+        SIZES["quick" if quick else "full"],
+        int(data["rounds"]),
+        quick,
+        data["command"],
+        data.get("version", "(not recorded)"),
+        when=data.get("when", "(date not recorded)") + f", reprinted from {path.name}",
+        where=data.get("machine"),
+    )
+    text = "\n".join(out) + "\n"
+    sys.stdout.write(text)
+    if output:
+        Path(output).write_text(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per figure (medians shown)")
+    parser.add_argument(
+        "--rounds",
+        "--repeat",
+        type=int,
+        default=None,
+        help="interleaved rounds of the headline cases (default 5; 2 with --quick)",
+    )
     parser.add_argument("--cases", default=",".join(CASES), help="among " + ",".join(CASES))
     parser.add_argument(
         "--peers", default=",".join(PEER_ORDER), help="among " + ",".join(ALL_PEERS)
@@ -446,8 +689,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", type=int, default=1, help="cases run at once (default 1; more skews timings)"
     )
-    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument(
+        "--output",
+        default=str(HERE / "results.txt"),
+        help="also write the report here (default benchmarks/results.txt; '' for none)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    parser.add_argument(
+        "--package-dir",
+        metavar="DIR",
+        help="import eventlog_handler from DIR (e.g. a `git worktree` of another commit) "
+        "instead of this work tree",
+    )
+    parser.add_argument(
+        "--from-json",
+        metavar="PATH",
+        help="measure nothing: print the report of a run saved with --json",
+    )
     args = parser.parse_args(argv)
+    if args.from_json:
+        return reprint(Path(args.from_json), args.output)
+    global PACKAGE_DIR
+    if args.package_dir:
+        PACKAGE_DIR = Path(args.package_dir).resolve()
+        if not (PACKAGE_DIR / "eventlog_handler" / "__init__.py").is_file():
+            parser.error(f"no eventlog_handler package in {PACKAGE_DIR}")
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     for name, given, known in (("case", cases, CASES), ("peer", peers, ALL_PEERS)):
@@ -455,41 +721,35 @@ def main(argv: list[str] | None = None) -> int:
         if unknown or not given:
             parser.error(f"unknown {name}(s): {', '.join(unknown) or '(none)'}")
     peers = [p for p in ALL_PEERS if p in peers]
+    rounds = max(1, args.rounds if args.rounds is not None else (2 if args.quick else 5))
     size = SIZES["quick" if args.quick else "full"]
     command = shlex.join(["python", *sys.argv[:1], *(sys.argv[1:] if argv is None else argv)])
-    results = run_all(cases, peers, max(1, args.repeat), args.quick, args.jobs)
-
-    lines, notes = table(results, peers, size)
-    out = [
-        "eventlog-handler benchmarks "
-        + datetime.datetime.now().isoformat(timespec="seconds")
-        + (" (quick sizes: figures are not comparable to the targets)" if args.quick else ""),
-        f"machine: {machine()}",
-        f"eventlog-handler {code_version()}",
-        f"command: {command}",
-        f"runs: {max(1, args.repeat)} per figure (median); each case in its own process; "
-        "sinks in another process on 127.0.0.1",
-        STDLIB_PEER,
-        "",
-        *lines,
-    ]
-    if notes:
-        out += ["", *notes]
-    checks = targets(results, size)
-    if checks:
-        widths = [max(len(row[i]) for row in checks) for i in range(3)]
-        out += ["", "targets (eventlog, this run)"]
-        out += [f"  {a.ljust(widths[0])}  {b.rjust(widths[1])}  {c}" for a, b, c in checks]
-    print("\n".join(out), flush=True)
+    version = code_version()
+    raw = run_all(cases, peers, rounds, args.quick, args.jobs)
+    out, results, checks = report(raw, peers, size, rounds, args.quick, command, version)
+    text = "\n".join(out) + "\n"
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if args.output:
+        Path(args.output).write_text(text)
     if args.json:
         Path(args.json).write_text(
             json.dumps(
                 {
                     "command": command,
                     "machine": machine(),
+                    "version": version,
+                    "when": out[0].split("benchmarks ", 1)[1],
+                    "quick": args.quick,
+                    "peers": peers,
+                    "rounds": rounds,
                     "results": [
                         {"case": k[0], "peer": k[1], "variant": k[2], **v}
                         for k, v in results.items()
+                    ],
+                    "per_round": [
+                        {"case": k[0], "peer": k[1], "variant": k[2], "rounds": v}
+                        for k, v in raw.items()
                     ],
                     "targets": checks,
                 },
