@@ -170,16 +170,27 @@ class Intake:
             self.ledger.changed.notify_all()
 
     def give_back(self, entries: list[Entry]) -> None:
-        """Return in-flight entries to the front of the buffer (the lock is held); what no
-        longer fits is dropped (``queue_full``)."""
-        buffer = self.buffer
-        kept = 0
-        room = self.room()
-        for entry in reversed(entries):
-            if len(buffer) >= buffer.capacity or buffer.bytes + entry.size > room:
-                break
-            buffer.put_front(entry)
-            kept += 1
+        """Return in-flight entries to the front of the buffer (the lock is held). They are the
+        oldest, so where room runs out the buffer's rule applies: a returned log is dropped, a
+        returned error pushes out the oldest log in the buffer (``queue_full`` either way)."""
         ledger = self.ledger
+        ledger.in_flight_bytes = max(
+            0, ledger.in_flight_bytes - sum(entry.size for entry in entries)
+        )
+        buffer = self.buffer
+        room = self.room()
+        dropped = 0
+        for entry in reversed(entries):
+            while (
+                entry.is_error
+                and buffer.logs
+                and (len(buffer) >= buffer.capacity or buffer.bytes + entry.size > room)
+            ):
+                buffer.bytes -= buffer.logs.popleft().size  # the oldest log goes first
+                dropped += 1
+            if len(buffer) >= buffer.capacity or buffer.bytes + entry.size > room:
+                dropped += 1
+                continue
+            buffer.put_front(entry)
         ledger.in_flight = max(0, ledger.in_flight - len(entries))
-        ledger.dropped["queue_full"] += len(entries) - kept
+        ledger.dropped["queue_full"] += dropped

@@ -57,6 +57,7 @@ def _freeze(value: Any) -> Any:
 
 
 _FIELDS = ("type", "source", "message", "@level", "value", "reference_id", "date", "count")
+_KNOWN = frozenset((*_FIELDS, "data", "tags", "@user", "@simple_error"))
 
 
 def event_key(event: dict[str, Any]) -> Any:
@@ -85,13 +86,9 @@ def event_key(event: dict[str, Any]) -> Any:
         _freeze(user) if user else None,
         _freeze(error) if error is not None else None,
     )
-    if len(event) > len(_FIELDS) + 4:  # other top-level fields (geo, custom): they count too
-        rest = [
-            (name, _freeze(value))
-            for name, value in event.items()
-            if name not in _FIELDS and name not in ("data", "tags", "@user", "@simple_error")
-        ]
-        return (key, tuple(rest))
+    others = event.keys() - _KNOWN
+    if others:  # other top-level fields (geo, custom ones): they count too
+        return (key, tuple((name, _freeze(event[name])) for name in sorted(others)))
     return key
 
 
@@ -169,7 +166,13 @@ class Rollup:
             first = seen[1]
             if first is not None:  # a second one: from now on, compare them in full
                 self._messages[message] = (seen[0], None)
-                self._current.setdefault(hash(event_key(first)), seen[0])
+                first_digest = hash(event_key(first))
+                known = self._current.get(first_digest)
+                if known is None or known <= now:  # no window, or one that ended: this one
+                    older = self._pending.get(first_digest)
+                    if older is not None and older.ends <= now:
+                        self._release(first_digest)
+                    self._current[first_digest] = seen[0]
                 self._generation_bytes += 80
             key = event_key(event)
             digest = hash(key)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eventlog_handler.delivery._batches import Part
-from eventlog_handler.delivery._buffer import Entry
+from eventlog_handler.delivery._buffer import Entry, entry_size
 from eventlog_handler.delivery._intake import Intake
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS
@@ -231,6 +231,8 @@ class SpoolTraffic:
             Entry(self.settings, event, 0, None, None, None, when, now, is_error=is_error(event))
             for event, when in zip(events, created, strict=True)
         ]
+        for entry in ready:
+            entry.size = entry_size(entry)
         with self.ledger.lock:
             self.intake.give_back(ready)
 

@@ -491,11 +491,6 @@ def test_give_back_respects_the_byte_room() -> None:
     assert accounted(intake)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="give_back drops a returned error to keep logs: it does not apply the buffer's "
-    "rule (oldest log first, errors survive); _intake.py give_back, lines 178-182",
-)
 def test_give_back_keeps_errors_rather_than_logs(no_pushback) -> None:
     intake, _ = make_intake(queue_size=3, batch_size=3)
     intake.put(entry(intake, error=True, text="err"))
@@ -508,12 +503,6 @@ def test_give_back_keeps_errors_rather_than_logs(no_pushback) -> None:
     assert intake.ledger.dropped["queue_full"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="give_back measures room() while the returned entries' bytes are still counted in "
-    "ledger.in_flight_bytes (set by the worker when it took them): they are counted twice and "
-    "dropped though they fit; _intake.py give_back line 177 with room() line 120",
-)
 def test_give_back_of_the_batch_in_flight_fits_where_it_came_from() -> None:
     intake, _ = make_intake(memory_budget=10_000)
     for _ in range(2):

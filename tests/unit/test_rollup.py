@@ -116,12 +116,6 @@ def test_other_top_level_fields_count_in_a_full_event(change: dict[str, Any]) ->
     assert rollup.admit(event(**many, **change), 100.5) is True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="geo (and any other top-level field, e.g. set by before_send) is compared only when "
-    "the event has more than 12 fields (_rollup.py line 88: len(event) > len(_FIELDS) + 4); "
-    "a log event has 6 to 9, so events that differ only in geo are merged",
-)
 @pytest.mark.parametrize("change", [{"geo": "1,2"}, {"custom": "x"}])
 def test_other_top_level_fields_count_in_a_usual_event(change: dict[str, Any]) -> None:
     rollup = Rollup(window=10.0)
@@ -174,12 +168,6 @@ def test_a_duplicate_after_the_window_is_sent_and_releases_the_summary() -> None
     assert summary["count"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a duplicate in the window of a re-sent first event is sent again, not counted: "
-    "admit() keeps the old (ended) window end in _current via setdefault (_rollup.py line 172) "
-    "and then treats the ended window as over (line 195)",
-)
 def test_duplicates_of_a_new_window_that_began_before_a_rotation_are_counted() -> None:
     rollup = Rollup(window=10.0)
     rollup.admit(event("other"), 0.0)  # generations rotate at 10, 20, ...
