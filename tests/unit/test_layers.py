@@ -83,7 +83,7 @@ def test_no_import_circle() -> None:
 
     def visit(node: str, path: list[str]) -> None:
         if node in path:
-            circles.append(path[path.index(node) :] + [node])
+            circles.append([*path[path.index(node) :], node])
             return
         if node in done:
             return
