@@ -18,6 +18,7 @@ from eventlog_handler.handler import (
     TraceLogHandler,
     check_level,
 )
+from eventlog_handler.integrations import _celery as celery
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations import _signals as signals
 from eventlog_handler.integrations._hooks import ExceptionHooks, install_with
@@ -178,6 +179,8 @@ def setup(
         exception_capture.set_active(handler.settings)
         _CURRENT.sigterm = sigterm
         _CURRENT.trace_handler = trace_handler
+        if "celery" in sys.modules:
+            celery.install(_current_handlers)
         _pass_to_children(
             {
                 "api_key": api_key,
@@ -190,6 +193,17 @@ def setup(
             }
         )
         return _CURRENT
+
+
+def _current_handlers() -> list[logging.Handler]:
+    """The handlers the current setup keeps on the root logger (none once it is closed)."""
+    active = current()
+    if active is None:
+        return []
+    found: list[logging.Handler] = [active.handler]
+    if active.trace_handler is not None:
+        found.append(active.trace_handler)
+    return found
 
 
 #: How ``setup()``'s arguments reach the processes that ``multiprocessing`` starts with spawn or

@@ -190,9 +190,16 @@ def ignores_exception(exc: BaseException, ignored: tuple[Any, ...]) -> bool:
     return found
 
 
+#: Exceptions that are a task queue's control flow, not failures: Celery's retry, ignore and
+#: reject (a task that retries is reported once, at its final failure).
+CONTROL_FLOW = ("celery.exceptions.Retry", "celery.exceptions.Ignore", "celery.exceptions.Reject")
+
+
 def exception_filtered(exc: BaseException, settings: Settings, server: Any) -> bool:
-    """Whether the settings (``ignore_exceptions``) or the service (``@@error:*``) turn the
-    error ``exc`` off."""
+    """Whether ``exc`` is not an error to report: a task queue's control flow, or turned off by
+    the settings (``ignore_exceptions``) or the service (``@@error:*``)."""
+    if type(exc).__module__.startswith("celery") and ignores_exception(exc, CONTROL_FLOW):
+        return True
     if settings.ignore_exceptions and ignores_exception(exc, settings.ignore_exceptions):
         return True
     if server.has_error_rules:

@@ -1,0 +1,113 @@
+"""Celery: what ``setup()`` does when Celery is imported.
+
+With Celery's defaults a worker configures logging itself as it starts
+(``worker_hijack_root_logger``): it takes every handler off the root logger, so a handler
+attached before would silently stop receiving records. Through Celery's signals:
+
+- ``after_setup_logger``: the handlers of the current :func:`~eventlog_handler.setup` are put
+  back on the root logger (Celery's own handlers stay, and so does the level it set);
+- ``after_setup_task_logger``: they are added to ``celery.task``, which does not propagate, so
+  what tasks log with ``get_task_logger`` is sent too;
+- ``task_prerun`` / ``task_postrun``: each task runs in a scope of its own (a user or tags set in
+  one task never reach the next), tagged with the task's name;
+- ``worker_process_shutdown``: a pool child (prefork) sends what it logged before it ends, also
+  when it is recycled (``max_tasks_per_child``); it ends with ``os._exit``, which skips
+  ``atexit``. The main process flushes on ``worker_shutdown`` (a warm shutdown) and at exit.
+
+A task's failure is reported once, at its final failure: Celery logs it at ``ERROR`` with the
+exception. Retries (``self.retry``, ``autoretry_for``), ``Ignore`` and ``Reject`` are logged below
+``WARNING`` on Celery's loggers, whose routine lines are not events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from eventlog_handler.capture._context import RequestScope, add_tags
+from eventlog_handler.delivery import _engine as transport
+
+#: The handlers to keep on the root logger (set by setup()), or an empty list.
+_handlers: Callable[[], list[logging.Handler]] = list
+_connected = False
+_lock = threading.Lock()
+_scopes: dict[str, tuple[RequestScope, Any]] = {}
+
+
+def install(handlers: Callable[[], list[logging.Handler]]) -> bool:
+    """Connect to Celery's signals (once per process); ``handlers()`` gives the handlers of the
+    current setup. ``False`` when Celery can't be imported."""
+    global _handlers, _connected
+    try:
+        from celery import signals  # type: ignore[import-untyped,unused-ignore]
+    except Exception:
+        return False
+    with _lock:
+        _handlers = handlers
+        if _connected:
+            return True
+        signals.after_setup_logger.connect(_after_setup_logger, weak=False)
+        signals.after_setup_task_logger.connect(_after_setup_task_logger, weak=False)
+        signals.task_prerun.connect(_task_prerun, weak=False)
+        signals.task_postrun.connect(_task_postrun, weak=False)
+        signals.worker_process_shutdown.connect(_worker_process_shutdown, weak=False)
+        signals.worker_shutdown.connect(_worker_shutdown, weak=False)
+        _connected = True
+    return True
+
+
+def _attach(logger: logging.Logger) -> None:
+    for handler in _handlers():
+        if handler not in logger.handlers:
+            logger.addHandler(handler)
+
+
+def _after_setup_logger(logger: logging.Logger | None = None, **_: Any) -> None:
+    with contextlib.suppress(Exception):  # Celery's start must not fail because of us
+        _attach(logger if isinstance(logger, logging.Logger) else logging.getLogger())
+
+
+def _after_setup_task_logger(logger: logging.Logger | None = None, **_: Any) -> None:
+    try:
+        if isinstance(logger, logging.Logger) and not logger.propagate:
+            _attach(logger)
+    except Exception:  # pragma: no cover
+        pass
+
+
+def _task_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
+    try:
+        scope = RequestScope()
+        name = getattr(task, "name", None)
+        tags = add_tags("celery", name) if isinstance(name, str) and name else add_tags("celery")
+        if task_id:
+            _scopes[task_id] = (scope, tags)
+    except Exception:  # pragma: no cover
+        pass
+
+
+def _task_postrun(task_id: str | None = None, **_: Any) -> None:
+    try:
+        found = _scopes.pop(task_id, None) if task_id else None
+        if found is not None:
+            scope, tags = found
+            tags.reset()
+            scope.close()
+    except Exception:  # pragma: no cover
+        pass
+
+
+def _worker_process_shutdown(**_: Any) -> None:
+    with contextlib.suppress(Exception):
+        transport.shutdown_all()
+
+
+def _worker_shutdown(**_: Any) -> None:
+    try:
+        for engine in transport.engines():
+            engine.flush(engine.settings.shutdown_timeout)
+    except Exception:  # pragma: no cover
+        pass

@@ -1,0 +1,55 @@
+import logging
+import os
+
+from celery import Celery
+from celery.exceptions import Ignore, Reject
+from celery.utils.log import get_task_logger
+
+import eventlog_handler
+
+folder = os.environ["BROKER_DIR"]
+app = Celery("tasks", broker="filesystem://")
+app.conf.broker_transport_options = {
+    "data_folder_in": folder,
+    "data_folder_out": folder,
+    "data_folder_processed": folder + "/done",
+}
+app.conf.task_ignore_result = True
+eventlog_handler.setup()
+log = logging.getLogger("tasks")
+task_log = get_task_logger(__name__)
+
+
+@app.task(name="tasks.warn")
+def warn(n):
+    log.warning("task warning %s", n)
+    task_log.warning("task logger warning %s", n)
+
+
+@app.task(name="tasks.flaky", bind=True, max_retries=2, default_retry_delay=0)
+def flaky(self):
+    try:
+        raise ValueError("flaky failed")
+    except ValueError as exc:
+        raise self.retry(exc=exc, countdown=0) from exc
+
+
+@app.task(
+    name="tasks.auto",
+    autoretry_for=(KeyError,),
+    max_retries=2,
+    default_retry_delay=0,
+    retry_backoff=False,
+)
+def auto():
+    raise KeyError("auto failed")
+
+
+@app.task(name="tasks.ignored")
+def ignored():
+    raise Ignore()
+
+
+@app.task(name="tasks.rejected")
+def rejected():
+    raise Reject("no", requeue=False)

@@ -1,0 +1,81 @@
+"""A real ``celery worker`` with Celery's defaults (it takes over the root logger as it starts),
+its app calling ``eventlog_handler.setup()`` at import as users do; tasks sent by another
+process through Celery's filesystem transport; the worker stopped with ``SIGTERM`` (a warm
+shutdown). What arrives at a loopback server is what a user sees."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env
+from tests.support.waits import wait_until
+
+pytest.importorskip("celery", reason="celery is a test dependency (the dev extra)")
+
+APP = Path(__file__).parent / "celery_app"
+TASKS = ["tasks.warn", "tasks.flaky", "tasks.auto", "tasks.ignored", "tasks.rejected"]
+
+
+@pytest.mark.parametrize("pool", ["solo", "prefork"])
+def test_a_celery_worker_with_defaults_sends_what_its_tasks_log(tmp_path: Path, pool: str) -> None:
+    broker = tmp_path / "broker"
+    (broker / "done").mkdir(parents=True)
+    with FaultServer() as server:
+        env = child_env(server.url, BROKER_DIR=str(broker))
+        env["PYTHONPATH"] = os.pathsep.join([str(APP), env["PYTHONPATH"]])
+        command = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "info"]
+        command += ["--pool", pool] + (["--concurrency", "2"] if pool == "prefork" else [])
+        worker = subprocess.Popen(
+            command,
+            cwd=str(tmp_path),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            subprocess.run(
+                [sys.executable, str(APP / "producer.py"), *TASKS],
+                env=env,
+                cwd=str(tmp_path),
+                check=True,
+                timeout=60,
+            )
+
+            def errors() -> list[str]:
+                return [
+                    event["@simple_error"]["type"]
+                    for event in server.accepted
+                    if event.get("type") == "error"
+                ]
+
+            # The two failing tasks end (after their retries) as one error each.
+            assert wait_until(lambda: sorted(errors()) == ["KeyError", "ValueError"], 45), errors()
+            time.sleep(1)  # a retry or a control-flow exception reported late would show now
+            worker.send_signal(signal.SIGTERM)
+            output, _ = worker.communicate(timeout=60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.communicate(timeout=10)
+        events = list(server.accepted)
+    assert worker.returncode == 0, output[-3000:]
+    messages = {str(event.get("message")) for event in events}
+    assert {"task warning 1", "task logger warning 1"} <= messages, messages
+    warning = next(event for event in events if event.get("message") == "task warning 1")
+    assert "tasks.warn" in warning["tags"]  # the task's scope
+    assert sorted(e["@simple_error"]["type"] for e in events if e.get("type") == "error") == [
+        "KeyError",
+        "ValueError",
+    ]
+    # Celery's routine lines ("Task ... received", "succeeded", retries) are not events.
+    assert not [e for e in events if "received" in str(e.get("message"))]
+    assert not [e for e in events if "retry" in str(e.get("message")).lower()]
