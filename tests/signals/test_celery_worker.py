@@ -79,3 +79,40 @@ def test_a_celery_worker_with_defaults_sends_what_its_tasks_log(tmp_path: Path, 
     # Celery's routine lines ("Task ... received", "succeeded", retries) are not events.
     assert not [e for e in events if "received" in str(e.get("message"))]
     assert not [e for e in events if "retry" in str(e.get("message")).lower()]
+
+
+def test_the_celery_example(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    broker = tmp_path / "broker"
+    (broker / "done").mkdir(parents=True)
+    with FaultServer() as server:
+        env = child_env(server.url, CELERY_BROKER_DIR=str(broker))
+        env["PYTHONPATH"] = os.pathsep.join([str(examples), env["PYTHONPATH"]])
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool", "solo"],
+            cwd=str(tmp_path),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            send = "import celery_app; celery_app.charge.delay(42); celery_app.report.delay()"
+            subprocess.run(
+                [sys.executable, "-c", send], env=env, cwd=str(tmp_path), check=True, timeout=60
+            )
+            assert wait_until(
+                lambda: any(event.get("type") == "error" for event in server.accepted), 45
+            )
+            worker.send_signal(signal.SIGTERM)
+            output, _ = worker.communicate(timeout=60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.communicate(timeout=10)
+        events = list(server.accepted)
+    assert worker.returncode == 0, output[-3000:]
+    errors = [event for event in events if event.get("type") == "error"]
+    assert [error["@simple_error"]["type"] for error in errors] == ["ConnectionError"]
+    late = next(event for event in events if event.get("message") == "nightly report is late")
+    assert "celery_app.report" in late["tags"] and "worker" in late["tags"]
