@@ -68,6 +68,9 @@ DEFAULT_DATA_EXCLUSIONS: tuple[str, ...] = (
     "csrf",
     "xsrf",
     # payment cards
+    "card",
+    "pan",
+    "cc",
     "creditcard",
     "cardnumber",
     "cardno",

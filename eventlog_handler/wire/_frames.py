@@ -44,6 +44,7 @@ from types import FrameType
 from typing import Any
 
 from eventlog_handler.settings import MASK
+from eventlog_handler.wire._scrub import mask_card_numbers
 
 #: Where frames travel: ``@simple_error.data[FRAMES_KEY]``, and a serious log's ``data``.
 FRAMES_KEY = "@frames"
@@ -377,7 +378,6 @@ def _line(line: str) -> str:
 
 _BEARER_VALUE = re.compile(r"(?i)\bbearer\s+[\w\-.~+/]{8,}=*")
 _URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.\-]*://[^\s:/?#@]*:[^\s/?#@]+@", re.IGNORECASE)
-_CARD = re.compile(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)")
 
 
 def looks_like_credential(text: str, secrets: Collection[str] = ()) -> bool:
@@ -390,18 +390,4 @@ def looks_like_credential(text: str, secrets: Collection[str] = ()) -> bool:
         return True
     if "://" in text and "@" in text and _URL_PASSWORD.search(text):
         return True
-    return any(_luhn(re.sub(r"\D", "", found.group(0))) for found in _CARD.finditer(text))
-
-
-def _luhn(digits: str) -> bool:
-    if not 13 <= len(digits) <= 19:
-        return False
-    total = 0
-    for index, char in enumerate(reversed(digits)):
-        value = int(char)
-        if index % 2:
-            value *= 2
-            if value > 9:
-                value -= 9
-        total += value
-    return total % 10 == 0
+    return mask_card_numbers(text) != text

@@ -103,6 +103,11 @@ COMPOUND_SUFFIXES = frozenset(
     ("", "id", "ids", "value", "values", "hash", "str", "string", "text", "data", "header", "b64")
 )
 
+#: Words that match only from the start of a word of the key: they end too many ordinary words
+#: (``pan`` masks ``card_pan`` and ``panNumber``, not ``span_id``; ``cc`` masks ``cc_number``,
+#: not ``bcc``).
+WHOLE_WORDS = frozenset({"pan", "cc"})
+
 #: The words of a key: camelCase humps (an acronym keeps its capitals: ``APIKey`` → ``API``,
 #: ``Key``), lower-case runs, digit runs, and runs of other letters.
 _KEY_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_A-Za-z]+")
@@ -169,12 +174,14 @@ class ExclusionMatcher:
         parts = [part.lower() for part in _KEY_WORDS.findall(key)]
         text = "".join(parts)
         ends = list(itertools.accumulate(len(part) for part in parts))
+        starts = {0, *ends}
         for word in self._words:
+            short = word in WHOLE_WORDS
             start = text.find(word)
             while start >= 0:
                 end = start + len(word)
                 boundary = ends[bisect.bisect_left(ends, end)]
-                if text[end:boundary] in COMPOUND_SUFFIXES:
+                if text[end:boundary] in COMPOUND_SUFFIXES and (not short or start in starts):
                     return True
                 start = text.find(word, start + 1)
         return False

@@ -564,6 +564,8 @@ NOISE_WORD = st.text(alphabet="bfghmqvwz", min_size=1, max_size=6)  # no exclusi
 def test_property_a_word_at_the_end_of_a_key_word_is_excluded(word, before, after, style, suffix):
     if style == "joined":  # no boundary after the word but the key's end
         after = []
+        if word in jsonsafe.WHOLE_WORDS:
+            before = []  # these match only from the start of a word (span_id is not a card)
     parts = [*before, word + suffix, *after]
     key = _styled(parts, style)
     assert jsonsafe.is_excluded(key, DEFAULT_DATA_EXCLUSIONS), key
