@@ -53,8 +53,10 @@ structlog itself is not imported here: the processor only receives plain values,
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import MutableMapping
+from types import FrameType
 from typing import Any
 
 from eventlog_handler.capture import _admit as admit
@@ -66,6 +68,7 @@ from eventlog_handler.capture._admit import (
     was_reported,
     was_sent,
 )
+from eventlog_handler.capture._exceptions import current_settings
 from eventlog_handler.capture._records import build_event, exception_of
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
 from eventlog_handler.delivery._stderr import say_unconfigured
@@ -148,10 +151,14 @@ class EventLogProcessor:
         **options: Any,
     ) -> None:
         self.level = check_level(level)
-        self.settings = Settings.from_options(
+        #: Made without a key, URL or options: the settings of the current ``setup()`` (its
+        #: tags, version, server and key) apply when there is one.
+        self._follows_setup = api_key is None and server_url is None and not options
+        self._own = Settings.from_options(
             {"api_key": api_key, "server_url": server_url, **options}, lenient=True
         )
-        say_unconfigured(self.settings)
+        if not self._follows_setup or current_settings() is None:
+            say_unconfigured(self._own)
         #: Events that could not be converted (skipped, never raised).
         self.errors = 0
         if self.settings.trace_size:
@@ -160,6 +167,16 @@ class EventLogProcessor:
 
     def __repr__(self) -> str:
         return f"<EventLogProcessor {self.settings.shown_url} ({logging.getLevelName(self.level)})>"
+
+    @property
+    def settings(self) -> Settings:
+        """The settings events are sent with: the current ``setup()``'s when this processor was
+        made without settings of its own, else its own."""
+        if self._follows_setup:
+            active = current_settings()
+            if active is not None:
+                return active
+        return self._own
 
     @property
     def engine(self) -> Engine:
@@ -187,6 +204,8 @@ class EventLogProcessor:
             source = event_dict.get("logger_name")
         if source is None:
             source = record.name if record is not None else getattr(logger, "name", None)
+        if source is None:
+            source = event_dict.get("module") or _calling_module()
         if source is not None and not isinstance(source, str):
             source = safe_str(source)
         if is_ignored_logger(source) or (source and self._ignores(source)):
@@ -261,3 +280,20 @@ class EventLogProcessor:
         return any(
             name == item or name.startswith(item + ".") for item in self.settings.ignore_loggers
         )
+
+
+def _calling_module() -> str | None:
+    """The module that called the structlog logger (for loggers without a name): the first
+    frame outside structlog, this package and the standard library's logging."""
+    frame: FrameType | None = sys._getframe(3)
+    for _ in range(15):
+        if frame is None:
+            return None
+        module = frame.f_globals.get("__name__")
+        if isinstance(module, str) and not module.startswith(_OWN_MODULES):
+            return module
+        frame = frame.f_back
+    return None
+
+
+_OWN_MODULES = ("structlog", "eventlog_handler", "logging")

@@ -255,3 +255,27 @@ def test_a_plain_record_with_the_same_text_right_after_is_sent(server: CaptureSe
     events = server.wait_for(2)
     assert len(events) == 2
     assert proc.engine.stats()["captured"] == 2
+
+
+def test_a_processor_without_settings_follows_setup(server: CaptureServer) -> None:
+    handle = setup(API_KEY, server.url, tags=["from-setup"], version="9.9.9", **FAST)
+    try:
+        proc = EventLogProcessor()  # no key, URL or options: setup()'s apply
+        output = io.StringIO()
+        structlog.configure(
+            processors=[
+                structlog.processors.add_log_level,
+                proc,
+                structlog.processors.KeyValueRenderer(),
+            ],
+            logger_factory=structlog.PrintLoggerFactory(file=output),
+            cache_logger_on_first_use=False,
+        )
+        structlog.get_logger().warning("queue is long", depth=7)  # a logger without a name
+        (event,) = delivered(proc, server, 1)
+    finally:
+        structlog.reset_defaults()
+        handle.close()
+    assert event["tags"] == ["from-setup"]
+    assert event["data"]["@version"] == "9.9.9"
+    assert event["source"] == __name__  # no logger name: the calling module
