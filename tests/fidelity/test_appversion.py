@@ -168,7 +168,7 @@ def test_this_package_is_found_from_its_own_files():
     assert appversion._detect(fake_main(spec_name="eventlog_handler.cli")) == (
         eventlog_handler.__version__
     )
-    demo = str(package / "demo.py")
+    demo = str(package / "cli" / "_demo.py")
     assert appversion._detect(fake_main(file=demo)) == eventlog_handler.__version__
 
 
