@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import threading
+from types import FrameType
 from typing import Any
 
 from eventlog_handler.capture import _exceptions as exception_capture
@@ -222,6 +223,16 @@ def _pass_to_children(arguments: dict[str, Any]) -> None:
         os.environ.pop(CHILD_SETUP_ENV, None)
 
 
+def _in_forkserver() -> bool:
+    """Whether this is multiprocessing's fork server importing the main module (preload)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(os.path.join("multiprocessing", "forkserver.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def adopt_parent_setup() -> None:
     """In a process that ``multiprocessing`` spawned (its main module is being imported as
     ``__mp_main__``): run the ``setup()`` the parent ran, if it ran one this one did not."""
@@ -232,6 +243,8 @@ def adopt_parent_setup() -> None:
         text = os.environ.get(CHILD_SETUP_ENV)
         if text is None or getattr(main, "__name__", None) != "__mp_main__" or _CURRENT:
             return
+        if _in_forkserver():
+            return  # the fork server only forks: setting up there could deadlock its children
         arguments = json.loads(text)
         if isinstance(arguments, dict):
             setup(**arguments)

@@ -119,7 +119,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("method", ["spawn"])
 def test_setup_under_main_reaches_spawned_workers(
     server: FaultServer, tmp_path: Path, method: str
 ) -> None:
