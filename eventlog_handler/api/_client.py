@@ -24,6 +24,7 @@ import json
 # and the child's worker blocks on it for good: imported here, before any thread exists.
 import netrc  # noqa: F401
 import os
+import ssl
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
@@ -31,6 +32,7 @@ from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import requests
+import urllib3
 
 from eventlog_handler._version import __version__
 from eventlog_handler.api import _errors as errors
@@ -46,6 +48,8 @@ from eventlog_handler.wire._jsonsafe import to_jsonable
 
 #: Bodies larger than this are gzip-compressed.
 GZIP_THRESHOLD = 1024
+
+EVENTS_PATH = "/api/v2/events"
 
 #: ``name/version`` with one slash: the service records it as the event's
 #: ``@submission_client`` (name and version), so nothing else goes in this header.
@@ -191,9 +195,9 @@ class Client:
                 allow_redirects=False,
             )
         except requests.RequestException as exc:
-            raise _transport_error(exc, url) from None
+            raise transport_error(exc, url) from None
         if response.status_code >= 300 and response.status_code != 304:
-            raise _api_error(response)
+            raise api_error(Answer.of(response))
         return response
 
     # -- events -----------------------------------------------------------------------------
@@ -226,15 +230,10 @@ class Client:
         headers = {"Content-Type": "application/json"}
         if gzipped:
             headers["Content-Encoding"] = "gzip"
-        response = self._request("POST", "/api/v2/events", body=payload, headers=headers)
-        check_event_answer(response)
-        return SubmitResult(
-            status=response.status_code,
-            events=count,
-            bytes_sent=len(payload),
-            config_version=_int_header(response, "X-Exceptionless-ConfigVersion"),
-            rate_limit_remaining=_int_header(response, "X-RateLimit-Remaining"),
-        )
+        response = self._request("POST", EVENTS_PATH, body=payload, headers=headers)
+        answer = Answer.of(response)
+        check_event_answer(answer)
+        return submit_result(answer, count, len(payload))
 
     # -- login ------------------------------------------------------------------------------
 
@@ -296,7 +295,7 @@ class Client:
                     title="expected a JSON array of projects",
                     url=response.url,
                 )
-            total = _int_header(response, "X-Result-Count")
+            total = _int_header(response.headers, "X-Result-Count")
             for item in data:
                 received += 1
                 yield Project.from_json(item)
@@ -473,9 +472,9 @@ def _json(response: requests.Response) -> Any:
         ) from None
 
 
-def _int_header(response: requests.Response, name: str) -> int | None:
+def _int_header(headers: Mapping[str, str], name: str) -> int | None:
     try:
-        return int(response.headers[name])
+        return int(headers[name])
     except (KeyError, ValueError):
         return None
 
@@ -498,13 +497,46 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
 
 
-def _api_error(response: requests.Response) -> errors.ApiError:
-    status = response.status_code
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """An HTTP answer, whichever library received it (requests for the API, urllib3 for the
+    worker's event posts), so one set of functions reads it."""
+
+    status: int
+    reason: str
+    headers: Mapping[str, str]
+    content: bytes
+    url: str
+
+    @classmethod
+    def of(cls, response: requests.Response) -> Answer:
+        return cls(
+            response.status_code,
+            response.reason or "",
+            response.headers,
+            response.content or b"",
+            response.url or "",
+        )
+
+
+def submit_result(answer: Answer, count: int, bytes_sent: int) -> SubmitResult:
+    """What an accepted event post said: its status and the headers the engine follows."""
+    return SubmitResult(
+        status=answer.status,
+        events=count,
+        bytes_sent=bytes_sent,
+        config_version=_int_header(answer.headers, "X-Exceptionless-ConfigVersion"),
+        rate_limit_remaining=_int_header(answer.headers, "X-RateLimit-Remaining"),
+    )
+
+
+def api_error(answer: Answer) -> errors.ApiError:
+    """The :class:`~eventlog_handler.api._errors.ApiError` subclass for a failure answer."""
+    status = answer.status
     title: str | None = None
     problems: dict[str, Any] = {}
-    body = ""
+    body = answer.content[:2000].decode("utf-8", "replace")
     try:
-        body = response.text[:2000]
         data = json.loads(body) if body else None
     except ValueError:
         data = None
@@ -516,30 +548,30 @@ def _api_error(response: requests.Response) -> errors.ApiError:
         if isinstance(data.get("errors"), dict):
             problems = data["errors"]
     if title is None:
-        title = response.reason or None
+        title = answer.reason or None
     cls = errors.error_class_for(status)
     kwargs: dict[str, Any] = {
         "title": title,
         "errors": problems,
         "body": body,
-        "url": response.url,
-        "location": response.headers.get("Location", ""),
+        "url": answer.url,
+        "location": answer.headers.get("Location", ""),
     }
     if cls is errors.RateLimitedError:
         return errors.RateLimitedError(
-            status, retry_after=parse_retry_after(response.headers.get("Retry-After")), **kwargs
+            status, retry_after=parse_retry_after(answer.headers.get("Retry-After")), **kwargs
         )
     return cls(status, **kwargs)
 
 
-def check_event_answer(response: requests.Response) -> None:
+def check_event_answer(answer: Answer) -> None:
     """Raise :class:`~eventlog_handler.api._errors.UnexpectedAnswerError` when a success answer
     to an event post is not the service's: it answers 202 with an empty body (a JSON body is
     tolerated); an HTML page or other text means something else answered."""
-    content = response.content
+    content = answer.content
     if not content or not content.strip():
         return
-    kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    kind = answer.headers.get("Content-Type", "").split(";")[0].strip().lower()
     if "json" in kind or (not kind and content.lstrip()[:1] in (b"{", b"[")):
         try:
             json.loads(content)
@@ -551,26 +583,34 @@ def check_event_answer(response: requests.Response) -> None:
         if "html" in kind or b"<html" in content[:500].lower()
         else (f"a {kind or 'body'} that is not the service's answer")
     )
-    raise errors.UnexpectedAnswerError(
-        response.status_code, title=f"answered with {what}", url=response.url
-    )
+    raise errors.UnexpectedAnswerError(answer.status, title=f"answered with {what}", url=answer.url)
 
 
-def _transport_error(exc: requests.RequestException, url: str) -> errors.TransportError:
-    where = urlsplit(url).netloc
-    if isinstance(exc, requests.exceptions.SSLError):
-        return errors.TransportError(f"TLS failure talking to {where}: {exc}", "tls")
-    if isinstance(exc, requests.Timeout):
-        sent = not isinstance(exc, requests.ConnectTimeout)
-        return errors.TransportError(f"no answer from {where} in time", "timeout", sent=sent)
+def transport_error(exc: BaseException, url: str) -> errors.TransportError:
+    """A :class:`~eventlog_handler.api._errors.TransportError` naming what went wrong, from a
+    requests or a urllib3 exception; ``sent`` says whether the request may have arrived."""
+    where = urlsplit(url).netloc.rpartition("@")[2]
     chain = _causes(exc)
+    if any(isinstance(item, _SSL_ERRORS) for item in chain):
+        return errors.TransportError(f"TLS failure talking to {where}: {exc}", "tls")
     if any(isinstance(item, ConnectionRefusedError) for item in chain) or "refused" in str(exc):
         return errors.TransportError(f"connection to {where} refused", "refused")
+    if any(
+        isinstance(item, _TIMEOUTS) and not isinstance(item, urllib3.exceptions.NewConnectionError)
+        for item in chain
+    ):
+        sent = not any(isinstance(item, _CONNECT_TIMEOUTS) for item in chain)
+        return errors.TransportError(f"no answer from {where} in time", "timeout", sent=sent)
     if any(isinstance(item, ConnectionResetError | BrokenPipeError) for item in chain) or any(
         word in str(exc) for word in ("reset", "RemoteDisconnected", "aborted", "Broken pipe")
     ):
         return errors.TransportError(f"connection to {where} reset", "reset", sent=True)
     return errors.TransportError(f"cannot reach {where}: {type(exc).__name__}", "other")
+
+
+_SSL_ERRORS = (requests.exceptions.SSLError, urllib3.exceptions.SSLError, ssl.SSLError)
+_TIMEOUTS = (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)
+_CONNECT_TIMEOUTS = (requests.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError)
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

@@ -21,6 +21,7 @@ import dataclasses
 import gzip
 import json
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -53,7 +54,9 @@ class Seen:
 
 
 class FaultServer:
-    def __init__(self, port: int = 0, keep_events: bool = True) -> None:
+    def __init__(
+        self, port: int = 0, keep_events: bool = True, tls: tuple[str, str] | None = None
+    ) -> None:
         #: ``False``: remember accepted reference ids only (long runs, bounded memory).
         self.keep_events = keep_events
         self.script: deque[Any] = deque()
@@ -76,6 +79,11 @@ class FaultServer:
         self._server.owner = self
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        if tls is not None:  # (certificate file, key file): answer https:// instead
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{self.port}"
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
