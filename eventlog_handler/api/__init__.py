@@ -1,11 +1,11 @@
 """The requests-based client of the service's REST API v2: projects, tokens, settings, login
 and event submission, with one typed exception per status."""
 
+from eventlog_handler.api._answers import SubmitResult
 from eventlog_handler.api._client import (
     Client,
     IncompleteListWarning,
     InsecureTransportWarning,
-    SubmitResult,
     TokenCreationRefusedError,
 )
 from eventlog_handler.api._errors import (

@@ -14,8 +14,6 @@ every message; a password travels only in the body of the login request.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _dt
 import gzip
 import json
 
@@ -24,18 +22,24 @@ import json
 # and the child's worker blocks on it for good: imported here, before any thread exists.
 import netrc  # noqa: F401
 import os
-import ssl
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import requests
-import urllib3
 
 from eventlog_handler._version import __version__
 from eventlog_handler.api import _errors as errors
+from eventlog_handler.api._answers import (
+    Answer,
+    SubmitResult,
+    _int_header,
+    api_error,
+    check_event_answer,
+    submit_result,
+    transport_error,
+)
 from eventlog_handler.api._models import Project, ProjectConfig, Token
 from eventlog_handler.settings import (
     is_loopback_url,
@@ -90,17 +94,6 @@ class TokenCreationRefusedError(errors.PermissionDeniedError):
             f"{super()._describe()}: only a login session can create tokens; log in "
             "(eventlog login, or Client.login) and use that session token"
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class SubmitResult:
-    """What the service said to an accepted submission."""
-
-    status: int
-    events: int
-    bytes_sent: int
-    config_version: int | None = None
-    rate_limit_remaining: int | None = None
 
 
 def compress(body: bytes) -> tuple[bytes, bool]:
@@ -470,160 +463,3 @@ def _json(response: requests.Response) -> Any:
             body=response.text[:500],
             url=response.url,
         ) from None
-
-
-def _int_header(headers: Mapping[str, str], name: str) -> int | None:
-    try:
-        return int(headers[name])
-    except (KeyError, ValueError):
-        return None
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), or ``None``."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.timezone.utc)
-    return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
-
-
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """An HTTP answer, whichever library received it (requests for the API, urllib3 for the
-    worker's event posts), so one set of functions reads it."""
-
-    status: int
-    reason: str
-    headers: Mapping[str, str]
-    content: bytes
-    url: str
-
-    @classmethod
-    def of(cls, response: requests.Response) -> Answer:
-        return cls(
-            response.status_code,
-            response.reason or "",
-            response.headers,
-            response.content or b"",
-            response.url or "",
-        )
-
-
-def submit_result(answer: Answer, count: int, bytes_sent: int) -> SubmitResult:
-    """What an accepted event post said: its status and the headers the engine follows."""
-    return SubmitResult(
-        status=answer.status,
-        events=count,
-        bytes_sent=bytes_sent,
-        config_version=_int_header(answer.headers, "X-Exceptionless-ConfigVersion"),
-        rate_limit_remaining=_int_header(answer.headers, "X-RateLimit-Remaining"),
-    )
-
-
-def api_error(answer: Answer) -> errors.ApiError:
-    """The :class:`~eventlog_handler.api._errors.ApiError` subclass for a failure answer."""
-    status = answer.status
-    title: str | None = None
-    problems: dict[str, Any] = {}
-    body = answer.content[:2000].decode("utf-8", "replace")
-    try:
-        data = json.loads(body) if body else None
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        if isinstance(data.get("title"), str):
-            title = data["title"]
-        elif isinstance(data.get("message"), str):
-            title = data["message"]
-        if isinstance(data.get("errors"), dict):
-            problems = data["errors"]
-    if title is None:
-        title = answer.reason or None
-    cls = errors.error_class_for(status)
-    kwargs: dict[str, Any] = {
-        "title": title,
-        "errors": problems,
-        "body": body,
-        "url": answer.url,
-        "location": answer.headers.get("Location", ""),
-    }
-    if cls is errors.RateLimitedError:
-        return errors.RateLimitedError(
-            status, retry_after=parse_retry_after(answer.headers.get("Retry-After")), **kwargs
-        )
-    return cls(status, **kwargs)
-
-
-def check_event_answer(answer: Answer) -> None:
-    """Raise :class:`~eventlog_handler.api._errors.UnexpectedAnswerError` when a success answer
-    to an event post is not the service's: it answers 202 with an empty body (a JSON body is
-    tolerated); an HTML page or other text means something else answered."""
-    content = answer.content
-    if not content or not content.strip():
-        return
-    kind = answer.headers.get("Content-Type", "").split(";")[0].strip().lower()
-    if "json" in kind or (not kind and content.lstrip()[:1] in (b"{", b"[")):
-        try:
-            json.loads(content)
-            return
-        except ValueError:
-            pass
-    what = (
-        "an HTML page"
-        if "html" in kind or b"<html" in content[:500].lower()
-        else (f"a {kind or 'body'} that is not the service's answer")
-    )
-    raise errors.UnexpectedAnswerError(answer.status, title=f"answered with {what}", url=answer.url)
-
-
-def transport_error(exc: BaseException, url: str) -> errors.TransportError:
-    """A :class:`~eventlog_handler.api._errors.TransportError` naming what went wrong, from a
-    requests or a urllib3 exception; ``sent`` says whether the request may have arrived."""
-    where = urlsplit(url).netloc.rpartition("@")[2]
-    chain = _causes(exc)
-    if any(isinstance(item, _SSL_ERRORS) for item in chain):
-        return errors.TransportError(f"TLS failure talking to {where}: {exc}", "tls")
-    if any(isinstance(item, ConnectionRefusedError) for item in chain) or "refused" in str(exc):
-        return errors.TransportError(f"connection to {where} refused", "refused")
-    if any(
-        isinstance(item, _TIMEOUTS) and not isinstance(item, urllib3.exceptions.NewConnectionError)
-        for item in chain
-    ):
-        sent = not any(isinstance(item, _CONNECT_TIMEOUTS) for item in chain)
-        return errors.TransportError(f"no answer from {where} in time", "timeout", sent=sent)
-    if any(isinstance(item, ConnectionResetError | BrokenPipeError) for item in chain) or any(
-        word in str(exc) for word in ("reset", "RemoteDisconnected", "aborted", "Broken pipe")
-    ):
-        return errors.TransportError(f"connection to {where} reset", "reset", sent=True)
-    return errors.TransportError(f"cannot reach {where}: {type(exc).__name__}", "other")
-
-
-_SSL_ERRORS = (requests.exceptions.SSLError, urllib3.exceptions.SSLError, ssl.SSLError)
-_TIMEOUTS = (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)
-_CONNECT_TIMEOUTS = (requests.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError)
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    found: list[BaseException] = []
-    stack: list[BaseException | None] = [exc]
-    while stack and len(found) < 20:
-        item = stack.pop()
-        if item is None or any(item is seen for seen in found):
-            continue
-        found.append(item)
-        stack.extend([item.__cause__, item.__context__])
-        stack.extend(arg for arg in getattr(item, "args", ()) if isinstance(arg, BaseException))
-        reason = getattr(item, "reason", None)
-        if isinstance(reason, BaseException):
-            stack.append(reason)
-    return found

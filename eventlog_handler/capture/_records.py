@@ -54,20 +54,14 @@ from eventlog_handler.wire._events import (
     thread_info,
 )
 from eventlog_handler.wire._extras import (
-    KNOWN_DATA_KEYS,
-    RESERVED_ATTRS,
-    TAGS_KEY,
-    USER_KEY,
-    reserve_known_keys,
-    tags_from,
-    user_from,
+    SPECIAL_EXTRAS,
+    sort_extras,
+    take_special,
 )
 from eventlog_handler.wire._frames import FRAMES_KEY, call_site, error_refs
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._simple_error import chained
-from eventlog_handler.wire._stacking import EXTRA_KEY as STACK_KEY
-from eventlog_handler.wire._stacking import manual_stack
 
 __all__ = ["build_event", "capture_record", "exception_of", "record_to_event"]
 
@@ -276,20 +270,7 @@ def _extras(
         del keys[0]
     else:
         keys = list(attributes)  # an unusual record: look at every key
-    data = {key: attributes[key] for key in keys if key not in RESERVED_ATTRS}
-    if not data:
-        return None, None, (), None
-    user: dict[str, Any] | None = None
-    tags: tuple[Any, ...] = ()
-    stack: dict[str, Any] | None = None
-    if TAGS_KEY in data:
-        tags = tags_from(data.pop(TAGS_KEY))
-    if USER_KEY in data:
-        user = user_from(data.pop(USER_KEY))
-    if STACK_KEY in data:
-        stack = manual_stack(data.pop(STACK_KEY))
-    if not KNOWN_DATA_KEYS.isdisjoint(data):
-        reserve_known_keys(data)
+    data, user, tags, stack = sort_extras({key: attributes[key] for key in keys})
     return data or None, user, tags, stack
 
 
@@ -469,14 +450,13 @@ def _capture_structlog_record(
         for key, value in msg.items()
         if key not in _STRUCTLOG_KEYS and not key.startswith("_")
     )
-    if TAGS_KEY in data:
-        tags = (*tags, *tags_from(data.pop(TAGS_KEY)))
-    if USER_KEY in data:
-        user = user_from(data.pop(USER_KEY))
-    if STACK_KEY in data:
-        stack = manual_stack(data.pop(STACK_KEY))
-    if not KNOWN_DATA_KEYS.isdisjoint(data):
-        reserve_known_keys(data)
+    if not SPECIAL_EXTRAS.isdisjoint(data):
+        own_user, own_tags, own_stack = take_special(data)
+        tags = (*tags, *own_tags)
+        if own_user is not None:
+            user = own_user
+        if own_stack is not None:
+            stack = own_stack
     exc = exception_of(record.exc_info) or exception_of(msg.get("exc_info"))
     event = build_event(
         settings,

@@ -3,8 +3,9 @@
 What the caller's thread left for later happens here: formatting a message whose arguments are
 immutable scalars, the date, the reference id, the level name, normalized tags, the user with
 its data exclusions, and ``data`` made JSON-safe with the exclusions applied. The result is the
-same dict :func:`eventlog_handler.wire._events.log_event` builds, made faster for the common case (a
-flat ``data`` of plain values).
+same dict :func:`eventlog_handler.wire._events.log_event` builds; :func:`finish_batch` is the one
+builder, with a fast path for the common case (a flat ``data`` of plain values) chosen per
+entry, and what a batch shares worked out once.
 """
 
 from __future__ import annotations
@@ -41,14 +42,8 @@ _LAST_USER: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
 
 def finish(entry: Entry) -> dict[str, Any]:
-    """The wire event of ``entry`` (a ready event is completed: :func:`complete`)."""
-    event = entry.event
-    if event is not None:
-        return complete(event, entry.settings)
-    settings = entry.settings
-    if settings.environment is not None:
-        return with_environment(_finish(entry, settings), settings.environment)
-    return _finish(entry, settings)
+    """The wire event of ``entry``: :func:`finish_batch` of one."""
+    return finish_batch((entry,))[0]
 
 
 def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -112,64 +107,6 @@ def with_environment(event: dict[str, Any], environment: str) -> dict[str, Any]:
         event["data"] = {"environment": environment}
     else:
         data.setdefault("environment", environment)
-    return event
-
-
-def _finish(entry: Entry, settings: Settings) -> dict[str, Any]:
-    exclusions = settings.data_exclusions
-    message = entry.message
-    data = entry.data
-    user = entry.user
-    tags: Iterable[Any] = entry.tags
-    ready = entry.data_ready
-    stack = None
-    if data and ready == RAW:
-        data, own_user, own_tags, stack = sort_extras(data)
-        if own_user is not None:
-            user = own_user
-        if own_tags:
-            tags = (*tags, *own_tags)
-    if entry.args is not None:
-        try:
-            message = message % entry.args
-        except Exception as exc:
-            data = dict(data) if data else {}
-            data["@message_args"] = list(entry.args)
-            data["@format_error"] = f"{type(exc).__name__}: {safe_str(exc)}"
-            message = safe_str(message)
-            ready = RAW
-    if settings.tags:
-        tags = (*settings.tags, *tags)
-    clean: dict[str, Any] | None = data or None
-    if data and ready != JSON_READY:
-        clean = flat_data(data, exclusions)
-        if clean is None:
-            return _general(entry, message, data, user, tags, stack)
-    if type(message) is not str:
-        message = safe_str(message)
-    event: dict[str, Any] = {
-        "type": "log",
-        "message": message if len(message) <= MAX_MESSAGE else truncate(message, MAX_MESSAGE),
-        "date": format_date(entry.created),
-    }
-    if user:
-        event["@user"] = _user(user, exclusions)
-    event["@level"] = level_name(entry.levelno)
-    source = entry.source
-    if source:
-        if type(source) is not str:
-            source = safe_str(source)
-        event["source"] = source if len(source) <= MAX_SOURCE else truncate(source, MAX_SOURCE)
-    if tags:
-        clean_tags = normalize_tags(tags)
-        if clean_tags:
-            event["tags"] = clean_tags
-    if stack is not None:
-        clean = dict(clean) if clean else {}
-        clean["@stack"] = stack  # after the exclusions: its signature is not a secret
-    if clean:
-        event["data"] = clean
-    event["reference_id"] = new_reference_id()
     return event
 
 
@@ -248,14 +185,15 @@ def flat_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str, An
     return data
 
 
-def finish_batch(entries: list[Entry]) -> list[dict[str, Any]]:
-    """:func:`finish` for a whole batch, with the common case inlined.
+def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
+    """The wire events of ``entries``: the one builder of log events on the worker.
 
-    A log entry whose extras are plain values with ordinary names (no ``tags``, ``@user``,
-    ``stack`` or known keys among them) is built here in a few steps, with what a batch shares
-    worked out once: the formatted second of the date, the reference id's prefix, the level
-    names, and which data keys are excluded. Any other entry goes through :func:`finish`; the
-    events are the same either way.
+    A ready event (an error, a structlog event, one from the spool) is completed
+    (:func:`complete`). A log entry is built here: extras sorted out if they hold special keys
+    (``tags``, ``@user``, ``stack``, known keys), the message formatted, flat data masked
+    (:func:`flat_data`; anything else goes to the general builder,
+    :func:`~eventlog_handler.wire._events.log_event`), with what a batch shares worked out
+    once: the formatted second of the date, the reference id's prefix and the level names.
     """
     events: list[dict[str, Any]] = []
     append = events.append
@@ -263,60 +201,45 @@ def finish_batch(entries: list[Entry]) -> list[dict[str, Any]]:
     second, date_head, date_tail = -1, "", ""
     special = _SPECIAL
     levels: dict[int, str] = {}
-    excluded_by: dict[tuple[str, ...], dict[str, bool]] = {}
     for entry in entries:
-        if (
-            entry.event is not None
-            or entry.data_ready != RAW
-            or entry.user is not None
-            or entry.tags
-            or entry.settings.tags
-            or entry.settings.environment is not None
-            or type(entry.source) is not str
-        ):
-            append(finish(entry))
+        settings = entry.settings
+        if entry.event is not None:
+            append(complete(entry.event, settings))
             continue
-        data = entry.data
-        if data:
-            if not special.isdisjoint(data) or len(data) > MAX_ITEMS:
-                append(finish(entry))
-                continue
-            exclusions = entry.settings.data_exclusions
-            cache = excluded_by.get(exclusions)
-            if cache is None:
-                cache = excluded_by[exclusions] = _EXCLUDED.setdefault(exclusions, {})
-            plain = True
-            for key, value in data.items():
-                kind = type(value)
-                if kind is str:
-                    if len(value) > MAX_STRING:
-                        plain = False
-                        break
-                elif kind is int:
-                    if not _INT_MIN <= value <= _INT_MAX:
-                        plain = False
-                        break
-                elif kind is float and value - value != 0.0:  # NaN or infinite
-                    plain = False
-                    break
-                excluded = cache.get(key)
-                if excluded is None:
-                    if type(key) is not str or len(key) > 200:
-                        plain = False
-                        break
-                    excluded = cache[key] = is_excluded(key, exclusions)
-                if excluded:
-                    data[key] = MASK  # the entry's own copy of the extras
-            if not plain:
-                append(finish(entry))
-                continue
         message = entry.message
+        data = entry.data
+        user = entry.user
+        tags: Iterable[Any] = entry.tags
+        ready = entry.data_ready
+        stack = None
+        if data and ready == RAW and not special.isdisjoint(data):
+            data, own_user, own_tags, stack = sort_extras(data)
+            if own_user is not None:
+                user = own_user
+            if own_tags:
+                tags = (*tags, *own_tags)
         if entry.args is not None:
             try:
                 message = message % entry.args
-            except Exception:
-                append(finish(entry))  # it says what went wrong in data
+            except Exception as exc:
+                data = dict(data) if data else {}
+                data["@message_args"] = list(entry.args)
+                data["@format_error"] = f"{type(exc).__name__}: {safe_str(exc)}"
+                message = safe_str(message)
+                ready = RAW
+        if settings.tags:
+            tags = (*settings.tags, *tags)
+        clean: dict[str, Any] | None = data or None
+        if data and ready != JSON_READY:
+            clean = flat_data(data, settings.data_exclusions)
+            if clean is None:
+                general = _general(entry, message, data, user, tags, stack)
+                if settings.environment is not None:
+                    general = with_environment(general, settings.environment)
+                append(general)
                 continue
+        if type(message) is not str:
+            message = safe_str(message)
         if len(message) > MAX_MESSAGE:
             message = truncate(message, MAX_MESSAGE)
         created = entry.created
@@ -327,25 +250,34 @@ def finish_batch(entries: list[Entry]) -> list[dict[str, Any]]:
             second, date_head, date_tail = whole, date[:20], date[27:]
         else:
             date = date_head + _FRACTION % fraction + date_tail
+        event: dict[str, Any] = {"type": "log", "message": message, "date": date}
+        if user:
+            event["@user"] = _user(user, settings.data_exclusions)
         levelno = entry.levelno
         level = levels.get(levelno)
         if level is None:
             level = levels[levelno] = level_name(levelno)
-        event: dict[str, Any] = {
-            "type": "log",
-            "message": message,
-            "date": date,
-            "@level": level,
-        }
-        source: str = entry.source
+        event["@level"] = level
+        source = entry.source
         if source:
+            if type(source) is not str:
+                source = safe_str(source)
             event["source"] = source if len(source) <= MAX_SOURCE else truncate(source, MAX_SOURCE)
-        if data:
-            event["data"] = data
+        if tags:
+            clean_tags = normalize_tags(tags)
+            if clean_tags:
+                event["tags"] = clean_tags
+        if stack is not None:
+            clean = dict(clean) if clean else {}
+            clean["@stack"] = stack  # after the exclusions: its signature is not a secret
+        if clean:
+            event["data"] = clean
         event["reference_id"] = id_head + hex(next(counter))[2:]
+        if settings.environment is not None:
+            event = with_environment(event, settings.environment)
         append(event)
     return events
 
 
-#: Extras that the inlined case leaves to :func:`finish`.
+#: Extras that make the builder sort a raw entry's extras out first.
 _SPECIAL = SPECIAL_EXTRAS | RESERVED_ATTRS

@@ -19,17 +19,15 @@ from urllib.parse import unquote, urlsplit
 import urllib3
 from urllib3.util import make_headers
 
-from eventlog_handler.api._client import (
-    EVENTS_PATH,
-    USER_AGENT,
+from eventlog_handler.api._answers import (
     Answer,
-    Client,
     SubmitResult,
     api_error,
     check_event_answer,
     submit_result,
     transport_error,
 )
+from eventlog_handler.api._client import EVENTS_PATH, USER_AGENT, Client
 
 
 class Sender(Client):

@@ -76,6 +76,14 @@ def sort_extras(
         data = {key: value for key, value in data.items() if key not in RESERVED_ATTRS}
     if SPECIAL_EXTRAS.isdisjoint(data):
         return data, None, (), None
+    return (data, *take_special(data))
+
+
+def take_special(
+    data: dict[str, Any],
+) -> tuple[dict[str, Any] | None, tuple[Any, ...], dict[str, Any] | None]:
+    """``(user, tags, stack)`` taken out of ``data`` (changed in place), and the service's own
+    keys in it renamed (:func:`reserve_known_keys`)."""
     user: dict[str, Any] | None = None
     tags: tuple[Any, ...] = ()
     stack: dict[str, Any] | None = None
@@ -87,7 +95,7 @@ def sort_extras(
         stack = manual_stack(data.pop(STACK_KEY))
     if not KNOWN_DATA_KEYS.isdisjoint(data):
         reserve_known_keys(data)
-    return data, user, tags, stack
+    return user, tags, stack
 
 
 def reserve_known_keys(data: dict[str, Any]) -> None:

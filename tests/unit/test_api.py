@@ -16,6 +16,7 @@ import urllib3
 from responses import matchers
 
 from eventlog_handler._version import __version__
+from eventlog_handler.api import _answers as answers
 from eventlog_handler.api import _client as api
 from eventlog_handler.api import _errors as errors
 from eventlog_handler.wire._events import log_event, message_event
@@ -280,7 +281,7 @@ def test_rate_limited_with_retry_after_http_date(mocked, client):
     ],
 )
 def test_parse_retry_after(value, expected):
-    assert api.parse_retry_after(value) == expected
+    assert answers.parse_retry_after(value) == expected
 
 
 # -- transport errors -------------------------------------------------------------------------
