@@ -194,24 +194,11 @@ class EventLogHandler(logging.Handler):
             engine = self._engine
             if engine is None or engine.intake.finished:
                 engine = self._engine = get_engine(settings)
-            server = engine.server
-            if record.exc_info:
-                exc = records.exception_of(record.exc_info)
-                if exc is not None and admit.was_reported(exc):
-                    if self._trace:
-                        tracelog.note(record)
-                    return  # sent already (middleware, a hook, an earlier log call): once only
-                if exc is not None and admit.exception_filtered(exc, settings, server):
-                    engine.count_filtered()
-                    if self._trace:
-                        tracelog.note(record)
-                    return
-            elif server.has_log_levels:
-                minimum = server.log_level(name)
-                if minimum is not None and levelno < minimum:
-                    if self._trace:
-                        tracelog.note(record)
-                    return
+            exc = records.exception_of(record.exc_info) if record.exc_info else None
+            if admit.admit(name, levelno, exc, settings, engine) != admit.SEND:
+                if self._trace:
+                    tracelog.note(record)
+                return
             if admit._processors_exist:
                 # A structlog processor may have sent this record already; note ours for it.
                 key = settings.engine_key

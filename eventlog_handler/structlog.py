@@ -62,10 +62,8 @@ from typing import Any
 from eventlog_handler.capture import _admit as admit
 from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import (
-    exception_filtered,
     is_ignored_logger,
     note_sent,
-    was_reported,
     was_sent,
 )
 from eventlog_handler.capture._exceptions import current_settings
@@ -75,10 +73,7 @@ from eventlog_handler.delivery._stderr import say_unconfigured
 from eventlog_handler.handler import check_level
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire import _extras as extras
-from eventlog_handler.wire._extras import tags_from, user_from
 from eventlog_handler.wire._jsonsafe import safe_str
-from eventlog_handler.wire._stacking import EXTRA_KEY as STACK_KEY
-from eventlog_handler.wire._stacking import manual_stack
 
 __all__ = ["EventLogProcessor"]
 
@@ -110,8 +105,6 @@ RESERVED_KEYS = frozenset(
         "timestamp",
         "exc_info",
         "positional_args",
-        extras.TAGS_KEY,
-        extras.USER_KEY,
         "_record",
         "_from_structlog",
     }
@@ -222,18 +215,11 @@ class EventLogProcessor:
         exc = exception_of(event_dict.get("exc_info"))
         if exc is None and record is not None and record.exc_info:
             exc = exception_of(record.exc_info)
-        if exc is not None and (
-            was_reported(exc) or exception_filtered(exc, settings, engine.server)
-        ):
-            if not was_reported(exc):
-                engine.count_filtered()
+        verdict = admit.admit(source, levelno, exc, settings, engine)
+        if verdict != admit.SEND:
+            if trace and verdict == admit.BELOW_LOG_SETTING:
+                tracelog.note_event(created, levelno, source, message)
             return
-        if exc is None and engine.server.has_log_levels:
-            minimum = engine.server.log_level(source)
-            if minimum is not None and levelno < minimum:
-                if trace:
-                    tracelog.note_event(created, levelno, source, message)
-                return
         key = settings.engine_key
         if record is not None and (
             was_sent(admit.HANDLER, record.msg, record.created, key)
@@ -242,18 +228,10 @@ class EventLogProcessor:
             return
 
         data: dict[str, Any] = {}
-        tags: tuple[Any, ...] = ()
-        user: dict[str, Any] | None = None
         for name, value in event_dict.items():
             if name not in RESERVED_KEYS:
                 data[name if isinstance(name, str) else safe_str(name)] = value
-        if extras.TAGS_KEY in event_dict:
-            tags = tags_from(event_dict[extras.TAGS_KEY])
-        if extras.USER_KEY in event_dict:
-            user = user_from(event_dict[extras.USER_KEY])
-        stack = manual_stack(data.pop(STACK_KEY)) if STACK_KEY in data else None
-        if not extras.KNOWN_DATA_KEYS.isdisjoint(data):
-            extras.reserve_known_keys(data)
+        user, tags, stack = extras.take_special(data)
         event = build_event(
             settings,
             message=message if message is not None else "",

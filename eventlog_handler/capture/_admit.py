@@ -206,3 +206,34 @@ def exception_filtered(exc: BaseException, settings: Settings, server: Any) -> b
         names = tuple(type_name(type(item)) for item in _chain(exc))
         return bool(server.drops_error(names))
     return False
+
+
+#: What :func:`admit` says of a record or an event that passed the entry point's level.
+SEND = 0
+#: Its exception was reported already (by middleware, a hook or an earlier call): once only.
+ALREADY_REPORTED = 1
+#: Its exception is turned off (``ignore_exceptions``, ``@@error:*``, control flow): counted.
+FILTERED = 2
+#: Below the service's ``@@log`` level for its source.
+BELOW_LOG_SETTING = 3
+
+
+def admit(
+    source: str | None, levelno: int, exc: BaseException | None, settings: Settings, engine: Any
+) -> int:
+    """The one admission decision of the handler and the structlog processor for a record or
+    event of ``source`` at ``levelno`` (its exception ``exc``, if any), with ``engine``'s
+    server settings: :data:`SEND` or why not. A filtered exception is counted here."""
+    if exc is not None:
+        if was_reported(exc):
+            return ALREADY_REPORTED
+        if exception_filtered(exc, settings, engine.server):
+            engine.count_filtered()
+            return FILTERED
+        return SEND
+    server = engine.server
+    if server.has_log_levels:
+        minimum = server.log_level(source)
+        if minimum is not None and levelno < minimum:
+            return BELOW_LOG_SETTING
+    return SEND
