@@ -11,6 +11,7 @@ from types import FrameType
 from typing import Any
 
 from eventlog_handler.capture import _exceptions as exception_capture
+from eventlog_handler.capture._admit import IGNORED_LOGGERS
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._engine import Engine, get_engine
 from eventlog_handler.handler import (
@@ -48,6 +49,8 @@ class EventLogSetup:
         self.sigterm = False
         #: The handler that keeps records below ``level`` for the trace log, if any.
         self.trace_handler: TraceLogHandler | None = None
+        #: Loggers whose DEBUG records this setup made cheap again (see :func:`_trace_level`).
+        self.quieted: list[str] = []
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "active"
@@ -84,6 +87,10 @@ class EventLogSetup:
         server_loggers.detach(self.handler)
         if self._previous_level is not None and self.logger.level == self.level:
             self.logger.setLevel(self._previous_level)
+        for name in self.quieted:
+            quiet = logging.getLogger(name)
+            if quiet.level == logging.INFO:
+                quiet.setLevel(logging.NOTSET)
 
     def close(self, timeout: float = 5.0) -> bool:
         """Detach (see :meth:`detach`), then send what is pending within ``timeout`` seconds
@@ -93,6 +100,41 @@ class EventLogSetup:
             return self.engine.close(timeout)
         finally:
             logging.Handler.close(self.handler)
+
+
+def _trace_level(level: int) -> int:
+    """The root logger's level for a setup that sends ``level`` and above and keeps a trace log:
+    ``DEBUG``, so an error event's ``@trace`` has the ``DEBUG`` lines that led up to it — unless
+    some handler the program configured would then print records it never printed before (a
+    handler whose own level is below ``level``): then ``level``, and the trace log keeps what
+    reaches it."""
+    loggers = [logging.getLogger()]
+    loggers.extend(
+        item
+        for item in logging.Logger.manager.loggerDict.values()
+        if isinstance(item, logging.Logger)
+    )
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, (EventLogHandler, TraceLogHandler, logging.NullHandler)):
+                continue
+            if handler.level < level:
+                return level
+    return logging.DEBUG
+
+
+def _quiet_ignored_loggers() -> list[str]:
+    """Give the loggers whose records never become events nor trace lines (the HTTP stack, the
+    package itself) the level ``INFO`` where they have none, so that with the root at ``DEBUG``
+    their debug calls stay as cheap as before (the package's own logger is left alone). Returns
+    the names changed."""
+    changed = []
+    for name in sorted(IGNORED_LOGGERS - {"eventlog_handler"}):
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+            changed.append(name)
+    return changed
 
 
 _CURRENT: EventLogSetup | None = None
@@ -126,8 +168,11 @@ def setup(
        that propagates to the root reaches the service, unless a logger on its way has a level
        of its own that is higher (``logging.getLogger("noisy").setLevel("ERROR")`` still
        applies), or the record comes from ``urllib3``, ``requests``, ``charset_normalizer`` or
-       ``eventlog_handler``, which are never sent. Lowering the root logger also lets ``INFO``
-       records reach the root's other handlers; give those a level if that is unwanted.
+       ``eventlog_handler``, which are never sent. For the trace log (``@trace``), the root
+       logger goes down to ``DEBUG`` instead when no handler of the program has a level below
+       ``level`` (so nothing prints a line it did not print before); the HTTP libraries'
+       loggers without a level then get ``INFO``, so their debug calls stay cheap. With
+       ``trace_size=0`` the root logger goes down to ``level`` only.
     3. Installs the exception hooks (:mod:`eventlog_handler.integrations._hooks`) unless
        ``capture_exceptions=False``; in an interactive session only with ``force_hooks=True``.
     4. Runs the exit flush when ``SIGTERM`` arrives (see
@@ -162,9 +207,12 @@ def setup(
         if flush_on_sigterm is not False:
             signals.flush_before_raised_signals()
         previous_level = root.level
-        lowered = root.getEffectiveLevel() > level_number
+        root_level = level_number
+        if handler.settings.trace_size > 0 and level_number > logging.DEBUG:
+            root_level = _trace_level(level_number)
+        lowered = root.getEffectiveLevel() > root_level
         if lowered:
-            root.setLevel(level_number)
+            root.setLevel(root_level)
         root.addHandler(handler)
         # Next to the handler: the trace log's feed and the console's last resort (see
         # TraceLogHandler).
@@ -175,8 +223,10 @@ def setup(
         # engine exists so that it has something to flush.
         transport.get_engine(handler.settings)
         _CURRENT = EventLogSetup(
-            handler, hooks, root, previous_level if lowered else None, level_number
+            handler, hooks, root, previous_level if lowered else None, root_level
         )
+        if lowered and root_level < level_number:
+            _CURRENT.quieted = _quiet_ignored_loggers()
         exception_capture.set_active(handler.settings)
         _CURRENT.sigterm = sigterm
         _CURRENT.trace_handler = trace_handler

@@ -113,3 +113,49 @@ def test_no_api_key_runs_on_and_says_so_once(tmp_path: Path) -> None:
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     assert "EVENTLOG_API_KEY" in lines[0] and "Traceback" not in done.stderr
+
+
+TRACE_PROGRAM = """
+import logging
+{before}
+import eventlog_handler
+eventlog_handler.setup()
+log = logging.getLogger("shop.cart")
+log.debug("loaded cart 42")
+log.info("added sku A-1")
+logging.getLogger("urllib3.connectionpool").debug("a library's debug line")
+try:
+    1 / 0
+except ZeroDivisionError:
+    log.exception("checkout failed")
+"""
+
+
+def _trace_of_error(before: str, tmp_path: Path) -> tuple[list[str], str]:
+    with FaultServer() as server:
+        done = run(TRACE_PROGRAM.format(before=before), child_env(server.url), tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert wait_until(lambda: any("@simple_error" in e for e in server.accepted), 10)
+        error = next(event for event in server.accepted if "@simple_error" in event)
+        sent = [event["message"] for event in server.accepted]
+    assert "loaded cart 42" not in sent  # a trace line, never an event
+    return error["data"]["@trace"], done.stderr
+
+
+def test_the_trace_log_keeps_debug_lines_and_the_console_stays_as_it_was(tmp_path: Path) -> None:
+    trace, stderr = _trace_of_error("", tmp_path)
+    assert any(line.endswith("Debug shop.cart: loaded cart 42") for line in trace), trace
+    assert any(line.endswith("Info shop.cart: added sku A-1") for line in trace), trace
+    assert not any("a library's debug line" in line for line in trace), trace
+    # Python's last resort prints WARNING and up, as without the package: no DEBUG, no INFO.
+    assert "loaded cart 42" not in stderr and "added sku A-1" not in stderr
+    assert "checkout failed" in stderr
+
+
+def test_a_console_the_program_configured_does_not_start_printing_debug(tmp_path: Path) -> None:
+    before = "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')"
+    trace, stderr = _trace_of_error(before, tmp_path)
+    assert "loaded cart 42" not in stderr  # the program's own console: INFO and up, as before
+    assert "INFO added sku A-1" in stderr
+    assert not any("loaded cart 42" in line for line in trace), trace
+    assert any("added sku A-1" in line for line in trace), trace
