@@ -123,13 +123,21 @@ def _trace_level(level: int) -> int:
     return logging.DEBUG
 
 
+#: Libraries that log many DEBUG lines per call of theirs (an AWS request, an SSH packet, a
+#: font lookup): their DEBUG records would cost more than they tell in a trace.
+CHATTY_LOGGERS = frozenset(
+    {"botocore", "boto3", "s3transfer", "aiobotocore", "paramiko", "PIL", "matplotlib", "parso"}
+    | {"filelock", "kafka", "pika", "selenium", "asyncio"}
+)
+
+
 def _quiet_ignored_loggers() -> list[str]:
-    """Give the loggers whose records never become events nor trace lines (the HTTP stack, the
-    package itself) the level ``INFO`` where they have none, so that with the root at ``DEBUG``
-    their debug calls stay as cheap as before (the package's own logger is left alone). Returns
-    the names changed."""
+    """Give the loggers whose records never become events nor trace lines (the HTTP stack; the
+    package's own logger is left alone) and the :data:`CHATTY_LOGGERS` the level ``INFO`` where
+    they have none, so that with the root at ``DEBUG`` their debug calls stay as cheap as
+    before. Returns the names changed."""
     changed = []
-    for name in sorted(IGNORED_LOGGERS - {"eventlog_handler"}):
+    for name in sorted((IGNORED_LOGGERS | CHATTY_LOGGERS) - {"eventlog_handler"}):
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
