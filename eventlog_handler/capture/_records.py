@@ -115,6 +115,7 @@ def build_event(
     if level is None:
         level = level_name(levelno)
     serious = exc is not None or levelno >= logging.ERROR
+    trace: list[str] | None = None
     if submission_method is not None or serious:
         data = dict(data) if data else {}
         if submission_method is not None:
@@ -124,9 +125,8 @@ def build_event(
             if request is not None and "@request" not in data:
                 data["@request"] = request
             if settings.trace_size and "@trace" not in data:
-                lines = tracelog.lines(settings.trace_size)
-                if lines:
-                    data["@trace"] = lines
+                # Lines of text, each bounded already: added after the data is made JSON-safe.
+                trace = tracelog.lines(settings.trace_size) or None
     common: dict[str, Any] = {
         "date": created,
         "user": user,
@@ -137,17 +137,24 @@ def build_event(
     }
     if exc is None:
         event = log_event(message, data=data, **common)
+        if trace is not None:
+            _add_data(event, "@trace", trace)
         if serious:
             return _with_call_site(event, settings, stack, source, template, message)
         return _with_stack(event, stack)
     assert data is not None
+    environment: dict[str, Any] | None = None
     if settings.include_environment and "@environment" not in data:
+        # Plain text and numbers (JSON-safe already): added after the data is made JSON-safe.
         environment = {**environment_info(), **thread_info()}
         key = settings.api_key
         if key and key in environment["command_line"]:  # a key given as a plain argument
             environment["command_line"] = environment["command_line"].replace(key, MASK)
-        data["@environment"] = environment
     event = error_event(exc, message=message, data=data, **common)
+    if environment is not None:
+        _add_data(event, "@environment", environment)
+    if trace is not None:
+        _add_data(event, "@trace", trace)
     mark_reported(exc)
     _with_frames(event, exc, settings)
     return _with_stack(event, stack)
@@ -196,21 +203,22 @@ def _with_call_site(
         )
     except Exception:  # pragma: no cover - a frame that can't be read
         return _with_stack(event, stack)
+    _add_data(event, FRAMES_KEY, site)
+    return _with_stack(event, stack)
+
+
+def _add_data(event: dict[str, Any], key: str, value: Any) -> None:
     data = event.get("data")
     if not isinstance(data, dict):
         data = event["data"] = {}
-    data[FRAMES_KEY] = site
-    return _with_stack(event, stack)
+    data[key] = value
 
 
 def _with_stack(event: dict[str, Any], stack: dict[str, Any] | None) -> dict[str, Any]:
     """``event`` with its manual stack (added after the data exclusions, which would take
     ``signature_data`` for a secret)."""
     if stack is not None:
-        data = event.get("data")
-        if not isinstance(data, dict):
-            data = event["data"] = {}
-        data["@stack"] = stack
+        _add_data(event, "@stack", stack)
     return event
 
 

@@ -16,6 +16,7 @@ lock; nothing here locks.
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -100,37 +101,58 @@ ENTRY_OVERHEAD = 600
 #: Containers and values an estimate looks at, at most; past it the rest is extrapolated.
 _ESTIMATE_NODES = 2_000
 _TEXT = (str, bytes, bytearray)
+#: A dict entry and a short key.
+_PER_KEY = 64
 
 
 def estimate(value: Any) -> int:
     """A cheap estimate of the bytes ``value`` holds: text by its length, numbers and other
-    leaves at a flat rate, containers by their items (bounded work: a huge structure is
-    estimated from the first :data:`_ESTIMATE_NODES` of its values)."""
+    leaves at a flat rate, a dict's keys at a flat rate too, containers by their items (bounded
+    work: past :data:`_ESTIMATE_NODES` values, the rest of a structure is extrapolated)."""
     kind = type(value)
     if kind is str or kind is bytes:
         return 56 + len(value)
     if kind is not dict and kind is not list and kind is not tuple:
         return 32
     total = 0
-    seen = 0
+    budget = _ESTIMATE_NODES
     pending: list[Any] = [value]
     while pending:
         item = pending.pop()
-        seen += 1
-        if seen > _ESTIMATE_NODES:
-            return total + total * len(pending) // seen + 64 * len(pending)
         kind = type(item)
         if kind is dict:
-            total += 64 + 16 * len(item)
-            pending.extend(item.values())
-            total += sum(len(key) for key in item if type(key) is str)
+            total += 64 + _PER_KEY * len(item)
+            items: Any = item.values()
         elif kind is list or kind is tuple or kind is set or kind is frozenset:
             total += 56 + 8 * len(item)
-            pending.extend(item)
+            items = item
         elif isinstance(item, _TEXT):
             total += 56 + len(item)
+            continue
         else:
             total += 32
+            continue
+        count = len(items)
+        if count > budget:  # look at what the budget allows; the rest is like it
+            looked = estimate_items(islice(items, budget), pending) if budget else 32
+            total += looked * count // max(budget, 1) + 64 * len(pending)
+            return total
+        budget -= count
+        total += estimate_items(items, pending)
+    return total
+
+
+def estimate_items(items: Any, pending: list[Any]) -> int:
+    """The bytes of ``items``' text and scalars; containers among them go to ``pending``."""
+    total = 0
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            total += 56 + len(item)
+        elif kind is int or kind is float or kind is bool or item is None:
+            total += 32
+        else:
+            pending.append(item)
     return total
 
 
