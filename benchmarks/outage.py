@@ -27,19 +27,19 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from faults import FaultServer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' fault server
 
 import eventlog_handler
+from tests.support.faultserver import FaultServer
 
 API_KEY = "outage-api-key-0123456789abcdef"
 
 
 def serve(control: Any, port: int) -> None:
-    server = FaultServer(port=port).start()
+    server = FaultServer(port=port, keep_events=False).start()
     control.send("ready")
     control.recv()
-    control.send({"accepted_unique": len(server.ids), "duplicates": server.duplicates})
+    control.send({"accepted_unique": len(server.ids), "duplicates": len(server.duplicates)})
     server.stop()
 
 

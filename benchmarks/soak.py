@@ -8,7 +8,7 @@
     python benchmarks/soak.py --pattern memory             # both memory patterns, one after the other
 
 ``faults``: four threads log through ``eventlog_handler.setup()`` (logs, errors with chained
-causes, and some large events) into a scriptable loopback server (``faults.py``, in a process of
+causes, and some large events) into a scriptable loopback server (``tests/support/faultserver.py``, in a process of
 its own) that cycles through faults: healthy, flapping 50% 503/reset, a 429 storm, 413 for
 large requests, 200 with an HTML body, answers that never come, the server down, and the
 server restarting mid-batch. At the end the server heals, everything is flushed, and the run
@@ -45,11 +45,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the repository: its tests' fault server
 
 from common import SinkProcess, closed_port  # noqa: E402
-from faults import FaultServer, Reply  # noqa: E402
 
 import eventlog_handler  # noqa: E402
+from tests.support.faultserver import FaultServer, Reply  # noqa: E402
 
 API_KEY = "soak-api-key-0123456789abcdef"
 
@@ -102,7 +103,7 @@ def serve(control: Any, port: int) -> None:
     def start() -> FaultServer:
         for attempt in range(100):
             try:
-                return FaultServer(port=port, ids=ids).start()
+                return FaultServer(port=port, keep_events=False, ids=ids).start()
             except OSError:
                 time.sleep(0.05 * (attempt + 1))
         raise RuntimeError(f"could not listen on port {port}")
@@ -110,7 +111,7 @@ def serve(control: Any, port: int) -> None:
     def end(old: FaultServer | None) -> None:
         if old is not None:
             old.stop()
-            totals["duplicates"] += old.duplicates
+            totals["duplicates"] += len(old.duplicates)
             totals["rolled_up"] += old.rolled_up
 
     server = start()
@@ -134,7 +135,7 @@ def serve(control: Any, port: int) -> None:
                 {
                     "accepted_unique": len(ids),
                     "rolled_up": totals["rolled_up"] + (server.rolled_up if server else 0),
-                    "duplicates": totals["duplicates"] + (server.duplicates if server else 0),
+                    "duplicates": totals["duplicates"] + (len(server.duplicates) if server else 0),
                 }
             )
         elif command == "stop":

@@ -55,9 +55,14 @@ class Seen:
 
 class FaultServer:
     def __init__(
-        self, port: int = 0, keep_events: bool = True, tls: tuple[str, str] | None = None
+        self,
+        port: int = 0,
+        keep_events: bool = True,
+        tls: tuple[str, str] | None = None,
+        ids: set[str] | None = None,
     ) -> None:
-        #: ``False``: remember accepted reference ids only (long runs, bounded memory).
+        #: ``False``: remember accepted reference ids only, and requests without their events
+        #: (long runs such as the benchmarks' soak: bounded memory).
         self.keep_events = keep_events
         self.script: deque[Any] = deque()
         self.default: Any = 202
@@ -71,7 +76,12 @@ class FaultServer:
         self.config_requests: list[str | None] = []
         #: ``X-Exceptionless-ConfigVersion`` sent with accepted posts (None: not sent).
         self.config_version: int | None = None
-        self._ids: set[str] = set()
+        #: Events a roll-up (an event with ``count``) stood for beyond itself.
+        self.rolled_up = 0
+        #: Accepted reference ids; servers that replace each other (a restart) may share one
+        #: set, as the service remembers ids across its restarts.
+        self.ids: set[str] = set() if ids is None else ids
+        self._ids = self.ids
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._stopping = threading.Event()
@@ -113,17 +123,24 @@ class FaultServer:
         with self._lock:
             return self.script.popleft() if self.script else self.default
 
-    def record(self, seen: Seen) -> None:
+    def record(self, seen: Seen, stored: bool = True) -> None:
+        """Note a request; a 2xx answer that is the service's (``stored``) accepts its events."""
         with self._lock:
+            events = seen.events
+            if not self.keep_events:
+                seen = dataclasses.replace(seen, events=[])
             self.requests.append(seen)
-            if isinstance(seen.status, int) and 200 <= seen.status < 300:
-                for event in seen.events:
+            if stored and isinstance(seen.status, int) and 200 <= seen.status < 300:
+                for event in events:
                     ref = event.get("reference_id")
                     if ref in self._ids:
                         self.duplicates.append(ref)
                         continue
                     if ref:
                         self._ids.add(ref)
+                    count = event.get("count", 1)
+                    if type(count) is int and count > 1:
+                        self.rolled_up += count - 1
                     if self.keep_events:
                         self.accepted.append(event)
 
@@ -261,7 +278,9 @@ class _Handler(BaseHTTPRequestHandler):
                 json.dumps(problem).encode(),
                 {"Content-Type": "application/problem+json", **reply.headers},
             )
-        owner.record(Seen(reply.status, events, headers, len(raw), received))
+        # An HTML page answering 200 (a proxy's login page, a wrong URL) stored nothing.
+        page = bool(reply.body) and "html" in reply.headers.get("Content-Type", "")
+        owner.record(Seen(reply.status, events, headers, len(raw), received), stored=not page)
         if 200 <= reply.status < 300 and owner.config_version is not None:
             reply.headers = {
                 **reply.headers,
