@@ -16,32 +16,36 @@ with a cursor (an event id), so any number of events can be walked without an of
 
 from __future__ import annotations
 
-import json
-import re
 import sqlite3
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from eventlog_handler.collector.accounts import clean_text, dumps
-from eventlog_handler.collector.database import Database
-from eventlog_handler.collector.filters import EventQuery
-from eventlog_handler.collector.formats import format_utc, format_utc_ts, utc_now
-from eventlog_handler.collector.ingest import Received, body_items
+from eventlog_handler.collector.eventreads import EventPage
+from eventlog_handler.collector.formats import format_utc_ts, utc_now
+from eventlog_handler.collector.ingest import Received
 from eventlog_handler.collector.normalize import (
     INVALID_REFERENCE_ID,
     KNOWN_FIELDS,
-    FieldTypeError,
     NormalizedEvent,
-    Normalizer,
 )
 from eventlog_handler.collector.stacking import (
     StackBasis,
     signature_of,
     stack_id_for,
     stack_title,
+)
+from eventlog_handler.collector.stackreads import STACK_STATUSES, StackQuery, StackReads
+from eventlog_handler.collector.storebase import (
+    _CACHE_SIZE,
+    _CHUNK,
+    _ENCODE,
+    _FROM,
+    _ROW,
+    event_id,
+    parse_event_id,
 )
 
 __all__ = [
@@ -56,13 +60,6 @@ __all__ = [
 ]
 
 DEDUPLICATION_WINDOW_SECONDS = 24 * 3600.0
-STACK_STATUSES = ("open", "fixed", "regressed", "ignored")
-_CHUNK = 400
-_CACHE_SIZE = 4096
-_BATCH_CACHE = 8
-_ENCODE = json.JSONEncoder(
-    ensure_ascii=True, separators=(",", ":"), default=str, check_circular=False
-).encode
 _EVENT_COLUMNS = (
     "batch, idx, project_seq, stack_seq, date_ts, type, level, source, reference_id,"
     " user_identity, occurrences, first, tags, search_text"
@@ -71,26 +68,6 @@ _COLUMNS = _EVENT_COLUMNS.count(",") + 1
 _ONE_ROW = "(" + ", ".join("?" * _COLUMNS) + ")"
 #: Rows per INSERT statement: 32,766 parameters since SQLite 3.32, 999 before.
 _ROWS_PER_INSERT = (32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999) // _COLUMNS
-#: The columns of an event row as read (the batch gives the time of receipt).
-_ROW = "e.seq, e.project_seq, e.stack_seq, b.received_ts, e.first, e.batch, e.idx, e.body"
-_FROM = " FROM events e JOIN batches b ON b.seq = e.batch"
-_ID_RE = re.compile(r"[0-9a-f]{24}")
-
-
-def event_id(received_ts: float, seq: int) -> str:
-    """An event's id: 24 hex digits, the time it was received (4 bytes) and its sequence
-    number in the store (8 bytes)."""
-    return f"{int(received_ts) & 0xFFFFFFFF:08x}{seq:016x}"
-
-
-def parse_event_id(text: str) -> tuple[int, int] | None:
-    """``(received seconds, sequence number)`` of an id made by :func:`event_id`, or None."""
-    if not isinstance(text, str) or not _ID_RE.fullmatch(text):
-        return None
-    seq = int(text[8:], 16)
-    if seq >= 1 << 63:  # not an SQLite integer
-        return None
-    return int(text[:8], 16), seq
 
 
 @dataclass
@@ -111,31 +88,6 @@ class StoreOutcome:
 
 
 @dataclass
-class EventPage:
-    """One page of a cursor listing: the events (newest first), the cursors of the pages
-    before and after it (None at either end), the rows matching and the rank of the first."""
-
-    events: list[dict[str, Any]]
-    newer: str | None
-    older: str | None
-    total: int
-    first_rank: int
-
-
-@dataclass
-class StackQuery:
-    """What to select from the stacks. ``statuses`` empty means any; ``event_query`` keeps
-    only the stacks with at least one matching event."""
-
-    project_ids: list[str] = field(default_factory=list)
-    types: list[str] = field(default_factory=list)
-    statuses: list[str] = field(default_factory=list)
-    event_query: EventQuery | None = None
-    sort: str = "recent"
-    limit: int = 50
-
-
-@dataclass
 class _StackDelta:
     first: NormalizedEvent
     signature_hash: str
@@ -146,14 +98,6 @@ class _StackDelta:
     last_ts: float = 0.0
     users: set[str] = field(default_factory=set)
     seq: int = 0
-
-
-_STACK_SORTS = {
-    "recent": "last_ts",
-    "frequent": "total",
-    "new": "first_ts",
-    "users": "users",
-}
 
 
 def _insert_rows(db: sqlite3.Connection, values: list[Any], rows: int) -> None:
@@ -195,55 +139,10 @@ def _wire(event: NormalizedEvent) -> dict[str, Any]:
     return wire
 
 
-class EventStore(Database):
-    """Events and stacks; mixed into :class:`~eventlog_handler.collector.storage.Storage`."""
-
-    _stack_cache: dict[tuple[str, StackBasis], tuple[str, str, dict[str, str]]]
-    _stack_seqs: dict[str, int]
-    _stack_ids: dict[int, str]
-    _projects: dict[int, tuple[str, str]]
-    _project_seqs: dict[str, int]
-    _batches: OrderedDict[int, list[Any]]
-
-    def _init_event_store(self) -> None:
-        self._stack_cache = {}
-        self._stack_seqs = {}
-        self._stack_ids = {}
-        self._projects = {}
-        self._project_seqs = {}
-        self._batches = OrderedDict()
-
-    # -- ids of projects and stacks ----------------------------------------------------------
-
-    def _project_seq(self, db: sqlite3.Connection, project_id: str) -> int:
-        seq = self._project_seqs.get(project_id)
-        if seq is None:
-            row = db.execute("SELECT seq FROM projects WHERE id = ?", (project_id,)).fetchone()
-            if row is None:
-                raise KeyError(f"no project {project_id!r}")
-            seq = self._project_seqs[project_id] = int(row[0])
-        return seq
-
-    def _project_of(self, db: sqlite3.Connection, seq: int) -> tuple[str, str]:
-        """``(project id, organization id)`` of a project's sequence number."""
-        found = self._projects.get(seq)
-        if found is None:
-            row = db.execute(
-                "SELECT id, organization_id FROM projects WHERE seq = ?", (seq,)
-            ).fetchone()
-            found = ("", "") if row is None else (str(row[0]), str(row[1]))
-            if row is not None:
-                self._projects[seq] = found
-        return found
-
-    def _stack_id_of(self, db: sqlite3.Connection, seq: int) -> str:
-        found = self._stack_ids.get(seq)
-        if found is None:
-            row = db.execute("SELECT id FROM stacks WHERE seq = ?", (seq,)).fetchone()
-            if row is None:
-                return ""
-            found = self._stack_ids[seq] = str(row[0])
-        return found
+class EventStore(StackReads):
+    """Events and stacks; mixed into :class:`~eventlog_handler.collector.storage.Storage`.
+    Writing is here; reading in :class:`~.eventreads.EventReads` and
+    :class:`~.stackreads.StackReads`."""
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -519,439 +418,3 @@ class EventStore(Database):
         self._stack_seqs.clear()
         self._stack_ids.clear()
         self._batches.clear()
-
-    # -- reading events ----------------------------------------------------------------------
-
-    def _batch_items(self, db: sqlite3.Connection, batch: int) -> list[Any]:
-        """The JSON values of a kept request body (the last few are cached)."""
-        items = self._batches.get(batch)
-        if items is not None:
-            self._batches.move_to_end(batch)
-            return items
-        row = db.execute(
-            "SELECT body, encoding, note FROM batches WHERE seq = ?", (batch,)
-        ).fetchone()
-        items = [] if row is None else body_items(Received(bytes(row[0]), row[1], row[2]))
-        self._batches[batch] = items
-        while len(self._batches) > _BATCH_CACHE:
-            self._batches.popitem(last=False)
-        return items
-
-    def _document(self, db: sqlite3.Connection, row: Sequence[Any]) -> dict[str, Any]:
-        """The API document of a stored event: its fields as received, with the service's
-        rules applied again at its time of receipt, and the collector's ids."""
-        seq, project_seq, stack_seq, received_ts, first, batch, index, body = row[:8]
-        item: Any = None
-        if body is not None:
-            item = json.loads(body)
-        else:
-            items = self._batch_items(db, batch)
-            if 0 <= index < len(items):
-                item = items[index]
-        normalizer = Normalizer(datetime.fromtimestamp(received_ts, timezone.utc))
-        try:
-            event = normalizer.event(item)
-        except (FieldTypeError, ValueError, RecursionError):
-            event = None
-        if event is None:  # a body not kept by this version: show what there is
-            event = normalizer.text_events(json.dumps(item, default=str)[:2000] or "?")[0]
-        project_id, organization_id = self._project_of(db, project_seq)
-        return {
-            "id": event_id(received_ts, seq),
-            "organization_id": organization_id,
-            "project_id": project_id,
-            "stack_id": self._stack_id_of(db, stack_seq),
-            "is_first_occurrence": bool(first),
-            "created_utc": format_utc_ts(received_ts),
-            **event.wire_fields(),
-        }
-
-    @staticmethod
-    def _where(query: EventQuery) -> tuple[list[str], list[Any]]:
-        """The conditions of ``query`` on events aliased ``e``."""
-        clauses: list[str] = []
-        params: list[Any] = []
-
-        def any_of(column: str, values: Sequence[Any], lookup: str = "") -> None:
-            marks = "= ?" if len(values) == 1 else f"IN ({','.join('?' * len(values))})"
-            if lookup:
-                clauses.append(f"e.{column} IN (SELECT seq FROM {lookup} WHERE id {marks})")
-            else:
-                clauses.append(f"e.{column} {marks}")
-            params.extend(values)
-
-        if query.organization_id is not None:
-            clauses.append("e.project_seq IN (SELECT seq FROM projects WHERE organization_id = ?)")
-            params.append(query.organization_id)
-        if query.scope_project_id is not None:
-            any_of("project_seq", [query.scope_project_id], "projects")
-        if query.project_ids:
-            any_of("project_seq", query.project_ids, "projects")
-        if query.stack_ids:
-            any_of("stack_seq", query.stack_ids, "stacks")
-        if query.types:
-            any_of("type", query.types)
-        if query.levels:
-            any_of("level", [level.lower() for level in query.levels])
-        if query.sources:
-            any_of("source", query.sources)
-        if query.reference_ids:
-            any_of("reference_id", query.reference_ids)
-            clauses.append("e.reference_id <> ''")  # the index holds only these
-        if query.identities:
-            any_of("user_identity", query.identities)
-        if query.tags:
-            clauses.append("(" + " OR ".join("instr(e.tags, ?) > 0" for _ in query.tags) + ")")
-            params.extend(dumps(tag) for tag in query.tags)
-        for term in query.text:
-            clauses.append("instr(e.search_text, ?) > 0")
-            params.append(clean_text(term.lower()))
-        return clauses, params
-
-    @staticmethod
-    def _sql_where(clauses: list[str]) -> str:
-        return (" WHERE " + " AND ".join(clauses)) if clauses else ""
-
-    def _count(self, db: sqlite3.Connection, clauses: list[str], params: Sequence[Any]) -> int:
-        return int(
-            db.execute(
-                "SELECT COUNT(*) FROM events e" + self._sql_where(clauses), params
-            ).fetchone()[0]
-        )
-
-    def query_events(self, query: EventQuery) -> tuple[list[dict[str, Any]], int]:
-        """A page of events matching ``query`` (offset and limit), and how many match in all."""
-        clauses, params = self._where(query)
-        order = "ASC" if query.ascending else "DESC"
-        with self._locked() as db:
-            total = self._count(db, clauses, params)
-            rows = db.execute(
-                f"SELECT {_ROW}{_FROM}{self._sql_where(clauses)}"
-                f" ORDER BY e.date_ts {order}, e.seq {order} LIMIT ? OFFSET ?",
-                (*params, query.limit, query.offset),
-            ).fetchall()
-            return [self._document(db, row) for row in rows], total
-
-    @staticmethod
-    def _position(db: sqlite3.Connection, text: str | None) -> tuple[float, int] | None:
-        parsed = parse_event_id(text or "")
-        if parsed is None:
-            return None
-        row = db.execute(
-            "SELECT e.date_ts, e.seq, b.received_ts" + _FROM + " WHERE e.seq = ?", (parsed[1],)
-        ).fetchone()
-        if row is None or int(row[2]) & 0xFFFFFFFF != parsed[0]:
-            return None
-        return float(row[0]), int(row[1])
-
-    def events_after(
-        self, query: EventQuery, after: str
-    ) -> tuple[list[dict[str, Any]], bool] | None:
-        """The events that follow the event ``after`` in the query's order (the API's ``after``
-        cursor); None when that event does not exist. Also whether more follow."""
-        with self._locked() as db:
-            position = self._position(db, after)
-            if position is None:
-                return None
-            clauses, params = self._where(query)
-            direction = ">" if query.ascending else "<"
-            order = "ASC" if query.ascending else "DESC"
-            clauses.append(f"(e.date_ts, e.seq) {direction} (?, ?)")
-            rows = db.execute(
-                f"SELECT {_ROW}{_FROM}{self._sql_where(clauses)}"
-                f" ORDER BY e.date_ts {order}, e.seq {order} LIMIT ?",
-                (*params, *position, query.limit + 1),
-            ).fetchall()
-            events = [self._document(db, row) for row in rows[: query.limit]]
-        return events, len(rows) > query.limit
-
-    def page_events(
-        self, query: EventQuery, *, older_than: str | None = None, newer_than: str | None = None
-    ) -> EventPage:
-        """One page (``query.limit`` rows) of the matching events, newest first: the newest
-        ones, those just older than the event ``older_than``, or just newer than ``newer_than``.
-        An unknown cursor event starts from the newest."""
-        limit = query.limit
-        with self._locked() as db:
-            clauses, params = self._where(query)
-            total = self._count(db, clauses, params)
-            cursor_id = older_than or newer_than
-            position = self._position(db, cursor_id) if cursor_id else None
-            going_newer = position is not None and newer_than is not None and not older_than
-            rows = self._page_rows(db, clauses, params, position, going_newer, limit)
-            if going_newer and len(rows) < limit:
-                rows = self._page_rows(db, clauses, params, None, False, limit)
-            first_rank = 1
-            if rows:
-                first_rank += self._count(
-                    db, [*clauses, "(e.date_ts, e.seq) > (?, ?)"], (*params, rows[0][8], rows[0][0])
-                )
-            events = [self._document(db, row) for row in rows]
-        newer = older = None
-        if events:
-            newer = events[0]["id"] if first_rank > 1 else None
-            older = events[-1]["id"] if first_rank + len(events) - 1 < total else None
-        return EventPage(events, newer, older, total, first_rank)
-
-    def _page_rows(
-        self,
-        db: sqlite3.Connection,
-        clauses: list[str],
-        params: list[Any],
-        position: tuple[float, int] | None,
-        going_newer: bool,
-        limit: int,
-    ) -> list[Any]:
-        """Rows (:data:`_ROW` and ``date_ts``) of one page, newest first."""
-        page_clauses, page_params = list(clauses), list(params)
-        if position is not None:
-            page_clauses.append(f"(e.date_ts, e.seq) {'>' if going_newer else '<'} (?, ?)")
-            page_params.extend(position)
-        order = "ASC" if going_newer else "DESC"
-        rows = db.execute(
-            f"SELECT {_ROW}, e.date_ts{_FROM}{self._sql_where(page_clauses)}"
-            f" ORDER BY e.date_ts {order}, e.seq {order} LIMIT ?",
-            (*page_params, limit),
-        ).fetchall()
-        if going_newer:
-            rows.reverse()
-        return rows
-
-    def count_events(self, query: EventQuery) -> int:
-        """How many events match ``query``."""
-        clauses, params = self._where(query)
-        with self._locked() as db:
-            return self._count(db, clauses, params)
-
-    def _row_by_id(self, db: sqlite3.Connection, text: str, columns: str) -> Any:
-        parsed = parse_event_id(text)
-        if parsed is None:
-            return None
-        row = db.execute(
-            f"SELECT b.received_ts, {columns}{_FROM} WHERE e.seq = ?", (parsed[1],)
-        ).fetchone()
-        if row is None or int(row[0]) & 0xFFFFFFFF != parsed[0]:
-            return None
-        return row[1:]
-
-    def get_event(self, event_id: str) -> dict[str, Any] | None:
-        """One stored event, or None."""
-        with self._locked() as db:
-            row = self._row_by_id(db, event_id, _ROW)
-            return None if row is None else self._document(db, row)
-
-    def event_note(self, event_id: str) -> str | None:
-        """The collector's own note on an event (why it was stored as text), or None."""
-        with self._locked() as db:
-            row = self._row_by_id(db, event_id, "b.note")
-        return None if row is None or row[0] is None else str(row[0])
-
-    def neighbours(self, event_id_text: str) -> tuple[str | None, str | None]:
-        """The ids of the next newer and next older event of the same stack."""
-        with self._locked() as db:
-            row = self._row_by_id(db, event_id_text, "e.stack_seq, e.date_ts, e.seq")
-            if row is None:
-                return None, None
-            newer = db.execute(
-                "SELECT b.received_ts, e.seq" + _FROM + " WHERE e.stack_seq = ?"
-                " AND (e.date_ts, e.seq) > (?, ?) ORDER BY e.date_ts, e.seq LIMIT 1",
-                tuple(row),
-            ).fetchone()
-            older = db.execute(
-                "SELECT b.received_ts, e.seq" + _FROM + " WHERE e.stack_seq = ?"
-                " AND (e.date_ts, e.seq) < (?, ?) ORDER BY e.date_ts DESC, e.seq DESC LIMIT 1",
-                tuple(row),
-            ).fetchone()
-        return (
-            event_id(newer[0], newer[1]) if newer else None,
-            event_id(older[0], older[1]) if older else None,
-        )
-
-    def distinct_types(self, limit: int = 50) -> list[str]:
-        """The event types seen (from the stacks), most frequent first."""
-        with self._locked() as db:
-            rows = db.execute(
-                "SELECT type FROM stacks GROUP BY type ORDER BY SUM(events) DESC, type LIMIT ?",
-                (limit,),
-            ).fetchall()
-        return [str(row[0]) for row in rows]
-
-    # -- stacks ------------------------------------------------------------------------------
-
-    _STACK_FIELDS = (
-        "id, organization_id, project_id, signature_hash, signature_info, type, title, status,"
-        " date_fixed_ts, first_ts, last_ts, total, events, users, created_utc, updated_utc, seq"
-    )
-
-    @staticmethod
-    def _stack_resource(row: Sequence[Any]) -> dict[str, Any]:
-        (
-            stack_id,
-            organization_id,
-            project_id,
-            signature_hash,
-            signature_info,
-            kind,
-            title,
-            status,
-            fixed_ts,
-            first_ts,
-            last_ts,
-            total,
-            events,
-            users,
-            created,
-            updated,
-            _,
-        ) = row
-        return {
-            "id": stack_id,
-            "organization_id": organization_id,
-            "project_id": project_id,
-            "type": kind,
-            "status": status,
-            "title": title,
-            "signature_hash": signature_hash,
-            "signature_info": json.loads(signature_info),
-            "first_occurrence": format_utc(datetime.fromtimestamp(first_ts, timezone.utc)),
-            "last_occurrence": format_utc(datetime.fromtimestamp(last_ts, timezone.utc)),
-            "date_fixed": (
-                None
-                if fixed_ts is None
-                else format_utc(datetime.fromtimestamp(fixed_ts, timezone.utc))
-            ),
-            "total_occurrences": int(total),
-            "event_count": int(events),
-            "users": int(users),
-            "created_utc": created,
-            "updated_utc": updated,
-            "first_ts": float(first_ts),
-            "last_ts": float(last_ts),
-        }
-
-    def get_stack(self, stack_id: str) -> dict[str, Any] | None:
-        """A stack, or None."""
-        with self._locked() as db:
-            row = db.execute(
-                f"SELECT {self._STACK_FIELDS} FROM stacks WHERE id = ?", (stack_id,)
-            ).fetchone()
-        return None if row is None else self._stack_resource(row)
-
-    def _stack_where(self, query: StackQuery) -> tuple[list[str], list[Any]]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column, values in (
-            ("project_id", query.project_ids),
-            ("type", query.types),
-            ("status", query.statuses),
-        ):
-            if values:
-                clauses.append(f"s.{column} IN ({','.join('?' * len(values))})")
-                params.extend(values)
-        if query.event_query is not None:
-            inner, inner_params = self._where(query.event_query)
-            if inner:
-                clauses.append(
-                    "EXISTS (SELECT 1 FROM events e WHERE e.stack_seq = s.seq AND "
-                    + " AND ".join(inner)
-                    + ")"
-                )
-                params.extend(inner_params)
-        return clauses, params
-
-    def page_stacks(
-        self, query: StackQuery, *, after: str | None = None
-    ) -> tuple[list[dict[str, Any]], str | None, int]:
-        """One page of stacks in the query's order (descending), starting after the stack
-        ``after``; the stacks, the cursor of the next page (None at the end) and the total."""
-        column = _STACK_SORTS.get(query.sort, "last_ts")
-        with self._locked() as db:
-            clauses, params = self._stack_where(query)
-            total = int(
-                db.execute(
-                    "SELECT COUNT(*) FROM stacks s" + self._sql_where(clauses), params
-                ).fetchone()[0]
-            )
-            if after:
-                row = db.execute(
-                    f"SELECT {column}, seq FROM stacks WHERE id = ?", (after,)
-                ).fetchone()
-                if row is not None:
-                    clauses.append(f"(s.{column}, s.seq) < (?, ?)")
-                    params.extend(row)
-            rows = db.execute(
-                f"SELECT {', '.join('s.' + name.strip() for name in self._STACK_FIELDS.split(','))}"
-                f" FROM stacks s{self._sql_where(clauses)}"
-                f" ORDER BY s.{column} DESC, s.seq DESC LIMIT ?",
-                (*params, query.limit + 1),
-            ).fetchall()
-        stacks = [self._stack_resource(row) for row in rows[: query.limit]]
-        following = stacks[-1]["id"] if len(rows) > query.limit and stacks else None
-        return stacks, following, total
-
-    def set_stack_status(self, stack_id: str, status: str) -> dict[str, Any]:
-        """Set a stack's status (``open``, ``fixed``, ``regressed``, ``ignored``); marking it
-        fixed remembers when, so a later event regresses it. ``KeyError`` for an unknown stack,
-        ``ValueError`` for an unknown status."""
-        if status not in STACK_STATUSES:
-            raise ValueError(f"unknown status {status!r}; use one of {', '.join(STACK_STATUSES)}")
-        now = utc_now()
-        with self._transaction() as db:
-            cursor = db.execute(
-                "UPDATE stacks SET status = ?, date_fixed_ts = ?, updated_utc = ? WHERE id = ?",
-                (
-                    status,
-                    now.timestamp() if status == "fixed" else None,
-                    format_utc(now),
-                    stack_id,
-                ),
-            )
-            if cursor.rowcount == 0:
-                raise KeyError(f"no stack {stack_id!r}")
-        stack = self.get_stack(stack_id)
-        assert stack is not None
-        return stack
-
-    def stack_counts(self, project_ids: Sequence[str] = ()) -> dict[str, int]:
-        """How many stacks have each status."""
-        where, params = "", list(project_ids)
-        if project_ids:
-            where = f" WHERE project_id IN ({','.join('?' * len(project_ids))})"
-        with self._locked() as db:
-            rows = db.execute(
-                f"SELECT status, COUNT(*) FROM stacks{where} GROUP BY status", params
-            ).fetchall()
-        return {str(row[0]): int(row[1]) for row in rows}
-
-    def occurrences(
-        self, stack_ids: Sequence[str], start: float, bucket: float, buckets: int
-    ) -> dict[str, list[int]]:
-        """Occurrences (summed ``count``, 1 when absent) per stack in ``buckets`` buckets of
-        ``bucket`` seconds from ``start``, by event date."""
-        result = {stack_id: [0] * buckets for stack_id in stack_ids}
-        if not stack_ids:
-            return result
-        end = start + bucket * buckets
-        with self._locked() as db:
-            seqs: dict[int, str] = {}
-            for offset in range(0, len(stack_ids), _CHUNK):
-                chunk = list(stack_ids[offset : offset + _CHUNK])
-                found = db.execute(
-                    f"SELECT seq, id FROM stacks WHERE id IN ({','.join('?' * len(chunk))})",
-                    chunk,
-                ).fetchall()
-                seqs.update((int(seq), str(stack_id)) for seq, stack_id in found)
-            ordered = list(seqs)
-            for offset in range(0, len(ordered), _CHUNK):
-                chunk_seqs = ordered[offset : offset + _CHUNK]
-                rows = db.execute(
-                    "SELECT stack_seq, CAST((date_ts - ?) / ? AS INTEGER),"
-                    " SUM(occurrences) FROM events"
-                    f" WHERE stack_seq IN ({','.join('?' * len(chunk_seqs))})"
-                    " AND date_ts >= ? AND date_ts < ? GROUP BY 1, 2",
-                    (start, bucket, *chunk_seqs, start, end),
-                ).fetchall()
-                for stack_seq, index, count in rows:
-                    if 0 <= index < buckets:
-                        result[seqs[stack_seq]][index] = int(count)
-        return result
