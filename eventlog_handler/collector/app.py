@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import threading
 import time
@@ -31,6 +32,8 @@ from eventlog_handler.collector.server import (
 )
 from eventlog_handler.collector.storage import Identity, StackQuery, Storage
 from eventlog_handler.collector.throttle import Throttle
+
+logger = logging.getLogger("eventlog_handler.collector")
 
 __all__ = ["Collector", "is_loopback"]
 
@@ -159,6 +162,11 @@ class Collector:
             if self._storage is None:
                 self._storage = Storage(self.db_path)
                 self._identity = self._storage.ensure_identity()
+                recovered = self._storage.store_unstored()
+                if recovered:
+                    logger.warning(
+                        "stored %d event(s) acknowledged before the collector stopped", recovered
+                    )
             return self._storage
 
     def _ids(self) -> Identity:

@@ -102,6 +102,12 @@ CREATE TABLE IF NOT EXISTS batches (
     body BLOB NOT NULL,
     note TEXT
 );
+-- Request bodies acknowledged (202) whose events are not stored yet: stored right after the
+-- answer, or, after a crash, when the collector starts again.
+CREATE TABLE IF NOT EXISTS unstored (
+    batch INTEGER PRIMARY KEY,
+    organization_id TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     batch INTEGER NOT NULL,

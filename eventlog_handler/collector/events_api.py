@@ -25,6 +25,7 @@ from typing import Any
 
 from eventlog_handler.collector.accounts import TokenRecord
 from eventlog_handler.collector.auth import QUERY_TOKEN_NAMES
+from eventlog_handler.collector.eventstore import kept_body
 from eventlog_handler.collector.filters import EventQuery, parse_filter, parse_sort
 from eventlog_handler.collector.formats import DateFormatError, parse_date
 from eventlog_handler.collector.http_helpers import (
@@ -134,11 +135,21 @@ class EventsApi:
         version, _ = self.storage.project_config(project_id)
         response.headers["X-Exceptionless-ConfigVersion"] = str(version)
         if events:
+            # Durable before the answer: the body is committed first (a crash after the 202
+            # loses nothing: the collector stores it when it starts again), and its events are
+            # stored right after the answer, while the client prepares its next request.
+            kept = body if body is not None else kept_body(events)
+            try:
+                batch = self.storage.receive_batch(
+                    token.organization_id, project_id, normalizer.now_ts, kept
+                )
+            except StorageClosed:
+                raise HttpError(503, "The collector is shutting down.") from None
             ticket = self.pending.begin()
 
             def store() -> None:
                 try:
-                    self._insert(token.organization_id, project_id, events, normalizer, body)
+                    self._insert(token.organization_id, project_id, events, normalizer, kept, batch)
                 finally:
                     self.pending.end(ticket)
 
@@ -152,10 +163,11 @@ class EventsApi:
         events: list[NormalizedEvent],
         normalizer: Normalizer,
         body: Received | None,
+        batch: int | None = None,
     ) -> None:
         try:
             outcome = self.storage.insert_events(
-                organization_id, project_id, events, normalizer.now, body=body
+                organization_id, project_id, events, normalizer.now, body=body, batch=batch
             )
         except StorageClosed:
             return

@@ -19,17 +19,19 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from eventlog_handler.collector.accounts import clean_text, dumps
 from eventlog_handler.collector.eventreads import EventPage
 from eventlog_handler.collector.formats import format_utc_ts, utc_now
-from eventlog_handler.collector.ingest import Received
+from eventlog_handler.collector.ingest import Received, body_items
 from eventlog_handler.collector.normalize import (
     INVALID_REFERENCE_ID,
     KNOWN_FIELDS,
+    FieldTypeError,
     NormalizedEvent,
+    Normalizer,
 )
 from eventlog_handler.collector.stacking import (
     StackBasis,
@@ -56,6 +58,7 @@ __all__ = [
     "StackQuery",
     "StoreOutcome",
     "event_id",
+    "kept_body",
     "parse_event_id",
 ]
 
@@ -125,6 +128,16 @@ def _clean(text: str | None) -> str | None:
     return clean_text(text)
 
 
+def kept_body(events: Sequence[NormalizedEvent]) -> Received:
+    """A body to keep for events that came without one (by ``GET``, the Python API): their
+    own fields, each event's ``index`` set to its place in it."""
+    wires = []
+    for index, event in enumerate(events):
+        event.index = index
+        wires.append(_wire(event))
+    return Received(_ENCODE(wires).encode("ascii"))
+
+
 def _wire(event: NormalizedEvent) -> dict[str, Any]:
     """The event's own fields (those without a value left out)."""
     wire: dict[str, Any] = {"type": event.type, "date": event.date}
@@ -166,24 +179,23 @@ class EventStore(StackReads):
         *,
         body: Received | None = None,
         deduplicate: bool = True,
+        batch: int | None = None,
     ) -> StoreOutcome:
         """Store events received at ``received``; returns how many were stored and how many
         were discarded as duplicates: an event whose ``reference_id`` was already received in
         the project within 24 hours (``invalid-reference-id`` never is a duplicate).
 
         ``body`` is the request body the events were read from (each event's ``index`` is its
-        position in it); without one, the events' own fields are kept as the body.
+        position in it); without one, the events' own fields are kept as the body. ``batch``
+        is a body kept already by :meth:`receive_batch`: the events point into it, and it is
+        no longer unstored once they are.
         """
         received_ts = (received or utc_now()).timestamp()
         outcome = StoreOutcome(received_ts=received_ts)
         if not events:
             return outcome
-        if body is None:
-            wires = []
-            for index, event in enumerate(events):
-                event.index = index
-                wires.append(_wire(event))
-            body = Received(_ENCODE(wires).encode("ascii"))
+        if body is None and batch is None:
+            body = kept_body(events)
         created = format_utc_ts(received_ts)
         with self._transaction() as db:
             project_seq = self._project_seq(db, project_id)
@@ -196,12 +208,11 @@ class EventStore(StackReads):
             outcome.new_stacks = self._ensure_stacks(
                 db, organization_id, project_id, deltas, created
             )
-            batch = db.execute(
-                "INSERT INTO batches (project_id, received_ts, encoding, body, note)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (project_id, received_ts, body.encoding, body.body, body.note),
-            ).lastrowid
-            assert batch is not None
+            if batch is None:
+                assert body is not None
+                batch = self._keep_batch(db, project_id, received_ts, body)
+            else:
+                db.execute("DELETE FROM unstored WHERE batch = ?", (batch,))
             outcome.first_seq = self._write_events(db, project_seq, kept, deltas, batch)
             outcome.stored = len(kept)
             self._update_stacks(db, deltas, created)
@@ -391,6 +402,78 @@ class EventStore(StackReads):
                 ),
             )
 
+    @staticmethod
+    def _keep_batch(
+        db: sqlite3.Connection, project_id: str, received_ts: float, body: Received
+    ) -> int:
+        batch = db.execute(
+            "INSERT INTO batches (project_id, received_ts, encoding, body, note)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (project_id, received_ts, body.encoding, body.body, body.note),
+        ).lastrowid
+        assert batch is not None
+        return batch
+
+    def receive_batch(
+        self, organization_id: str, project_id: str, received_ts: float, body: Received
+    ) -> int:
+        """Keep a request body before its post is answered (committed: it survives a crash of
+        the collector), as unstored until :meth:`insert_events` stores its events with
+        ``batch=``; returns the batch's number."""
+        with self._transaction() as db:
+            batch = self._keep_batch(db, project_id, received_ts, body)
+            db.execute(
+                "INSERT INTO unstored (batch, organization_id) VALUES (?, ?)",
+                (batch, organization_id),
+            )
+        return batch
+
+    def unstored_batches(self) -> list[tuple[int, str, str, float, Received]]:
+        """``(batch, organization id, project id, received at, body)`` of every acknowledged
+        body whose events were not stored (the collector stopped between the two)."""
+        with self._locked() as db:
+            rows = db.execute(
+                "SELECT b.seq, u.organization_id, b.project_id, b.received_ts, b.body,"
+                " b.encoding, b.note FROM unstored u JOIN batches b ON b.seq = u.batch"
+                " ORDER BY b.seq"
+            ).fetchall()
+        return [
+            (
+                int(row[0]),
+                str(row[1]),
+                str(row[2]),
+                float(row[3]),
+                Received(bytes(row[4]), row[5], row[6]),
+            )
+            for row in rows
+        ]
+
+    def store_unstored(self) -> int:
+        """Store the events of the bodies that were acknowledged and not stored (the collector
+        was stopped in between, by a crash or ``kill -9``), as they would have been stored;
+        returns how many events were stored."""
+        stored = 0
+        for batch, organization_id, project_id, received_ts, body in self.unstored_batches():
+            received = datetime.fromtimestamp(received_ts, timezone.utc)
+            try:
+                events = Normalizer(received).events(body_items(body))
+            except (FieldTypeError, ValueError, KeyError):
+                events = []
+            if not events:
+                with self._transaction() as db:
+                    db.execute("DELETE FROM unstored WHERE batch = ?", (batch,))
+                continue
+            try:
+                outcome = self.insert_events(
+                    organization_id, project_id, events, received, body=body, batch=batch
+                )
+            except KeyError:  # its project was deleted since
+                with self._transaction() as db:
+                    db.execute("DELETE FROM unstored WHERE batch = ?", (batch,))
+                continue
+            stored += outcome.stored
+        return stored
+
     def add_user_description(
         self, project_id: str, reference_id: str, description: dict[str, Any]
     ) -> bool:
@@ -412,7 +495,7 @@ class EventStore(StackReads):
     def clear_events(self) -> None:
         """Delete every event and stack, and forget every reference id."""
         with self._transaction() as db:
-            for table in ("events", "batches", "stacks", "stack_users"):
+            for table in ("events", "batches", "unstored", "stacks", "stack_users"):
                 db.execute(f"DELETE FROM {table}")
         self._stack_cache.clear()
         self._stack_seqs.clear()
