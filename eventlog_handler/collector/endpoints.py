@@ -23,9 +23,9 @@ from eventlog_handler.collector.formats import utc_now
 from eventlog_handler.collector.http_helpers import DECOMPRESSION_FACTOR
 from eventlog_handler.collector.messages import Request, Response, problem_response
 from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.projects_api import ProjectsApi
+from eventlog_handler.collector.projects_api import ProjectsApi, check_guard
 from eventlog_handler.collector.storage import Storage
-from eventlog_handler.collector.throttle import Throttle
+from eventlog_handler.collector.throttle import LoginGuard, Throttle
 
 __all__ = ["DECOMPRESSION_FACTOR", "DEFAULT_MAX_BODY_BYTES", "Api", "Route"]
 
@@ -64,7 +64,8 @@ class Api:
         self.throttle = throttle
         self.max_body_bytes = max_body_bytes
         self.events = EventsApi(storage, max_body_bytes=max_body_bytes, on_events=on_events)
-        self.projects = ProjectsApi(storage, max_body_bytes=max_body_bytes)
+        self.guard = LoginGuard()
+        self.projects = ProjectsApi(storage, max_body_bytes=max_body_bytes, guard=self.guard)
         self.dashboard = Dashboard(storage, self.events)
         self._basic_logins: dict[tuple[str, str], TokenRecord] = {}
         self._basic_lock = threading.Lock()
@@ -160,16 +161,19 @@ class Api:
             )
         raise HttpError(404, f"No resource at {request.path[:200]}.")
 
-    def _login_basic(self, credentials: Credentials) -> TokenRecord | None:
+    def _login_basic(self, credentials: Credentials, client: str) -> TokenRecord | None:
         assert credentials.email is not None and credentials.password is not None
         key = (credentials.email.lower(), credentials.password)
         with self._basic_lock:
             known = self._basic_logins.get(key)
         if known is not None:
             return known
+        check_guard(self.guard, client, credentials.email)
         user = self.storage.check_login(credentials.email, credentials.password)
         if user is None:
+            self.guard.failed(client, credentials.email)
             return None
+        self.guard.succeeded(credentials.email)
         principal = TokenRecord(
             id=f"user:{user.id}",
             organization_id=user.organization_id,
@@ -195,7 +199,7 @@ class Api:
                 headers=challenge,
             )
         if credentials.token is None:
-            principal = self._login_basic(credentials)
+            principal = self._login_basic(credentials, request.client)
             if principal is None:
                 raise HttpError(401, "The e-mail address or password is wrong.", headers=challenge)
             return principal

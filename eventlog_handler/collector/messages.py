@@ -35,6 +35,8 @@ class Request:
     read_body: Callable[[int], bytes]
     base_url: str
     params: dict[str, str] = field(default_factory=dict)
+    #: The client's address (for the login guard); empty when not known.
+    client: str = ""
 
     def arg(self, name: str) -> str | None:
         """The first value of a query parameter, or None."""

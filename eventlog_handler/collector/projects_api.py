@@ -19,6 +19,7 @@ from eventlog_handler.collector.http_helpers import (
 from eventlog_handler.collector.messages import Request, Response, empty_response, json_response
 from eventlog_handler.collector.problems import HttpError
 from eventlog_handler.collector.storage import Storage
+from eventlog_handler.collector.throttle import LoginGuard
 
 __all__ = ["TOKEN_SCOPES", "ProjectsApi"]
 
@@ -27,12 +28,27 @@ _MAX_SETTING_KEY = 200
 _MAX_SETTING_VALUE = 10_000
 
 
+def check_guard(guard: LoginGuard, client: str, account: str | None) -> None:
+    """429 with ``Retry-After`` when logins of ``account`` or from ``client`` are refused for now."""
+    wait = guard.retry_after(client, account)
+    if wait is not None:
+        raise HttpError(
+            429,
+            f"Too many failed logins; try again in {wait} s.",
+            headers={"Retry-After": str(wait)},
+            title="Too many failed logins.",
+        )
+
+
 class ProjectsApi:
     """Projects, settings, tokens and login over a :class:`Storage`."""
 
-    def __init__(self, storage: Storage, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, storage: Storage, *, max_body_bytes: int, guard: LoginGuard | None = None
+    ) -> None:
         self.storage = storage
         self.max_body_bytes = max_body_bytes
+        self.guard = guard if guard is not None else LoginGuard()
 
     def _json_body(self, request: Request, *, required: bool) -> Any:
         raw = read_body(request, self.max_body_bytes, required=required)
@@ -205,9 +221,12 @@ class ProjectsApi:
                 title="One or more validation errors occurred.",
             )
         assert isinstance(email, str) and isinstance(password, str)
+        check_guard(self.guard, request.client, email)
         user = self.storage.check_login(email.strip(), password)
         if user is None:
+            self.guard.failed(request.client, email)
             raise HttpError(401, "Invalid e-mail address or password.", title="Login failed.")
+        self.guard.succeeded(email)
         created = self.storage.create_token(
             user.organization_id, None, ["user", "client"], f"Login of {user.email}", None, user.id
         )

@@ -376,6 +376,7 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             headers=self.headers,
             read_body=self._read_body,
             base_url=self._base_url(),
+            client=str(self.client_address[0]) if self.client_address else "",
         )
         try:
             response = self._check_host(path) or self.server.api.handle(request)
