@@ -9,8 +9,11 @@ read the answer instead of a connection reset.
 
 Limits, so that no client can hold the collector:
 
-- at most ``max_connections`` connections are served at once; one more is answered 503 and
-  closed at once (each connection has a thread);
+- at most ``max_connections`` connections are open at once (each has a thread); one more
+  takes the place of the connection that has waited longest for its client (idle between
+  requests, or sending a request or body slowly), which is closed, so many slow clients never
+  keep a prompt one out; only when every connection is busy serving a request is the new one
+  answered 503 and closed;
 - a connection waits at most ``idle_timeout`` seconds for a request; once a request's first byte
   has arrived, its request line and headers must be complete within ``header_timeout`` seconds
   and its body within ``body_timeout`` seconds, however slowly the bytes trickle in; otherwise
@@ -127,6 +130,17 @@ class DeadlineReader(io.RawIOBase):
         return self._sock.recv_into(buffer)
 
 
+def _head_arrived(connection: socket.socket) -> bool:
+    """Whether a request line and headers are waiting, complete, on a connection just accepted
+    (looked at without reading them or waiting: it is still in blocking mode, without the
+    timeout a handler gives it, so ``MSG_DONTWAIT`` holds)."""
+    try:
+        head = connection.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return False
+    return b"\r\n\r\n" in head
+
+
 def _refusal() -> bytes:
     body = json.dumps(
         problem_body(503, "/", detail="Too many connections; try again shortly.")
@@ -165,7 +179,10 @@ class CollectorHTTPServer(ThreadingHTTPServer):
         self.limits = limits or Limits()
         self.url = ""
         self.refused_connections = 0
-        self._connections: set[socket.socket] = set()
+        #: Connections closed to make room (the one that waited longest for its client).
+        self.evicted_connections = 0
+        #: Each open connection, and since when it waits for its client (None: being served).
+        self._connections: dict[socket.socket, float | None] = {}
         self._connections_lock = threading.Lock()
         super().__init__(address, CollectorRequestHandler)
         host, port = self.server_address[:2]
@@ -187,13 +204,43 @@ class CollectorHTTPServer(ThreadingHTTPServer):
         with self._connections_lock:
             return len(self._connections)
 
+    def note_waiting(self, connection: socket.socket) -> None:
+        """The connection waits for its client (a request, or the rest of a body)."""
+        with self._connections_lock:
+            if connection in self._connections:
+                self._connections[connection] = time.monotonic()
+
+    def note_busy(self, connection: socket.socket) -> None:
+        """The connection's request is being served."""
+        with self._connections_lock:
+            if connection in self._connections:
+                self._connections[connection] = None
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Track the connection, then serve it in a daemon thread; over the limit, answer 503
-        and close it."""
+        """Track the connection, then serve it in a daemon thread. At the limit, the connection
+        that has waited longest for its client (idle, or sending its request slowly) is closed
+        to make room, so slow clients never keep a prompt one out; only when every connection
+        is being served is the new one answered 503 and closed."""
+        victim: socket.socket | None = None
         with self._connections_lock:
             full = len(self._connections) >= self.limits.max_connections
+            if full:
+                waiting = [
+                    (since, id(sock), sock)
+                    for sock, since in self._connections.items()
+                    if since is not None
+                ]
+                if waiting:
+                    victim = min(waiting)[2]
+                    del self._connections[victim]
+                    full = False
             if not full:
-                self._connections.add(request)
+                # A request whose head has arrived whole is as good as being served.
+                self._connections[request] = None if _head_arrived(request) else time.monotonic()
+        if victim is not None:
+            self.evicted_connections += 1
+            with contextlib.suppress(OSError):
+                victim.shutdown(socket.SHUT_RDWR)
         if full:
             self.refused_connections += 1
             self._refuse(request)
@@ -216,7 +263,7 @@ class CollectorHTTPServer(ThreadingHTTPServer):
     def shutdown_request(self, request: Any) -> None:
         """Forget the connection and close it."""
         with self._connections_lock:
-            self._connections.discard(request)
+            self._connections.pop(request, None)
         super().shutdown_request(request)
 
     def close_connections(self) -> None:
@@ -265,6 +312,7 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
         """Wait for a request at most ``idle_timeout``; then give its request line and headers
         ``header_timeout``."""
         limits = self.server.limits
+        self.server.note_waiting(self.connection)
         self._deadline(limits.idle_timeout)
         try:
             waiting = self.rfile.peek(1)  # type: ignore[attr-defined]
@@ -275,6 +323,13 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             return
         self._deadline(limits.header_timeout)
         super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        """The request line and headers are in: the connection is being served."""
+        parsed = super().parse_request()
+        if parsed:
+            self.server.note_busy(self.connection)
+        return parsed
 
     # -- entry points ------------------------------------------------------------------------
 
@@ -339,10 +394,13 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
     def _read_body(self, size: int) -> bytes:
         if self._body_read == 0:
             self._deadline(self.server.limits.body_timeout)
+        self.server.note_waiting(self.connection)  # the client's turn: it may be evicted
         try:
             data = self.rfile.read(size)
         except OSError as exc:
             raise _ClientGone() from exc
+        finally:
+            self.server.note_busy(self.connection)
         self._body_read += len(data)
         if len(data) < size:
             raise _ClientGone()
@@ -407,7 +465,10 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
         self._deadline(None)
         try:
             self.connection.settimeout(_WRITE_TIMEOUT)
-            self._write(response, close=unread or response.status == 421)
+            # The client asked to close (Connection: close, HTTP/1.0): say it in the answer too,
+            # so that its connection pool does not reuse a connection closed here.
+            close = unread or response.status == 421 or self.close_connection
+            self._write(response, close=close)
         except OSError:
             self.close_connection = True
         else:

@@ -457,7 +457,9 @@ def limited() -> Iterator[Collector]:
         yield c
 
 
-def test_connections_over_the_cap_get_503_and_the_cap_frees_up(limited: Collector) -> None:
+def test_a_connection_over_the_cap_takes_the_place_of_the_longest_waiting(
+    limited: Collector,
+) -> None:
     held = [_connect(limited) for _ in range(4)]
     try:
         assert _wait_until(lambda: limited.open_connections == 4)
@@ -465,9 +467,10 @@ def test_connections_over_the_cap_get_503_and_the_cap_frees_up(limited: Collecto
             extra.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{limited.port}\r\n\r\n".encode())
             extra.settimeout(10)
             answer = extra.recv(65536)
-        assert answer.startswith(b"HTTP/1.1 503"), answer[:100]
-        assert b"Connection: close" in answer
-        assert limited.refused_connections >= 1
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+        # The first connection, idle the longest, was closed to make room.
+        assert _closed_by_server(held[0], timeout=5) < 5
+        assert limited._server is not None and limited._server.evicted_connections >= 1
     finally:
         for connection in held:
             connection.close()
@@ -477,6 +480,41 @@ def test_connections_over_the_cap_get_503_and_the_cap_frees_up(limited: Collecto
         assert http.post_events({"message": "after"}).status_code == 202
     finally:
         http.close()
+
+
+def test_connections_over_the_cap_get_503_when_every_one_is_being_served(
+    limited: Collector,
+) -> None:
+    server = limited._server
+    assert server is not None
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+    handle = server.api.handle
+
+    def slow(request: Any) -> Any:
+        entered.release()
+        release.wait(10)
+        return handle(request)
+
+    server.api.handle = slow  # type: ignore[method-assign]
+    busy = [_connect(limited) for _ in range(4)]
+    try:
+        for connection in busy:
+            connection.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{limited.port}\r\n\r\n".encode())
+        for _ in busy:
+            assert entered.acquire(timeout=10)
+        with _connect(limited) as extra:
+            extra.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{limited.port}\r\n\r\n".encode())
+            extra.settimeout(10)
+            answer = extra.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:100]
+        assert b"Connection: close" in answer
+        assert server.refused_connections >= 1
+    finally:
+        release.set()
+        server.api.handle = handle  # type: ignore[method-assign]
+        for connection in busy:
+            connection.close()
 
 
 def test_idle_connections_are_closed(limited: Collector) -> None:
