@@ -29,6 +29,7 @@ installed; where another library wrapped ours since, ours stays in the chain but
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import threading
 import time
@@ -274,8 +275,10 @@ _asyncio_patched = False
 def _patch_asyncio() -> None:
     """Report what every asyncio loop passes to its exception handler (default or custom).
 
-    ``BaseEventLoop.call_exception_handler`` is where every loop of the standard library sends
-    an exception nobody retrieved; it is wrapped once, on first install, and the wrapper then
+    ``call_exception_handler`` is where a loop sends an exception nobody retrieved (a task's, a
+    callback's): it is wrapped once, on first install, on the standard library's
+    ``BaseEventLoop`` and, when uvloop is installed, on ``uvloop.Loop`` (its loop does not
+    derive from the standard library's, and calls that method of its own); the wrapper then
     calls the original, so the loop's own handler (and its console output) still runs.
     """
     global _asyncio_patched
@@ -283,8 +286,21 @@ def _patch_asyncio() -> None:
         return
     import asyncio.base_events
 
-    loop_class: Any = asyncio.base_events.BaseEventLoop
+    _wrap_exception_handler(asyncio.base_events.BaseEventLoop)
+    if "uvloop" in sys.modules or importlib.util.find_spec("uvloop") is not None:
+        try:
+            import uvloop
+        except Exception:  # pragma: no cover - a broken install: the standard loops still are
+            pass
+        else:
+            _wrap_exception_handler(uvloop.Loop)
+    _asyncio_patched = True
+
+
+def _wrap_exception_handler(loop_class: Any) -> None:
     original = loop_class.call_exception_handler
+    if getattr(original, "__wrapped__", None) is not None:
+        return
 
     def call_exception_handler(loop: Any, context: dict[str, Any]) -> Any:
         for hooks in list(_asyncio_hooks):
@@ -293,4 +309,3 @@ def _patch_asyncio() -> None:
 
     call_exception_handler.__wrapped__ = original  # type: ignore[attr-defined]
     loop_class.call_exception_handler = call_exception_handler
-    _asyncio_patched = True

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.faultserver import FaultServer
 from tests.support.processes import run_program
 from tests.support.waits import wait_until
@@ -48,10 +50,25 @@ print("custom handler called:", len(custom))
 """
 
 
+UVLOOP = """
+import uvloop
+asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+"""
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_unraisable_and_asyncio_exceptions_arrive_and_still_print(
-    server: FaultServer, tmp_path: Path
+    server: FaultServer, tmp_path: Path, loop: str
 ) -> None:
-    code, stderr, lines = run_program(PROGRAM, server.url, tmp_path)
+    program = PROGRAM
+    if loop == "uvloop":
+        pytest.importorskip("uvloop", reason="uvloop is a test dependency (the dev extra)")
+        # The loops of uvicorn and of apps that choose uvloop: asyncio.run() makes one.
+        program = PROGRAM.replace(
+            "import eventlog_handler\n", "import eventlog_handler\n" + UVLOOP, 1
+        )
+        program += "\nprint('loop:', type(asyncio.new_event_loop()).__module__)\n"
+    code, stderr, lines = run_program(program, server.url, tmp_path)
     assert code == 0, stderr
     assert wait_until(lambda: len(server.accepted) == 3, 10), server.accepted
     by_type = {event["@simple_error"]["type"]: event for event in server.accepted}
@@ -66,4 +83,6 @@ def test_unraisable_and_asyncio_exceptions_arrive_and_still_print(
     # The console output stays: Python's own report and the loop's default handler's log.
     assert "Exception ignored in" in stderr and "closing failed in __del__" in stderr
     assert "Task exception was never retrieved" in stderr
-    assert lines[-1] == "custom handler called: 1"  # the custom handler still runs
+    assert "custom handler called: 1" in lines  # the custom handler still runs
+    if loop == "uvloop":
+        assert lines[-1] == "loop: uvloop"
