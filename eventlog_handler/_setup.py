@@ -21,6 +21,7 @@ from eventlog_handler.handler import (
     check_level,
 )
 from eventlog_handler.integrations import _celery as celery
+from eventlog_handler.integrations import _rq as rq
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations import _signals as signals
 from eventlog_handler.integrations._hooks import ExceptionHooks, install_with
@@ -240,6 +241,8 @@ def setup(
         _CURRENT.trace_handler = trace_handler
         if "celery" in sys.modules:
             celery.install(_current_handlers)
+        if "rq" in sys.modules:
+            rq.install(_current_handlers)
         _pass_to_children(
             {
                 "api_key": api_key,

@@ -27,9 +27,9 @@ def by_message(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return found
 
 
-#: Examples of web frameworks, run by tests/web/test_examples.py, and of a Celery worker, run
-#: by tests/signals/test_celery_worker.py.
-WEB_EXAMPLES = {"flask_app.py", "django_app.py", "fastapi_app.py", "celery_app.py"}
+#: Examples of web frameworks, run by tests/web/test_examples.py, and of Celery and RQ workers,
+#: run by tests/signals/test_celery_worker.py and tests/signals/test_rq_worker.py.
+WEB_EXAMPLES = {"flask_app.py", "django_app.py", "fastapi_app.py", "celery_app.py", "rq_app.py"}
 
 
 def test_examples_are_all_tested() -> None:

@@ -1,0 +1,173 @@
+"""RQ: what ``setup()`` does when RQ is imported.
+
+An RQ worker runs each job in a *work horse*, a child it forks, which ends with ``os._exit``
+once the job is done: ``atexit`` never runs there, so what the job logged would be lost. The
+worker's methods are wrapped (once per process):
+
+- ``perform_job`` (in the work horse): the job runs in a scope of its own (a user or tags set in
+  one job never reach the next), tagged ``rq`` and with the job's function; when it ends, a work
+  horse sends what it logged before RQ ends it (bounded by ``shutdown_timeout``);
+- ``handle_exception``: a job's exception is reported once, at its final failure, with the job's
+  id, function and queue in ``data["@rq"]``; a failure that RQ will retry (``Retry``) is not an
+  error. RQ's own log line for the failure (``rq.worker`` at ``ERROR``, text without the
+  exception) is not sent again as an event: it stays on the console.
+
+RQ adds its console handlers (``Job OK``, the job's failure) only when no logger on the way up
+has a handler; the package's handlers on the root logger don't count for that check, so RQ's
+console output is as it was.
+
+The worker process must have called ``setup()`` before it forks its work horses: put
+``eventlog_handler.setup()`` in a module the worker imports at its start, for example the
+settings module of ``rq worker -c settings`` (README, "Deploying").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from eventlog_handler.capture._context import RequestScope, add_tags
+from eventlog_handler.capture._exceptions import capture_exception
+from eventlog_handler.delivery import _engine as transport
+
+_lock = threading.Lock()
+_installed = False
+#: Jobs whose failure this module handled (RQ's own line about it is not sent again).
+_failed_jobs: OrderedDict[str, None] = OrderedDict()
+_FAILED_JOBS_KEPT = 1000
+
+
+class _FailureLine(logging.Filter):
+    """Keeps RQ's log line about a job failure out of the events (the failure is its own
+    error event, with the exception; a retried failure is no error)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "rq.worker" or record.levelno < logging.ERROR:
+            return True
+        job_id = getattr(record, "job_id", None)
+        return not (isinstance(job_id, str) and job_id in _failed_jobs)
+
+
+_FILTER = _FailureLine()
+
+
+def install(handlers: Callable[[], list[logging.Handler]]) -> bool:
+    """Wrap RQ's worker (once per process) and filter RQ's failure lines out of ``handlers()``
+    (the current setup's). ``False`` when RQ can't be imported."""
+    global _installed
+    try:
+        from rq import logutils
+        from rq.worker import Worker
+    except Exception:
+        return False
+    with _lock:
+        for handler in handlers():
+            if _FILTER not in handler.filters:
+                handler.addFilter(_FILTER)
+        if _installed:
+            return True
+        _wrap_worker(Worker)
+        _keep_rq_console(logutils, {type(handler) for handler in handlers()})
+        _installed = True
+    return True
+
+
+def _wrap_worker(worker: Any) -> None:
+    perform_job = worker.perform_job
+    handle_exception = worker.handle_exception
+
+    def perform_job_in_scope(self: Any, job: Any, *args: Any, **kwargs: Any) -> Any:
+        scope, tags = _enter(job)
+        try:
+            return perform_job(self, job, *args, **kwargs)
+        finally:
+            _leave(scope, tags)
+            if getattr(self, "_is_horse", False):
+                # The work horse ends with os._exit right after: send what it logged now.
+                with contextlib.suppress(Exception):
+                    transport.shutdown_all()
+
+    def handle_exception_once(self: Any, job: Any, *exc_info: Any) -> Any:
+        with contextlib.suppress(Exception):
+            _report(job, exc_info)
+        return handle_exception(self, job, *exc_info)
+
+    perform_job_in_scope.__wrapped__ = perform_job  # type: ignore[attr-defined]
+    handle_exception_once.__wrapped__ = handle_exception  # type: ignore[attr-defined]
+    worker.perform_job = perform_job_in_scope
+    worker.handle_exception = handle_exception_once
+
+
+def _function_of(job: Any) -> str | None:
+    try:
+        name = job.func_name
+    except Exception:  # a job that can't be deserialized
+        return None
+    return name if isinstance(name, str) else None
+
+
+def _enter(job: Any) -> tuple[RequestScope | None, Any]:
+    try:
+        scope = RequestScope()
+        name = _function_of(job)
+        return scope, add_tags("rq", name) if name else add_tags("rq")
+    except Exception:  # pragma: no cover
+        return None, None
+
+
+def _leave(scope: RequestScope | None, tags: Any) -> None:
+    with contextlib.suppress(Exception):
+        if tags is not None:
+            tags.reset()
+        if scope is not None:
+            scope.close()
+
+
+def _will_retry(job: Any) -> bool:
+    retry = getattr(job, "should_retry", None)
+    if callable(retry):
+        retry = retry()
+    if isinstance(retry, bool):
+        return retry
+    left = getattr(job, "retries_left", None)
+    return isinstance(left, int) and left > 0
+
+
+def _report(job: Any, exc_info: tuple[Any, ...]) -> None:
+    job_id = getattr(job, "id", None)
+    if isinstance(job_id, str):
+        with _lock:
+            _failed_jobs[job_id] = None
+            while len(_failed_jobs) > _FAILED_JOBS_KEPT:
+                _failed_jobs.popitem(last=False)
+    exc = exc_info[1] if len(exc_info) > 1 else None
+    if not isinstance(exc, BaseException) or _will_retry(job):
+        return
+    function = _function_of(job)
+    about = {"job_id": job_id, "function": function, "queue": getattr(job, "origin", None)}
+    capture_exception(exc, submission_method="rq_job", source=function, data={"@rq": about})
+
+
+def _keep_rq_console(logutils: Any, ours: set[type]) -> None:
+    """RQ's ``setup_loghandlers`` adds its console handlers only when no handler is found on
+    the way up from ``rq.worker``; the package's handlers are not counted."""
+    check = getattr(logutils, "_has_effective_handler", None)
+    if check is None:  # another RQ: its console is as that version makes it
+        return
+
+    def has_effective_handler(logger: logging.Logger) -> bool:
+        current: logging.Logger | None = logger
+        while current is not None:
+            if any(type(handler) not in ours for handler in current.handlers):
+                return True
+            if not current.propagate:
+                return False
+            current = current.parent
+        return False
+
+    has_effective_handler.__wrapped__ = check  # type: ignore[attr-defined]
+    logutils._has_effective_handler = has_effective_handler

@@ -1,0 +1,33 @@
+"""Jobs of the RQ tests, and the worker's settings module (``rq worker -c jobs``): importing it
+calls ``eventlog_handler.setup()`` in the worker before it forks its work horses."""
+
+import logging
+import os
+import time
+
+import eventlog_handler
+
+REDIS_URL = os.environ["RQ_REDIS_URL"]
+
+eventlog_handler.setup(tags=["rq-tests"])
+
+log = logging.getLogger("shop.jobs")
+
+
+def warn(number):
+    log.warning("job warning %s", number)
+
+
+def fail():
+    raise KeyError("no such order")
+
+
+def flaky():
+    log.info("flaky attempt")
+    raise ValueError("gateway unreachable")
+
+
+def slow_warning(seconds):
+    log.warning("slow job started")
+    time.sleep(seconds)
+    log.warning("slow job finished")

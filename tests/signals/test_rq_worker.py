@@ -1,0 +1,170 @@
+"""A real ``rq worker`` (each job in a forked work horse that ends with ``os._exit``) against a
+real ``redis-server`` from the system's packages, its settings module calling
+``eventlog_handler.setup()`` as users do; jobs enqueued by another process; the worker stopped
+with ``SIGTERM`` (a warm shutdown). What arrives at a loopback server is what a user sees."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env
+from tests.support.waits import free_port, wait_until
+
+pytest.importorskip("rq", reason="rq is a test dependency (the dev extra)")
+redis = pytest.importorskip("redis", reason="redis-py comes with rq")
+
+APP = Path(__file__).parent / "rq_app"
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A redis-server of its own on a free loopback port (Debian's package)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    port = free_port()
+    options = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    server = subprocess.Popen(
+        [binary, *options, "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        assert wait_until(lambda: _pings(client), 10), "redis-server did not start"
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _pings(client: object) -> bool:
+    try:
+        return bool(client.ping())  # type: ignore[attr-defined]
+    except Exception:
+        return False
+
+
+def _env(server: FaultServer, redis_url: str) -> dict[str, str]:
+    env = child_env(server.url, RQ_REDIS_URL=redis_url)
+    env["PYTHONPATH"] = os.pathsep.join([str(APP), env["PYTHONPATH"]])
+    return env
+
+
+def _queue(redis_url: str) -> object:
+    from rq import Queue
+
+    return Queue(connection=redis.Redis.from_url(redis_url))
+
+
+def _worker(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "rq.cli", "worker", "-c", "jobs", "--url", env["RQ_REDIS_URL"]]
+    return subprocess.Popen(
+        [*command, *args],
+        cwd=str(cwd),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_an_rq_worker_sends_what_its_jobs_log_and_each_final_failure_once(
+    tmp_path: Path, redis_url: str
+) -> None:
+    with FaultServer() as server:
+        env = _env(server, redis_url)
+        from rq import Retry
+
+        queue: Any = _queue(redis_url)
+        for number in range(5):
+            queue.enqueue("jobs.warn", number)
+        queue.enqueue("jobs.fail")
+        queue.enqueue("jobs.flaky", retry=Retry(max=2))
+        worker = _worker(env, tmp_path, "--burst")  # works until the queue is empty, then ends
+        try:
+            output, _ = worker.communicate(timeout=120)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.communicate(timeout=10)
+        assert wait_until(lambda: len(server.accepted) >= 7, 10), server.accepted
+        time.sleep(0.5)  # a duplicate or a retry reported late would show now
+        events = list(server.accepted)
+    assert worker.returncode == 0, output[-3000:]
+    messages = [str(event.get("message")) for event in events if event.get("type") != "error"]
+    assert sorted(m for m in messages if m.startswith("job warning")) == [
+        f"job warning {number}" for number in range(5)
+    ]
+    warning = next(event for event in events if event.get("message") == "job warning 0")
+    assert {"rq", "jobs.warn", "rq-tests"} <= set(warning["tags"])  # the job's scope
+    errors = [event for event in events if event.get("type") == "error"]
+    # One error per failed job: the failure without retries, and the flaky one at its third try.
+    assert sorted(event["@simple_error"]["type"] for event in errors) == ["KeyError", "ValueError"]
+    flaky = next(event for event in errors if event["@simple_error"]["type"] == "ValueError")
+    assert flaky["data"]["@rq"]["function"] == "jobs.flaky"
+    assert flaky["data"]["@submission_method"] == "rq_job"
+    # RQ's own failure lines and routine lines are not events; they stay on the console.
+    assert not [m for m in messages if "exception raised while executing" in m or "Job OK" in m]
+    assert "Job OK" in output and "exception raised while executing" in output
+    assert output.count("flaky attempt") == 0  # INFO of the job: not on RQ's console either
+
+
+def test_sigterm_to_an_rq_worker_loses_nothing(tmp_path: Path, redis_url: str) -> None:
+    with FaultServer() as server:
+        env = _env(server, redis_url)
+        worker = _worker(env, tmp_path)
+        try:
+            queue: Any = _queue(redis_url)
+            job = queue.enqueue("jobs.slow_warning", 1.5)
+            assert wait_until(lambda: job.get_status(refresh=True) == "started", 30)
+            worker.send_signal(signal.SIGTERM)  # a warm shutdown: the job finishes first
+            output, _ = worker.communicate(timeout=60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.communicate(timeout=10)
+        assert wait_until(lambda: "slow job finished" in server.arrivals(), 10), output[-3000:]
+    assert worker.returncode == 0, output[-3000:]
+    assert "slow job started" in server.arrivals()
+
+
+def test_the_rq_example_runs_as_its_docstring_says(tmp_path: Path, redis_url: str) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    with FaultServer() as server:
+        env = child_env(server.url, RQ_REDIS_URL=redis_url)
+        env["PYTHONPATH"] = os.pathsep.join([str(examples), env["PYTHONPATH"]])
+        subprocess.run(
+            [sys.executable, "-c", "import rq_app; rq_app.enqueue_examples()"],
+            env=env,
+            cwd=str(tmp_path),
+            check=True,
+            timeout=60,
+        )
+        command = [sys.executable, "-m", "rq.cli", "worker", "-c", "rq_app", "--burst"]
+        done = subprocess.run(
+            [*command, "--url", redis_url],
+            env=env,
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert wait_until(lambda: len(server.accepted) >= 2, 10), server.accepted
+        events = list(server.accepted)
+    assert "stock is low for sku A-1" in {event.get("message") for event in events}
+    errors = [event["@simple_error"]["type"] for event in events if event.get("type") == "error"]
+    assert errors == ["ConnectionError"]  # once, after two retries
