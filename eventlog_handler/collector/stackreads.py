@@ -23,6 +23,7 @@ class StackQuery:
 
     project_ids: list[str] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
+    exclude_types: list[str] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
     event_query: EventQuery | None = None
     sort: str = "recent"
@@ -110,6 +111,9 @@ class StackReads(EventReads):
             if values:
                 clauses.append(f"s.{column} IN ({','.join('?' * len(values))})")
                 params.extend(values)
+        if query.exclude_types:
+            clauses.append(f"s.type NOT IN ({','.join('?' * len(query.exclude_types))})")
+            params.extend(query.exclude_types)
         if query.event_query is not None:
             inner, inner_params = self._where(query.event_query)
             if inner:

@@ -60,7 +60,9 @@ def test_the_landing_page_is_the_stack_list(client: Client, collector: Collector
     assert client.post_events(batch, compress=True).status_code == 202
     page = _page(client, "/", refresh=0)
     rows = re.findall(r'<a class="title" href="/stacks/([0-9a-f]{24})">([^<]*)</a>', page)
-    assert [unescape(title) for _, title in rows] == ["app.cache", "KeyError: x"]
+    # Errors first, apart from the log stacks (each group most recent first).
+    assert [unescape(title) for _, title in rows] == ["KeyError: x", "app.cache"]
+    assert page.index(">Errors</h2>") < page.index(">Logs and other events</h2>")
     error_stack = next(s for s in collector.stacks() if s["type"] == "error")
     row = page[page.index(f'href="/stacks/{error_stack["id"]}"') :].split("</tr>")[0]
     assert 'data-label="Count">150<' in row

@@ -70,6 +70,21 @@ def _refresh(query: Mapping[str, list[str]], paged: bool) -> int:
     return int_param(query, "refresh", default, 3600)
 
 
+#: Which stacks the list shows: errors, logs (every other type) or all (errors first, apart).
+KINDS = ("errors", "logs", "all")
+KIND_COOKIE = "eventlog_stacks"
+
+
+def _cookie(request: Request, name: str) -> str:
+    """A cookie's value from the request, or ``""``."""
+    for header in request.headers.get_all("Cookie") or []:
+        for pair in str(header).split(";"):
+            key, _, value = pair.strip().partition("=")
+            if key == name:
+                return value.strip()
+    return ""
+
+
 class Dashboard:
     """The pages, over a :class:`Storage` (and the events endpoints' recent notes)."""
 
@@ -136,9 +151,13 @@ class Dashboard:
             statuses = (status,)
         elif status == "all":
             statuses = ()
+        chosen = first(query, "kind")
+        remembered = _cookie(request, KIND_COOKIE)
+        kind = chosen if chosen in KINDS else remembered if remembered in KINDS else "all"
         selection = StackQuery(
             project_ids=[project] if project else [],
-            types=[event_type] if event_type else [],
+            types=[event_type] if event_type else ["error"] if kind == "errors" else [],
+            exclude_types=["error"] if kind == "logs" else [],
             statuses=list(statuses),
             sort=sort or "recent",
             limit=_STACK_ROWS,
@@ -165,8 +184,14 @@ class Dashboard:
             self._projects(),
             self.storage.distinct_types(),
             self._notes(),
+            kind,
         )
-        return page(Page("Stacks", body, here="/", refresh=_refresh(query, bool(after))))
+        response = page(Page("Stacks", body, here="/", refresh=_refresh(query, bool(after))))
+        if chosen in KINDS and chosen != remembered:  # the user's choice, kept for next time
+            response.headers["Set-Cookie"] = (
+                f"{KIND_COOKIE}={chosen}; Path=/; Max-Age=31536000; SameSite=Lax; HttpOnly"
+            )
+        return response
 
     def stack_page(self, request: Request, token: TokenRecord | None) -> Response:
         """``GET /stacks/{id}``: one stack and its events."""

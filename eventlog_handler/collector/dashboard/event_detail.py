@@ -23,6 +23,7 @@ from eventlog_handler.collector.dashboard.events import (
     event_timestamp,
     level_of,
 )
+from eventlog_handler.collector.dashboard.frames import FRAMES_KEY, frames_html
 from eventlog_handler.collector.dashboard.layout import clip, e, relative_time
 from eventlog_handler.collector.normalize import error_chain
 
@@ -46,6 +47,7 @@ _HANDLED = frozenset(
         "@submission_method",
         "@version",
         "@stack",
+        FRAMES_KEY,
     )
 )
 _ENVIRONMENT = (
@@ -143,7 +145,10 @@ def _errors(data: Mapping[str, Any]) -> str:
             parts.append(f'<pre class="stack">{e(clip(stack, _STACK))}</pre>\n')
         extra = error.get("data")
         if isinstance(extra, dict) and extra:
-            parts.append(f"<h3>Error data</h3>{_kv_table(extra)}\n")
+            parts.append(frames_html(extra.get(FRAMES_KEY)))
+            rest = {key: value for key, value in extra.items() if key != FRAMES_KEY}
+            if rest:
+                parts.append(f"<h3>Error data</h3>{_kv_table(rest)}\n")
         parts.append("</section>\n")
     return "".join(parts)
 
@@ -151,7 +156,19 @@ def _errors(data: Mapping[str, Any]) -> str:
 def _trace(value: Any) -> str:
     if not isinstance(value, list) or not value:
         return ""
-    lines = [str(line) for line in value[:_ROWS]]
+    lines: list[str] = []
+    previous, repeats = None, 0
+    for line in [str(item) for item in value[:_ROWS]]:
+        text = line.split(" ", 1)[-1]  # the same line at another time is a repeat
+        if text == previous:
+            repeats += 1
+            continue
+        if repeats:
+            lines.append(f"    … the same line {repeats} more time{'s' if repeats > 1 else ''}")
+        lines.append(line)
+        previous, repeats = text, 0
+    if repeats:
+        lines.append(f"    … the same line {repeats} more time{'s' if repeats > 1 else ''}")
     if len(value) > _ROWS:
         lines.append(f"… {len(value) - _ROWS} more lines")
     return (
@@ -159,6 +176,19 @@ def _trace(value: Any) -> str:
         f'oldest first)</small></h2>\n<pre class="trace">{e(clip(chr(10).join(lines), _STACK))}'
         "</pre></section>\n"
     )
+
+
+def _count(event: Mapping[str, Any]) -> str:
+    count = event.get("count")
+    if count is None:
+        return ""
+    if isinstance(count, int) and count > 1:
+        return (
+            f"{e(count)} <small>— this event stands for {e(count)} identical events: the "
+            "client rolled them up (same message, data and error within its roll-up window) "
+            "and sent the last of them with this count</small>"
+        )
+    return e(count)
 
 
 def _request(value: Any) -> str:
@@ -312,7 +342,7 @@ def event_body(
             ("Stack", stack_link),
             ("Tags", chips),
             ("Value", e(event.get("value")) if event.get("value") is not None else ""),
-            ("Count", e(event.get("count")) if event.get("count") is not None else ""),
+            ("Count", _count(event)),
             ("Geo", e(clip(event.get("geo") or "", 100))),
             ("Reference id", e(clip(event.get("reference_id") or "", 100))),
             ("Version", e(clip(version, 100)) if isinstance(version, str) else ""),
@@ -343,6 +373,7 @@ def event_body(
         + notice
         + f'<section class="card overview">{overview}</section>\n'
         + _errors(data)
+        + frames_html(data.get(FRAMES_KEY), "Call site")
         + _trace(data.get("@trace"))
         + _request(data.get("@request"))
         + _user(data)

@@ -99,6 +99,17 @@ pre { background: #f3f5f8; border: 1px solid var(--line); border-radius: 4px; pa
       overflow-x: auto; white-space: pre-wrap; overflow-wrap: anywhere; margin: .4em 0;
       font-size: 13px; max-width: 100%; }
 pre.stack, pre.trace { white-space: pre; overflow-wrap: normal; }
+details.frame { border-top: 1px solid var(--line); padding: .2em 0; }
+details.frame summary { cursor: pointer; }
+details.frame.library summary code { color: var(--muted); }
+table.source { border-collapse: collapse; width: 100%; font-size: .9em; margin: .3em 0; }
+table.source td { padding: 0 .5em; white-space: pre; overflow-wrap: normal; }
+table.source td.lineno { color: var(--muted); text-align: right; width: 4em; }
+table.source tr.here { background: rgba(220, 60, 60, .15); font-weight: bold; }
+h2.group { margin: 1em 0 .3em; font-size: 1.1em; }
+nav.kinds { margin: .4em 0; }
+nav.kinds a.here { font-weight: bold; text-decoration: none; }
+small.culprit { font-family: monospace; }
 table.kv { border-collapse: collapse; width: 100%; table-layout: fixed; }
 table.kv th, table.kv td { text-align: left; padding: .25em .5em; border-top: 1px solid var(--line);
                            vertical-align: top; overflow-wrap: anywhere; }

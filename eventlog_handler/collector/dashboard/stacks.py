@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventlog_handler.collector.dashboard.events import event_rows, pager, search_help
+from eventlog_handler.collector.dashboard.frames import culprit, why_grouped
 from eventlog_handler.collector.dashboard.layout import (
     clip,
     e,
@@ -72,6 +73,7 @@ def stacks_body(
     projects: list[tuple[str, str]],
     types: list[str],
     notes: list[str],
+    kind: str = "all",
 ) -> str:
     """The body of ``/``: tabs per status, filters, the stacks with their counts, users, first
     and last seen and a sparkline, and a link to the next page."""
@@ -82,6 +84,12 @@ def stacks_body(
     keep = {"project": project, "type": event_type, "sort": sort, "q": text}
     if spark_name != "24h":
         keep["spark"] = spark_name
+    kinds = []
+    for value, label in (("errors", "Errors"), ("logs", "Logs"), ("all", "All")):
+        mark = ' class="here"' if value == kind else ""
+        kinds.append(
+            f'<a{mark} href="{e(url("/", status=status, kind=value, **keep))}">{label}</a>'
+        )
     tabs = []
     for value, label, statuses in STATUS_TABS:
         number = sum(counts.get(name, 0) for name in statuses) if statuses else sum(counts.values())
@@ -109,32 +117,46 @@ def stacks_body(
         "</form>\n"
     )
     start, seconds, window_label = spark
-    rows = []
-    for stack in stacks:
-        link = f"/stacks/{e(stack['id'])}"
-        kind = str(stack.get("type") or "")
-        signature = stack.get("signature_info") or {}
-        hint = signature.get("Source") or signature.get("ExceptionType") or ""
-        rows.append(
-            "<tr>"
-            f'<td class="what"><a class="title" href="{link}">{e(clip(stack["title"], 300))}</a>'
-            f'<br><span class="badge {e(kind.lower()[:20])}">{e(clip(kind, 30))}</span> '
-            f"{status_badge(stack['status'])} "
-            f"<small>{e(clip(hint, 120))}</small></td>"
-            f'<td class="num" data-label="Count">{format_count(stack["total_occurrences"])}</td>'
-            f'<td class="num" data-label="Users">{format_count(stack["users"])}</td>'
-            f'<td class="num" data-label="First">{relative_time(stack["first_ts"])}</td>'
-            f'<td class="num" data-label="Last">{relative_time(stack["last_ts"])}</td>'
-            f'<td class="spark">'
-            f"{sparkline(occurrences.get(stack['id'], []), start, seconds, label=window_label)}"
-            "</td></tr>"
-        )
-    if rows:
-        table = (
-            '<table class="list stacks"><thead><tr><th>Stack</th><th>Count</th><th>Users</th>'
-            f"<th>First seen</th><th>Last seen</th><th>{e(window_label.capitalize())}</th>"
-            "</tr></thead>\n<tbody>\n" + "\n".join(rows) + "\n</tbody></table>\n"
-        )
+    groups: list[tuple[str, list[dict[str, Any]]]] = [("", stacks)]
+    if kind == "all":  # errors apart from the log stacks, first (the page's order within each)
+        errors = [stack for stack in stacks if stack.get("type") == "error"]
+        others = [stack for stack in stacks if stack.get("type") != "error"]
+        if errors and others:
+            groups = [("Errors", errors), ("Logs and other events", others)]
+    tables = []
+    for heading, members in groups:
+        rows = []
+        for stack in members:
+            link = f"/stacks/{e(stack['id'])}"
+            stack_type = str(stack.get("type") or "")
+            hint = culprit(stack.get("signature_info") or {})
+            rows.append(
+                "<tr>"
+                f'<td class="what"><a class="title" href="{link}">'
+                f"{e(clip(stack['title'], 300))}</a>"
+                f'<br><span class="badge {e(stack_type.lower()[:20])}">'
+                f"{e(clip(stack_type, 30))}</span> {status_badge(stack['status'])} "
+                f'<small class="culprit">{e(clip(hint, 160))}</small></td>'
+                f'<td class="num" data-label="Count">'
+                f"{format_count(stack['total_occurrences'])}</td>"
+                f'<td class="num" data-label="Users">{format_count(stack["users"])}</td>'
+                f'<td class="num" data-label="First">{relative_time(stack["first_ts"])}</td>'
+                f'<td class="num" data-label="Last">{relative_time(stack["last_ts"])}</td>'
+                f'<td class="spark">'
+                f"{sparkline(occurrences.get(stack['id'], []), start, seconds, label=window_label)}"
+                "</td></tr>"
+            )
+        if rows:
+            tables.append(
+                (f'<h2 class="group">{e(heading)}</h2>\n' if heading else "")
+                + '<table class="list stacks"><thead><tr><th>Stack</th><th>Count</th>'
+                f"<th>Users</th><th>First seen</th><th>Last seen</th>"
+                f"<th>{e(window_label.capitalize())}</th></tr></thead>\n<tbody>\n"
+                + "\n".join(rows)
+                + "\n</tbody></table>\n"
+            )
+    if tables:
+        table = "".join(tables)
     elif sum(counts.values()) == 0:
         table = (
             '<div class="card"><h2>No events yet</h2><p>Point a program at this collector and '
@@ -163,6 +185,7 @@ def stacks_body(
     return (
         "<h1>Stacks</h1>\n"
         + notice
+        + f'<nav class="kinds">Show: {" ".join(kinds)}</nav>\n'
         + f'<nav class="tabs">{"".join(tabs)}</nav>\n'
         + form
         + search_help()
@@ -209,6 +232,7 @@ def stack_body(
     """The body of ``/stacks/{id}``: title, status and its buttons, counts, charts, signature,
     and the stack's events (newest first, paged)."""
     signature = stack.get("signature_info") or {}
+    reason = why_grouped(signature)
     signature_rows = "".join(
         f"<tr><th>{e(clip(key, 60))}</th><td>{e(clip(value, 500))}</td></tr>"
         for key, value in signature.items()
@@ -238,7 +262,8 @@ def stack_body(
         + stats
         + f'<div class="card"><div class="charts">{charts}</div>'
         + (
-            f'<h2>Signature</h2><table class="kv">{signature_rows}</table>'
+            f'<h2>Why these events are one stack</h2><p class="why">{e(reason)}</p>'
+            f'<table class="kv">{signature_rows}</table>'
             if signature_rows
             else ""
         )
