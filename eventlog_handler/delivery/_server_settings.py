@@ -32,7 +32,10 @@ from eventlog_handler.wire._levels import NUMBERS
 #: The level number that sends nothing (``Off``).
 OFF = 1 << 30
 
-_FALSE = frozenset({"false", "off", "no", "0", "none"})
+#: Values that turn a source or an error type off, as the official clients read them.
+_FALSE = frozenset({"false", "off", "no", "0"})
+#: Values that send everything of a source (``Trace``), as the official clients read them.
+_TRUE = frozenset({"true", "yes", "1"})
 _CACHE_LIMIT = 10_000
 
 
@@ -73,9 +76,7 @@ class ServerSettings:
         for key, value in self.settings.items():
             lowered = key.lower()
             if lowered.startswith("@@log:"):
-                level = _level(value)
-                if level is not None:
-                    log_levels[key[len("@@log:") :]] = level
+                log_levels[key[len("@@log:") :]] = _level(value)
             elif lowered.startswith("@@error:") and value.strip().lower() in _FALSE:
                 error_off.append(key[len("@@error:") :])
             elif lowered == "@@dataexclusions":
@@ -128,13 +129,21 @@ class ServerSettings:
         return dropped
 
 
-def _level(value: str) -> int | None:
+#: A ``@@log`` value that filters nothing of its source (``none``, or a word no client knows).
+NO_FILTER = 0
+
+
+def _level(value: str) -> int:
+    """A ``@@log:*`` value read as Exceptionless.Net's ``LogLevel`` and the JavaScript client's
+    ``EventExclusionPlugin`` read it: ``false``/``0``/``no``/``off`` → Off; ``true``/``1``/``yes``
+    → Trace (everything); a level name → that level; ``none`` and any other word → no filtering
+    for the source (:data:`NO_FILTER`, which also keeps a wildcard setting from applying)."""
     text = value.strip().lower()
     if text in _FALSE:
         return OFF
-    if text in ("true", "on", "yes"):
-        return None
-    return NUMBERS.get(text)
+    if text in _TRUE:
+        return NUMBERS["trace"]
+    return NUMBERS.get(text, NO_FILTER)
 
 
 def error_type_names(event: Mapping[str, Any]) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ import pytest
 from eventlog_handler import EventLogHandler
 from eventlog_handler.api._client import Client
 from eventlog_handler.delivery import _engine as transport
-from eventlog_handler.delivery._server_settings import OFF, ServerSettings
+from eventlog_handler.delivery._server_settings import NO_FILTER, OFF, ServerSettings
 from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
 from tests.support.faultserver import FaultServer
@@ -211,7 +211,7 @@ def test_matching_rules() -> None:
             "@@log:App.Web*": "Debug",
             "@@log:app.web.health": "Off",
             "@@log:*Job": "Error",
-            "@@log:bad": "loud",  # not a level: ignored
+            "@@log:bad": "loud",  # not a level: no filtering, as the official clients read it
             "@@error:myapp.PaymentError": "false",
             "@@error:*Timeout*": "off",
             "@@error:KeyError": "true",
@@ -221,7 +221,7 @@ def test_matching_rules() -> None:
     assert settings.log_level("app.web.health") == OFF
     assert settings.log_level("app.web.api") == logging.DEBUG  # case-insensitive
     assert settings.log_level("nightly.Job") == logging.ERROR
-    assert settings.log_level("bad") == logging.WARNING
+    assert settings.log_level("bad") == NO_FILTER
     assert settings.log_level(None) == logging.WARNING
     assert settings.drops_error(("myapp.PaymentError",))
     assert settings.drops_error(("ValueError", "requests.exceptions.ReadTimeout"))
