@@ -155,7 +155,8 @@ class ExclusionMatcher:
     def __call__(self, key: str) -> bool:
         answer = self._cache.get(key)
         if answer is None:
-            answer = self._everything or self._match(key)
+            # Event references (``@ref:session``, ``@ref:parent``) are ids, never secrets.
+            answer = not key.startswith("@ref:") and (self._everything or self._match(key))
             if len(self._cache) < _CACHE_KEYS:
                 self._cache[key] = answer
         return answer
