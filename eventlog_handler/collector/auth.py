@@ -3,8 +3,8 @@
 Credentials, as the service reads them (``PROTOCOL.md``, "Accepting what real clients send"):
 
 - ``Authorization: Bearer <key>`` or ``Authorization: Token <key>`` (the scheme in any case);
-- ``Authorization: Basic`` with ``client:<key>``, ``<key>:x-oauth-basic`` or ``<key>:`` (a
-  token), or ``<e-mail>:<password>`` (a user);
+- ``Authorization: Basic`` with ``client:<key>`` or ``<key>:x-oauth-basic`` (a token), or
+  ``<e-mail>:<password>`` (a user); an empty password is refused (401), as the service does;
 - only when there is no ``Authorization`` header: the query parameters ``access_token``,
   ``api_key`` or ``apikey`` (names in any case).
 
@@ -57,7 +57,9 @@ def _basic(value: str) -> Credentials:
         return Credentials(scheme="basic")
     if user.lower() == "client":
         return Credentials(token=password.strip() or None, scheme="basic")
-    if password.lower() == "x-oauth-basic" or password == "":
+    if password == "":
+        return Credentials(scheme="basic")  # the service refuses an empty password part
+    if password.lower() == "x-oauth-basic":
         return Credentials(token=user.strip() or None, scheme="basic")
     return Credentials(email=user, password=password, scheme="basic")
 

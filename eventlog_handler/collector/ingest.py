@@ -8,7 +8,8 @@
    objects) goes through :class:`~eventlog_handler.collector.normalize.Normalizer`; anything
    else (plain text, JSON that does not parse, JSON of another shape, fields of the wrong types)
    becomes one log event per non-blank line. Bytes that are not UTF-8 are read with
-   replacement characters. Only an empty body or an empty array is refused (411).
+   replacement characters. Only an empty body is refused (411); an empty array ``[]`` is
+   answered 202 with nothing stored, as the service answers it.
 
 The body is kept as it was sent (:class:`Received`), and each event stored points into it: the
 rules are applied again, with the same time of receipt, when an event is read, which gives the
@@ -105,9 +106,7 @@ def _json_items(text: str) -> list[Any]:
     except (ValueError, RecursionError) as exc:
         raise _Unreadable(f"the body is not valid JSON ({str(exc)[:120]})") from None
     if isinstance(document, list):
-        if not document:
-            raise HttpError(411, "The request body is an empty array.")
-        return document
+        return document  # an empty array is answered 202, as the service answers it
     if isinstance(document, dict):
         return [document]
     raise _Unreadable("the body is not a JSON object or array")

@@ -23,6 +23,7 @@ What the service does with what real clients send (``PROTOCOL.md``):
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping
@@ -223,6 +224,23 @@ def _error_message(data: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _stack_object(data: dict[str, Any], stack: Any) -> dict[str, Any]:
+    """``data`` with a ``@stack`` that is not an object made one (a string holding a JSON
+    object) or renamed ``_@stack``, as the service does (a copy: the item stays as sent)."""
+    parsed: Any = None
+    if type(stack) is str:
+        try:
+            parsed = json.loads(stack)
+        except ValueError:
+            parsed = None
+    data = dict(data)
+    if type(parsed) is dict:
+        data["@stack"] = parsed
+    else:
+        data["_@stack"] = data.pop("@stack")
+    return data
+
+
 class Normalizer:
     """Applies the rules to the events of one request, received at ``now``.
 
@@ -263,7 +281,7 @@ class Normalizer:
         if type(item) is not dict:
             raise FieldTypeError("an event must be a JSON object")
         data = event_type = date = source = message = tags = geo = value = count = None
-        reference_id = None
+        reference_id = client_id = None
         moved: list[tuple[str, Any]] | None = None
         aliased: list[tuple[str, Any]] | None = None
         for key, field_value in item.items():
@@ -287,6 +305,8 @@ class Normalizer:
                 count = field_value
             elif key == "geo":
                 geo = field_value
+            elif key == "id" or key == "Id" or key == "ID":
+                client_id = field_value  # the service takes it as the reference id
             else:
                 name = _FIELD_CACHE.get(key, _MISSING)
                 if name is _MISSING:
@@ -360,10 +380,16 @@ class Normalizer:
             raise FieldTypeError("'value' must be a number")
         if count is not None and type(count) is not int:
             raise FieldTypeError("'count' must be an integer")
+        if reference_id is None and client_id is not None:
+            reference_id = client_id
         if reference_id is not None and (
             type(reference_id) is not str or _REFERENCE_RE.fullmatch(reference_id) is None
         ):
+            data = {**data, "InvalidReferenceId": reference_id}  # kept, as the service keeps it
             reference_id = INVALID_REFERENCE_ID
+        stack = data.get("@stack")
+        if stack is not None and type(stack) is not dict:
+            data = _stack_object(data, stack)
 
         if len(event_type) > MAX_TYPE:
             self._drop(f"'type' longer than {MAX_TYPE} characters: {event_type[:40]!r}…")
