@@ -26,11 +26,13 @@ from eventlog_handler.capture._context import (
     clear_user,
     get_tags,
     get_user,
+    last_reference_id,
     request_scope,
     set_user,
     user_context,
 )
 from eventlog_handler.capture._exceptions import capture_exception
+from eventlog_handler.capture._typed import submit_feature_usage, submit_not_found
 from eventlog_handler.handler import EventLogHandler
 from eventlog_handler.integrations._hooks import install_hooks
 from eventlog_handler.wire import stack
@@ -48,10 +50,13 @@ __all__ = [
     "get_tags",
     "get_user",
     "install_hooks",
+    "last_reference_id",
     "request_scope",
     "set_user",
     "setup",
     "stack",
+    "submit_feature_usage",
+    "submit_not_found",
     "user_context",
 ]
 

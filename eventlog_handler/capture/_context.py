@@ -160,8 +160,28 @@ def get_request() -> dict[str, Any] | None:
     return _REQUEST.get()
 
 
+#: The reference id of the last error event captured in this context.
+_LAST_REFERENCE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "eventlog_handler_last_reference", default=None
+)
+
+
+def last_reference_id() -> str | None:
+    """The reference id of the last error event captured in this context (thread, asyncio
+    task, web request), ``None`` before any: what an app's error page can show, and what
+    :func:`~eventlog_handler.submit_user_description` takes."""
+    return _LAST_REFERENCE.get()
+
+
+def note_reference(reference_id: Any) -> None:
+    """An error event with this reference id was captured in this context."""
+    if isinstance(reference_id, str):
+        _LAST_REFERENCE.set(reference_id)
+
+
 class RequestScope:
-    """One unit of work (a web request, a job): a fresh user, no tags, and its ``@request``.
+    """One unit of work (a web request, a job): a fresh user, no tags, its ``@request``, and no
+    last reference id (:func:`last_reference_id`) from an earlier unit.
 
     Entering it clears the user and tags of the surrounding context, so a thread or task that
     serves one request after another never carries one request's user into the next; leaving
@@ -177,6 +197,7 @@ class RequestScope:
             Scope(_USER, None),
             Scope(_TAGS, ()),
             Scope(_REQUEST, request),
+            Scope(_LAST_REFERENCE, None),
         ]
         self._trace: Any = tracelog.new_scope_ring()  # the request's own trace log
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import mark_reported
-from eventlog_handler.capture._context import get_request, get_tags, get_user
+from eventlog_handler.capture._context import get_request, get_tags, get_user, note_reference
 from eventlog_handler.delivery._buffer import JSON_READY, RAW, SORTED, Entry
 from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.wire._events import (
@@ -140,6 +140,7 @@ def build_event(
         if trace is not None:
             _add_data(event, "@trace", trace)
         if serious:
+            note_reference(event.get("reference_id"))
             return _with_call_site(event, settings, stack, source, template, message)
         return _with_stack(event, stack)
     assert data is not None
@@ -155,6 +156,7 @@ def build_event(
         _add_data(event, "@environment", environment)
     if trace is not None:
         _add_data(event, "@trace", trace)
+    note_reference(event.get("reference_id"))
     mark_reported(exc)
     _with_frames(event, exc, settings)
     return _with_stack(event, stack)
