@@ -97,6 +97,8 @@ class Api:
         )
         add("POST", r"/api/v2/events", events.post_events, "client", reads=False)
         add("GET", r"/api/v2/events", events.list_events, "user")
+        by_ref = rf"/api/v2/events/by-ref/(?P<reference_id>{oid})"
+        add("GET", by_ref, events.get_by_reference, "user")
         add("GET", rf"/api/v2/events/(?P<event_id>{oid})", events.get_event, "user")
         add("GET", rf"/api/v2/stacks/(?P<stack_id>{oid})/events", events.list_events, "user")
         add("GET", rf"/api/v2/stacks/(?P<stack_id>{oid})", events.get_stack, "user")

@@ -86,6 +86,26 @@ def _matches_exclusion(key: str, patterns: list[str]) -> bool:
     return False
 
 
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def _description_problems(description: dict[str, Any]) -> dict[str, list[str]]:
+    """What the service's validator says of a user description: at least an e-mail address or
+    a description, and an e-mail address that is one."""
+    problems: dict[str, list[str]] = {}
+    email = description.get("email_address")
+    text = description.get("description")
+    if email is not None and (not isinstance(email, str) or not _EMAIL.match(email.strip())):
+        problems["email_address"] = ["Please specify a valid email address."]
+    if text is not None and not isinstance(text, str):
+        problems["description"] = ["The description must be text."]
+    has_email = isinstance(email, str) and email.strip()
+    has_text = isinstance(text, str) and text.strip()
+    if not has_email and not has_text and not problems:
+        problems["description"] = ["Please specify an email address or a description."]
+    return problems
+
+
 class EventsApi:
     """The event endpoints over a :class:`Storage`."""
 
@@ -289,8 +309,8 @@ class EventsApi:
         assert token is not None
         project_id = token_project(self.storage, request, token)
         reference_id = request.params["reference_id"]
-        if not is_valid_reference_id(reference_id):
-            raise HttpError(400, "Invalid reference id.")
+        if not is_valid_reference_id(reference_id):  # the service's route does not match it
+            raise HttpError(404, f"No resource at {request.path[:200]}.")
         body = read_body(request, self.max_body_bytes, required=True)
         assert body is not None
         value = json_document(body)
@@ -299,6 +319,14 @@ class EventsApi:
         description = {
             key: value[key] for key in ("email_address", "description", "data") if key in value
         }
+        problems = _description_problems(description)
+        if problems:
+            raise HttpError(
+                422,
+                "The user description is invalid.",
+                errors=problems,
+                title="One or more validation errors occurred.",
+            )
         self.storage.add_user_description(project_id, reference_id, description)
         return empty_response(202)
 
@@ -374,6 +402,24 @@ class EventsApi:
         ):
             raise HttpError(404, "No such event.")
         return json_response(200, event)
+
+    def get_by_reference(self, request: Request, token: TokenRecord | None) -> Response:
+        """``GET /api/v2/events/by-ref/{reference_id}``: the newest stored event with that
+        reference id in the token's organization (and project), or 404."""
+        assert token is not None
+        reference_id = request.params["reference_id"]
+        if not is_valid_reference_id(reference_id):
+            raise HttpError(404, f"No resource at {request.path[:200]}.")
+        query = EventQuery(
+            organization_id=token.organization_id,
+            scope_project_id=token.project_id,
+            reference_ids=[reference_id],
+            limit=1,
+        )
+        found, _ = self.storage.query_events(query)
+        if not found:
+            raise HttpError(404, "No event with that reference id.")
+        return json_response(200, found[0])
 
     # -- stacks ------------------------------------------------------------------------------
 

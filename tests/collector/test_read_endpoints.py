@@ -265,7 +265,7 @@ def test_user_description_is_attached(client: Client, collector: Collector) -> N
             collector.project_token,
             json=body,
         ),
-        400,
+        404,  # as the service: an invalid reference id does not match its route
     )
     assert_problem(client.request("POST", path, collector.project_token, json=[1]), 400)
 

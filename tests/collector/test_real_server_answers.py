@@ -6,6 +6,7 @@ an empty array answered 202, Basic credentials with an empty password refused.""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import requests
 
@@ -69,3 +70,35 @@ def test_basic_with_an_empty_password_is_401(collector: Collector) -> None:
     )
     assert_problem(answer, 401)
     assert collector.events() == []
+
+
+def _describe(client: Client, collector: Collector, reference: str, body: object) -> Any:
+    path = f"/api/v2/events/by-ref/{reference}/user-description"
+    return client.request("POST", path, collector.project_token, json=body)
+
+
+def test_user_descriptions_are_validated_as_the_service_validates_them(
+    client: Client, collector: Collector
+) -> None:
+    client.post_events({"message": "crash", "reference_id": "feedback-0001"})
+    bad_email = {"email_address": "not an address", "description": "it broke"}
+    problem = assert_problem(_describe(client, collector, "feedback-0001", bad_email), 422)
+    assert "email_address" in problem["errors"]
+    assert_problem(_describe(client, collector, "feedback-0001", {}), 422)
+    assert_problem(_describe(client, collector, "short", {"description": "x"}), 404)
+    good = {"email_address": "ann@example.test", "description": "it broke"}
+    assert _describe(client, collector, "feedback-0001", good).status_code == 202
+    assert (
+        _describe(client, collector, "feedback-0001", {"description": "again"}).status_code == 202
+    )
+    (event,) = collector.events()
+    assert event["data"]["@user_description"] == {"description": "again"}
+
+
+def test_an_event_is_found_by_its_reference_id(client: Client, collector: Collector) -> None:
+    client.post_events([{"message": "first", "reference_id": "lookup-0001"}, {"message": "other"}])
+    found = client.get("/api/v2/events/by-ref/lookup-0001", collector.user_token)
+    assert found.status_code == 200, found.text
+    assert found.json()["message"] == "first"
+    assert_problem(client.get("/api/v2/events/by-ref/lookup-0002", collector.user_token), 404)
+    assert_problem(client.get("/api/v2/events/by-ref/lookup-0001", collector.project_token), 403)
