@@ -343,6 +343,19 @@ class Client:
         except ValueError as exc:
             raise errors.ApiError(response.status_code, title=str(exc), url=response.url) from None
 
+    # -- reading events ---------------------------------------------------------------------
+
+    def list_events(
+        self, filter: str | None = None, *, sort: str = "-date", limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The newest events (``GET /api/v2/events``, one page; a user token), matching the
+        service's ``filter`` syntax (``type:error``), ``sort`` as the service sorts."""
+        params: dict[str, Any] = {"sort": sort, "limit": max(1, min(int(limit), 100))}
+        if filter:
+            params["filter"] = filter
+        found = _json(self._request("GET", EVENTS_PATH, params=params))
+        return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
+
     # -- settings ---------------------------------------------------------------------------
 
     def get_config(self, version: int | None = None) -> dict[str, Any] | None:

@@ -297,6 +297,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run_serve(args)
 
 
+def cmd_tail(args: argparse.Namespace) -> int:
+    from eventlog_handler.cli._tail import run_tail
+
+    return run_tail(
+        _user_client(args),
+        errors_only=args.errors,
+        filter_text=args.filter or "",
+        interval=args.interval,
+        last=args.last,
+    )
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from eventlog_handler.cli._demo import run_demo
 
@@ -421,6 +433,16 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # pragma: no cover - a broken install
         pass
     serve.set_defaults(func=cmd_serve)
+
+    tail = sub.add_parser(
+        "tail", parents=[common], help="print new events as they arrive (Ctrl-C ends)"
+    )
+    tail.add_argument("--token", help=f"user token (default: ${ENV_USER_TOKEN})")
+    tail.add_argument("--errors", action="store_true", help="error events only")
+    tail.add_argument("--filter", help="the service's filter syntax, e.g. 'source:shop.*'")
+    tail.add_argument("--interval", type=_timeout, default=1.0, help="seconds between polls")
+    tail.add_argument("--last", type=int, default=10, help="events shown at start (10)")
+    tail.set_defaults(func=cmd_tail)
 
     demo = sub.add_parser("demo", help="see the package work against a local collector")
     demo.add_argument("--keep-serving", action="store_true", help="keep the dashboard up")

@@ -1,0 +1,118 @@
+"""``eventlog tail`` as a developer keeps it open in a terminal: new events of a collector, one
+line each, as they arrive; ``--errors``; a server that goes away said once; Ctrl-C ends it."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from eventlog_handler.collector import Collector
+from tests.support.collector import Client
+from tests.support.constants import REPO
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    with Collector() as running:
+        yield running
+
+
+def _tail(collector: Collector, *args: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["EVENTLOG_USER_TOKEN"] = collector.user_token
+    env["NO_PROXY"] = "127.0.0.1"
+    command = [sys.executable, "-m", "eventlog_handler.cli", "tail", "--server-url", collector.url]
+    process = subprocess.Popen(
+        [*command, "--interval", "0.2", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+
+    threading.Thread(target=pump, daemon=True).start()
+    return process, lines
+
+
+def _next(lines: queue.Queue[str], timeout: float = 15) -> str:
+    return lines.get(timeout=timeout)
+
+
+def _stop(process: subprocess.Popen[str]) -> tuple[int, str]:
+    process.send_signal(signal.SIGINT)  # Ctrl-C
+    try:
+        process.wait(timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    stderr = process.stderr.read() if process.stderr else ""
+    return process.returncode, stderr
+
+
+def test_new_events_print_as_they_arrive_and_ctrl_c_ends(collector: Collector) -> None:
+    http = Client(collector)
+    http.post_events({"message": "before tail", "source": "shop.cart", "@level": "Info"})
+    process, lines = _tail(collector, "--last", "5")
+    try:
+        first = _next(lines)
+        assert "before tail" in first and "shop.cart" in first and "Info" in first
+        error = {"type": "KeyError", "message": "'sku'", "stack_trace": "KeyError: 'sku'"}
+        http.post_events({"type": "error", "source": "shop.stock", "@simple_error": error})
+        line = _next(lines)
+        assert "shop.stock" in line and "KeyError" in line
+        assert f"{collector.url}/stacks/" in line  # the stack's page on the dashboard
+        time.sleep(0.6)
+        assert lines.empty()  # each event once
+    finally:
+        code, stderr = _stop(process)
+        http.close()
+    assert code == 0, stderr
+
+
+def test_errors_only(collector: Collector) -> None:
+    http = Client(collector)
+    process, lines = _tail(collector, "--errors")
+    try:
+        time.sleep(0.5)
+        http.post_events({"message": "just a log", "source": "shop.cart"})
+        error = {"type": "ValueError", "message": "bad", "stack_trace": "ValueError: bad"}
+        http.post_events({"type": "error", "source": "shop.pay", "@simple_error": error})
+        line = _next(lines)
+        assert "ValueError" in line and "shop.pay" in line
+        time.sleep(0.6)
+        assert lines.empty()
+    finally:
+        code, stderr = _stop(process)
+        http.close()
+    assert code == 0, stderr
+
+
+def test_a_server_that_is_gone_is_said_once(collector: Collector) -> None:
+    url = collector.url
+    collector.stop()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "eventlog_handler.cli", "tail", "--server-url", url,
+         "--token", "t" * 40, "--interval", "0.1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(1.5)
+    code, stderr = _stop(process)
+    assert code == 0
+    assert stderr.count("trying again") == 1, stderr
