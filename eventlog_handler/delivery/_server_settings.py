@@ -21,6 +21,7 @@ per type name, so a record that the service filters out costs a dictionary looku
 from __future__ import annotations
 
 import fnmatch
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -168,11 +169,16 @@ EMPTY = ServerSettings()
 CONFIG_TIMEOUT = 3.0
 #: After a failed fetch of the settings, seconds before the next try.
 CONFIG_RETRY = 60.0
+#: Seconds between checks of the settings while nothing names a newer version (an idle
+#: process), as the official clients check: one ``?v=`` request, answered 304 when current.
+IDLE_CHECK = 120.0
 
 
 class SettingsFetch:
-    """The service's settings of one engine: fetched by the worker at start and whenever an
-    answer names a newer version; a failed fetch changes nothing but the time of the next try.
+    """The service's settings of one engine: fetched by the worker at start, whenever an
+    answer names a newer version, and every :data:`IDLE_CHECK` seconds since the last fetch
+    (a process that sends nothing still learns of new settings); a failed fetch changes nothing
+    but the time of the next try.
 
     ``fetch(v)`` is the client call (``GET /api/v2/projects/config?v=``): it returns the answer,
     or ``None`` for 304.
@@ -187,6 +193,8 @@ class SettingsFetch:
         self.error: str | None = None
         self.wanted = enabled
         self.next_try = 0.0
+        #: When the next check is due though no answer named a newer version.
+        self.next_check = math.inf
 
     def restart(self) -> None:
         """A new process (after fork): fetch again; the settings in force stay."""
@@ -199,11 +207,22 @@ class SettingsFetch:
         if self.enabled and version > self.current.version and time.monotonic() >= self.next_try:
             self.wanted = True
 
+    def due_at(self) -> float:
+        """When the worker should wake for the next check (``inf``: never)."""
+        return self.next_check if self.enabled else math.inf
+
+    def check_due(self, now: float) -> bool:
+        """Whether a fetch is wanted now (an idle check is due: it is then wanted)."""
+        if self.enabled and not self.wanted and now >= self.next_check:
+            self.wanted = True
+        return self.wanted
+
     def refresh(self, fetch: Callable[[int | None], Mapping[str, Any] | None]) -> None:
         """Fetch the settings if wanted (on the worker)."""
         if not self.wanted:
             return
         self.wanted = False
+        self.next_check = time.monotonic() + IDLE_CHECK
         current = self.current
         try:
             answer = fetch(current.version if current.version >= 0 else None)

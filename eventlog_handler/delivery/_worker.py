@@ -143,9 +143,9 @@ class Worker:
                     if intake.finished or not self.same_process():
                         return None
                     now = time.monotonic()
-                    if self.server_settings.wanted:
+                    if self.server_settings.check_due(now):
                         return []
-                    other = rollup.due()
+                    other = min(rollup.due(), self.server_settings.due_at())
                     if spooling is not None:
                         other = min(other, spooling.due_at(now))
                     if rollup.held and self.state.hurried:

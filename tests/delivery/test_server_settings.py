@@ -229,3 +229,21 @@ def test_matching_rules() -> None:
     assert not settings.drops_error(("KeyError",))
     assert settings.data_exclusions == ("a", "b*", "*c")
     assert ServerSettings(1, {}).log_level("x") is None
+
+
+def test_an_idle_process_checks_the_settings_again(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the official clients do every 2 minutes while idle; here every 0.3 s.
+    from eventlog_handler.delivery import _server_settings
+
+    monkeypatch.setattr(_server_settings, "IDLE_CHECK", 0.3)
+    server.config = {"version": 3, "settings": {"@@log:dlv": "Info"}}
+    handler = handler_on(server)
+    logging.getLogger("dlv").warning("start the worker")
+    assert wait_until(lambda: handler.engine.server.version == 3, 10)
+    # Idle now: nothing is sent, and the worker still asks, with the version it has (304).
+    assert wait_until(lambda: server.config_requests.count("3") >= 2, 10), server.config_requests
+    server.config = {"version": 4, "settings": {"@@log:dlv": "Error"}}
+    assert wait_until(lambda: handler.engine.server.version == 4, 10)
+    assert len(server.accepted) == 1  # only the first warning: the checks sent no events
