@@ -32,14 +32,6 @@ _BATCH_CACHE = 8
 _ENCODE = json.JSONEncoder(
     ensure_ascii=True, separators=(",", ":"), default=str, check_circular=False
 ).encode
-_EVENT_COLUMNS = (
-    "batch, idx, project_seq, stack_seq, date_ts, type, level, source, reference_id,"
-    " user_identity, occurrences, first, tags, search_text"
-)
-_COLUMNS = _EVENT_COLUMNS.count(",") + 1
-_ONE_ROW = "(" + ", ".join("?" * _COLUMNS) + ")"
-#: Rows per INSERT statement: 32,766 parameters since SQLite 3.32, 999 before.
-_ROWS_PER_INSERT = (32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999) // _COLUMNS
 #: The columns of an event row as read (the batch gives the time of receipt).
 _ROW = "e.seq, e.project_seq, e.stack_seq, b.received_ts, e.first, e.batch, e.idx, e.body"
 _FROM = " FROM events e JOIN batches b ON b.seq = e.batch"

@@ -60,12 +60,17 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     try:
         yield process, _read_banner(process)
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+        close(process)
+
+
+def close(process: subprocess.Popen[str]) -> None:
+    """Kill ``process`` if it still runs, wait for it, close its pipes."""
+    if process.poll() is None:
+        process.kill()
+    process.wait(timeout=10)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def _value(banner: str, pattern: str) -> str:
@@ -181,9 +186,10 @@ def test_demo_shows_the_stacks_and_how_to_reopen_its_dashboard(tmp_path: Path) -
             url + "/api/v2/events", headers={"Authorization": f"Bearer {token}"}, timeout=10
         )
         assert listed.headers["X-Result-Count"] == "10"
-        assert "KeyError in eventlog_handler.cli._demo._reserve" in session.get(
-            url + "/", timeout=10
-        ).text
+        assert (
+            "KeyError in eventlog_handler.cli._demo._reserve"
+            in session.get(url + "/", timeout=10).text
+        )
         session.close()
     finally:
         reopened.kill()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from tests.collector.test_cli import _read_banner, _spawn
+from tests.collector.test_cli import _read_banner, _spawn, close
 
 THREADS = 8
 BATCH = 50
@@ -31,15 +31,6 @@ def _start(database: Path) -> tuple[subprocess.Popen[str], str, str]:
     key = re.search(r"EVENTLOG_API_KEY=(\S+)", banner)
     assert url is not None and key is not None, banner
     return process, url.group(1).strip("'"), key.group(1).strip("'")
-
-
-def _close(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait(timeout=10)
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            stream.close()
 
 
 def test_every_acknowledged_event_survives_kill_9(tmp_path: Path) -> None:
@@ -80,7 +71,7 @@ def test_every_acknowledged_event_survives_kill_9(tmp_path: Path) -> None:
         stop.set()
         for thread in threads:
             thread.join(timeout=15)
-        _close(process)
+        close(process)
     answered = set().union(*acknowledged)
     assert len(answered) >= 1_000, "too few posts were answered before the kill"
 
@@ -98,7 +89,7 @@ def test_every_acknowledged_event_survives_kill_9(tmp_path: Path) -> None:
         try:
             restarted.wait(timeout=20)
         finally:
-            _close(restarted)
+            close(restarted)
     with sqlite3.connect(database) as db:
         stored = {row[0] for row in db.execute("SELECT reference_id FROM events")}
         unstored = db.execute("SELECT COUNT(*) FROM unstored").fetchone()[0]

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.collector.test_durability import _close, _start
+from tests.collector.test_cli import close
+from tests.collector.test_durability import _start
 
 SLOW_CLIENTS = 1_000
 #: New slow connections per second (the collector's default allows 64 connections at once).
@@ -37,7 +38,7 @@ def served(tmp_path) -> Iterator[tuple[str, str]]:  # type: ignore[no-untyped-de
     try:
         yield url, key
     finally:
-        _close(process)
+        close(process)
 
 
 def test_ordinary_requests_are_served_while_many_slow_clients_hold_connections(
