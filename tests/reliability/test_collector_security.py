@@ -202,15 +202,13 @@ def test_a_decompression_bomb_is_refused_with_bounded_memory(
         (gzip.compress(b'{"message": "x"}')[:-12], {"Content-Encoding": "gzip"}, 400),
         (b"\x1f\x8b not gzip at all", {"Content-Encoding": "gzip"}, 400),
         (b"   ", {}, 411),
-        (b"[]", {}, 411),
         (b'{"message": "x"}', {"Content-Encoding": "br"}, 415),
         (b'{"message": "x"}', {"Content-Type": "application/xml"}, 415),
     ],
     ids=[
         "truncated-gzip",
         "corrupt-gzip",
-        "blank",
-        "empty-array",
+        "blank",  # an empty array is answered 202, as the service: test_post_events
         "unknown-encoding",
         "wrong-content-type",
     ],
