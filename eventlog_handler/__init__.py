@@ -32,7 +32,11 @@ from eventlog_handler.capture._context import (
     user_context,
 )
 from eventlog_handler.capture._exceptions import capture_exception
-from eventlog_handler.capture._typed import submit_feature_usage, submit_not_found
+from eventlog_handler.capture._typed import (
+    submit_feature_usage,
+    submit_not_found,
+    submit_user_description,
+)
 from eventlog_handler.handler import EventLogHandler
 from eventlog_handler.integrations._hooks import install_hooks
 from eventlog_handler.wire import stack
@@ -57,6 +61,7 @@ __all__ = [
     "stack",
     "submit_feature_usage",
     "submit_not_found",
+    "submit_user_description",
     "user_context",
 ]
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from eventlog_handler.capture import _exceptions as exception_capture
 from eventlog_handler.capture._admit import IGNORED_LOGGERS
+from eventlog_handler.capture._session import close_session
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._engine import Engine, get_engine
 from eventlog_handler.handler import (
@@ -97,6 +98,7 @@ class EventLogSetup:
         """Detach (see :meth:`detach`), then send what is pending within ``timeout`` seconds
         and stop the engine's worker (an event captured later starts it again)."""
         self.detach()
+        close_session(self.handler.settings)
         try:
             return self.engine.close(timeout)
         finally:

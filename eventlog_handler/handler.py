@@ -43,6 +43,7 @@ from eventlog_handler.capture import _records as records
 from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import is_ignored_logger, note_sent, was_sent
 from eventlog_handler.capture._records import capture_record
+from eventlog_handler.capture._session import open_session
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
 from eventlog_handler.delivery._stderr import say_unconfigured
 from eventlog_handler.integrations import _signals as signals
@@ -140,6 +141,7 @@ class EventLogHandler(logging.Handler):
             self.hooks = install_with(settings)
             self._sigterm = signals.flush_on_sigterm(auto=True)
             signals.flush_before_raised_signals()
+        open_session(settings)
 
     def __repr__(self) -> str:
         return (

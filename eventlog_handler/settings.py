@@ -192,6 +192,12 @@ class Settings:
     #: ``data["environment"]``; by default ``EVENTLOG_ENVIRONMENT``.
     environment: str | None = None
 
+    #: Send sessions as the official clients do: a session start, a heartbeat every
+    #: ``heartbeat_interval`` seconds and an end (see :mod:`eventlog_handler.delivery._sessions`).
+    sessions: bool = False
+    #: Seconds between a session's heartbeats (any positive number).
+    heartbeat_interval: float = 60.0
+
     #: Why nothing can be sent (a missing or malformed key or URL), or ``None``.
     problem: str | None = dataclasses.field(default=None, compare=False)
 
@@ -352,6 +358,13 @@ def _number(name: str, value: Any, *, minimum: float, integer: bool) -> Any:
         if number != int(number):
             raise ValueError(f"eventlog_handler: setting {name!r} must be a whole number")
         return int(number)
+    return number
+
+
+def _positive(name: str, value: Any) -> float:
+    number = float(_number(name, value, minimum=0, integer=False))
+    if number <= 0:
+        raise ValueError(f"eventlog_handler: setting {name!r} must be above 0, got {value!r}")
     return number
 
 
@@ -554,4 +567,6 @@ _CONVERTERS: dict[str, Any] = {
     "in_app_exclude": lambda n, v: _modules(n, v),
     "include_locals": _bool,
     "environment": lambda n, v: _environment(n, v),
+    "sessions": _bool,
+    "heartbeat_interval": lambda n, v: _positive(n, v),
 }

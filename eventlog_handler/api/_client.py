@@ -228,6 +228,41 @@ class Client:
         check_event_answer(answer)
         return submit_result(answer, count, len(payload))
 
+    def post_user_description(
+        self,
+        reference_id: str,
+        email_address: str | None = None,
+        description: str | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """What a user said about the event with ``reference_id``:
+        ``POST /api/v2/events/by-ref/{reference_id}/user-description`` (202; a project token).
+
+        The body uses the service's field names, ``email_address`` and ``description``
+        (422 when both are missing or the email is not valid)."""
+        body: dict[str, Any] = {}
+        if email_address is not None:
+            body["email_address"] = email_address
+        if description is not None:
+            body["description"] = description
+        if data:
+            body["data"] = to_jsonable(dict(data))
+        self._request(
+            "POST",
+            f"{EVENTS_PATH}/by-ref/{quote(reference_id, safe='')}/user-description",
+            body=encode(body),
+            headers={"Content-Type": "application/json"},
+        )
+
+    def heartbeat(self, session_id: str, close: bool = False) -> None:
+        """A session's heartbeat (``close=True``: its end):
+        ``GET /api/v2/events/session/heartbeat?id=...&close=...`` (200; a project token)."""
+        self._request(
+            "GET",
+            f"{EVENTS_PATH}/session/heartbeat",
+            params={"id": session_id, "close": "true" if close else "false"},
+        )
+
     # -- login ------------------------------------------------------------------------------
 
     def login(self, email: str, password: str) -> str:

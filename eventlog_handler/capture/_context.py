@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -86,6 +86,11 @@ class Scope(Generic[_T]):
         return f"<Scope {self._var.name}={self.value!r} ({state})>"
 
 
+#: Told of the user set outside a web request (the process's user): the session follows it
+#: (set by ``setup(sessions=True)``). Called on the caller's thread; must never raise.
+user_listener: Callable[[dict[str, Any] | None], None] | None = None
+
+
 def set_user(
     identity: Any, name: Any = None, data: Mapping[str, Any] | None = None
 ) -> Scope[dict[str, Any] | None]:
@@ -100,7 +105,12 @@ def set_user(
     previous user. Without a reset, the user stays set for the rest of the context (for a thread
     or task, until it ends).
     """
-    return Scope(_USER, user_info(identity, name, data))
+    user = user_info(identity, name, data)
+    listener = user_listener
+    if listener is not None and _REQUEST.get() is None:
+        with contextlib.suppress(Exception):  # setting the user never raises
+            listener(user)
+    return Scope(_USER, user)
 
 
 @contextmanager

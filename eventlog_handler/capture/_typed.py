@@ -1,23 +1,35 @@
 """Events of the service's other types, as the official clients send them: feature usage
 (``type: "usage"``, ``source`` = the feature) and not-found (``type: "404"``, ``source`` = the
-path, with the request's ``@request`` inside a web request).
+path, with the request's ``@request`` inside a web request); and what a user says about an
+error (a user description, posted to the error's reference id).
 
-Both are queued on the current ``setup()``'s engine with the context's user and tags, like any
-event (counted, retried, never blocking); without ``setup()`` they are not sent and ``False``
-is returned.
+All are queued on the current ``setup()``'s engine like any event (counted, retried, never
+blocking); without ``setup()`` they are not sent and ``False`` is returned. A bad argument is
+said on stderr (once per cause) and ``False`` is returned; nothing here raises.
 """
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from eventlog_handler.capture._context import get_request, get_tags, get_user
 from eventlog_handler.capture._exceptions import current_settings
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
-from eventlog_handler.wire._events import log_event
+from eventlog_handler.delivery._errands import Errand
+from eventlog_handler.delivery._stderr import say
+from eventlog_handler.wire._events import is_valid_reference_id, log_event
+from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable, truncate
 
-__all__ = ["submit_feature_usage", "submit_not_found"]
+__all__ = ["submit_feature_usage", "submit_not_found", "submit_user_description"]
+
+#: The longest description sent (longer ones are cut, marked with an ellipsis).
+MAX_DESCRIPTION = 10_000
+#: What the service takes for an email address (one ``@``, a dot in the domain, no blanks).
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_SAID: set[str] = set()
 
 
 def _submit(kind: str, source: Any, data: dict[str, Any] | None = None) -> bool:
@@ -49,6 +61,84 @@ def submit_feature_usage(feature: str) -> bool:
 
 def submit_not_found(path: str) -> bool:
     """Send a not-found event (``type: "404"``, ``source`` = ``path``, with ``@request`` inside
-    a web request); ``True`` when queued."""
+    a web request); ``True`` when queued. A request from a crawler (its user agent matches
+    the service's ``@@UserAgentBotPatterns``) is not sent: counted as ``filtered``."""
     request = get_request()
+    if request is not None:
+        try:
+            settings = current_settings()
+            if settings is not None and not is_sender_thread():
+                engine = get_engine(settings)
+                if engine.server.is_bot(request.get("user_agent")):
+                    engine.count_filtered()
+                    return False
+        except Exception:  # pragma: no cover - reporting must never raise
+            return False
     return _submit("404", path, {"@request": request} if request is not None else None)
+
+
+def submit_user_description(
+    reference_id: str,
+    email: str | None = None,
+    description: str | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> bool:
+    """Send what a user said about the event ``reference_id`` (for instance the id an error
+    page showed from :func:`~eventlog_handler.last_reference_id`): ``email`` and
+    ``description``, at least one of them, posted as the service's ``email_address`` and
+    ``description`` to ``POST /api/v2/events/by-ref/{reference_id}/user-description``.
+
+    The service adds it to that event as ``data["@user_description"]``. Queued and sent by the
+    delivery worker after the events queued before it (retried, counted in
+    ``stats()["side_requests"]``); ``True`` when queued. ``False``, said on stderr, for a
+    reference id that is not one (8 to 100 letters, digits or ``-``), an email address the
+    service would refuse, or neither email nor description."""
+    try:
+        problem = _description_problem(reference_id, email, description)
+        if problem is not None:
+            kind, why = problem
+            _say_once(kind, f"submit_user_description: {why}; nothing was sent")
+            return False
+        settings = current_settings()
+        if settings is None or is_sender_thread():
+            return False
+        email_text = email.strip() if isinstance(email, str) and email.strip() else None
+        text = truncate(description, MAX_DESCRIPTION) if description else None
+        extra = to_jsonable(dict(data), settings.data_exclusions) if data else None
+        size = len(reference_id) + len(email_text or "") + len(text or "") * 4 + 256
+        size += len(safe_str(extra)) if extra else 0
+        errand = Errand(
+            "user description",
+            lambda client: client.post_user_description(reference_id, email_text, text, extra),
+            size,
+            time.monotonic() + settings.error_delay,
+            retry=True,
+        )
+        return get_engine(settings).errand(errand)
+    except Exception:  # pragma: no cover - reporting must never raise into the application
+        return False
+
+
+def _description_problem(reference_id: Any, email: Any, description: Any) -> tuple[str, str] | None:
+    """``(kind, why)`` when the arguments can't be sent; ``None`` when they can."""
+    if not is_valid_reference_id(reference_id):
+        return "reference_id", (
+            f"{safe_str(reference_id)[:120]!r} is not a reference id (8 to 100 letters, "
+            "digits or '-', as last_reference_id() returns)"
+        )
+    if email is not None and not isinstance(email, str):
+        return "email", f"email must be a string, got {type(email).__name__}"
+    if description is not None and not isinstance(description, str):
+        return "description", f"description must be a string, got {type(description).__name__}"
+    has_email = isinstance(email, str) and bool(email.strip())
+    if not has_email and not (isinstance(description, str) and description.strip()):
+        return "empty", "give an email address, a description, or both"
+    if has_email and not _EMAIL.match(str(email).strip()):
+        return "email", "the email address is not valid (the service answers 422 to it)"
+    return None
+
+
+def _say_once(key: str, text: str) -> None:
+    if key not in _SAID:
+        _SAID.add(key)
+        say(f"eventlog_handler: {text} (said once)")

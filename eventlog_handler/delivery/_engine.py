@@ -12,6 +12,8 @@ uses and nothing else, and none reaches the others through the engine:
 :mod:`._spooling`          the durable spool: spill, bound, replay
 :mod:`._lifecycle`         flush, close, the exit flush
 :mod:`._server_settings`   the service's settings, fetched by the worker
+:mod:`._errands`           requests that are not event posts: user descriptions, heartbeats
+:mod:`._sessions`          the process's session: its start event, heartbeats and end
 :mod:`._ledger`            the lock, the condition, and the counts of every outcome
 :mod:`._state`             flushing, closing and the exit deadline, shared by the parts
 =========================  =====================================================================
@@ -41,6 +43,7 @@ from eventlog_handler.api._client import Client
 from eventlog_handler.delivery._buffer import Entry
 from eventlog_handler.delivery._child_sigterm import terminate_gracefully
 from eventlog_handler.delivery._delivery import Delivery
+from eventlog_handler.delivery._errands import Errand, Errands
 from eventlog_handler.delivery._intake import Intake
 from eventlog_handler.delivery._ledger import DROP_REASONS, Ledger
 from eventlog_handler.delivery._lifecycle import Lifecycle
@@ -48,6 +51,7 @@ from eventlog_handler.delivery._pipeline import Pipeline
 from eventlog_handler.delivery._retry import RetryPolicy
 from eventlog_handler.delivery._sender import Sender
 from eventlog_handler.delivery._server_settings import ServerSettings, SettingsFetch
+from eventlog_handler.delivery._sessions import Sessions
 from eventlog_handler.delivery._spool import Spool
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
@@ -120,7 +124,13 @@ class Engine:
         self.state = state = RunState()
         self.ledger = ledger = Ledger()
         self.intake = intake = Intake(settings, ledger, state)
-        self.pipeline = pipeline = Pipeline(settings, ledger, self._server)
+        self.errands = errands = Errands(ledger, self.policy)
+        self.sessions = (
+            Sessions(settings, ledger, errands, lambda event: self.enqueue(event, urgent=True))
+            if settings.sessions
+            else None
+        )
+        self.pipeline = pipeline = Pipeline(settings, ledger, self._server, self.sessions)
         self.delivery = delivery = Delivery(
             settings, ledger, intake, state, self.policy, self.client, self.server_settings.seen
         )
@@ -162,6 +172,7 @@ class Engine:
             self.server_settings,
             self.client,
             self.same_process,
+            errands,
         )
         intake.start_worker = self._start_worker
         if self.spooling is not None:
@@ -177,6 +188,8 @@ class Engine:
             self.spooling,
             self.client,
             self.check_process,
+            errands,
+            self.sessions,
         )
 
     @property
@@ -222,11 +235,16 @@ class Engine:
         except Exception:  # pragma: no cover - a log call must never raise
             return False
 
-    def enqueue(self, event: dict[str, Any], created: float | None = None) -> bool:
-        """Queue a complete, JSON-ready event; ``created`` is its POSIX time (default: now)."""
+    def enqueue(
+        self, event: dict[str, Any], created: float | None = None, *, urgent: bool = False
+    ) -> bool:
+        """Queue a complete, JSON-ready event; ``created`` is its POSIX time (default: now).
+
+        An error (and an ``urgent`` event: a session's start) waits ``error_delay``, not
+        ``flush_interval``."""
         try:
             level = event.get("@level")
-            is_error = event.get("type") == "error" or level in ("Error", "Fatal")
+            is_error = urgent or event.get("type") == "error" or level in ("Error", "Fatal")
             entry = Entry(
                 self.settings,
                 event,
@@ -240,6 +258,23 @@ class Engine:
             )
             return self.submit(entry)
         except Exception:  # pragma: no cover - a log call must never raise
+            return False
+
+    def errand(self, errand: Errand) -> bool:
+        """Queue a request that is not an event post (see :mod:`._errands`); ``False`` when
+        this engine can't send, or its exit flush is over."""
+        try:
+            self.check_process()
+            if self.problem is not None or threading.get_ident() in SENDER_THREADS:
+                return False
+            with self.ledger.lock:
+                if self.intake.finished:
+                    return False
+                if self.worker.thread is None and not self._start_worker():
+                    return False
+                self.errands.put(errand)
+            return True
+        except Exception:  # pragma: no cover - never raises into the application
             return False
 
     def count_filtered(self) -> None:
@@ -295,6 +330,7 @@ class Engine:
                 server.current.version if server.current.version >= 0 else None
             )
             stats["server_settings_error"] = server.error
+            stats["side_requests"] = self.errands.snapshot()
             return stats
 
 

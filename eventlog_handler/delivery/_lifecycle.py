@@ -26,9 +26,11 @@ from eventlog_handler.api._client import Client
 from eventlog_handler.delivery._batches import Part
 from eventlog_handler.delivery._buffer import Entry
 from eventlog_handler.delivery._delivery import Delivery
+from eventlog_handler.delivery._errands import Errands
 from eventlog_handler.delivery._intake import Intake
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._pipeline import Pipeline
+from eventlog_handler.delivery._sessions import Sessions
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
 from eventlog_handler.delivery._stderr import say
@@ -52,6 +54,8 @@ class Lifecycle:
         spooling: SpoolTraffic | None,
         client: Callable[[float | None], Client],
         check_process: Callable[[], None],
+        errands: Errands,
+        sessions: Sessions | None,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -64,11 +68,18 @@ class Lifecycle:
         self.client = client
         #: In a forked child, start the engine over before anything else.
         self.check_process = check_process
+        self.errands = errands
+        self.sessions = sessions
 
     def idle(self) -> bool:
-        """Nothing pending: the buffer is empty, nothing in flight, nothing on disk."""
+        """Nothing pending: the buffer is empty, nothing in flight, nothing on disk, no errand."""
         ledger = self.ledger
-        return not self.intake.buffer and ledger.in_flight == 0 and ledger.spooled == 0
+        return (
+            not self.intake.buffer
+            and ledger.in_flight == 0
+            and ledger.spooled == 0
+            and not self.errands.pending
+        )
 
     def flush(self, timeout: float) -> bool:
         """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent."""
@@ -115,6 +126,8 @@ class Lifecycle:
         ledger, intake, state = self.ledger, self.intake, self.state
         try:
             self.check_process()
+            if self.sessions is not None:
+                self.sessions.end()  # its close heartbeat goes with the exit flush
             with ledger.lock:
                 if intake.finished:
                     return 0
@@ -125,7 +138,8 @@ class Lifecycle:
                 ledger.changed.notify_all()
                 worker = self.worker
                 usable = worker.thread is not None or (
-                    bool(intake.buffer or self.pipeline.rollup.held) and worker.start()
+                    bool(intake.buffer or self.pipeline.rollup.held or self.errands.queue)
+                    and worker.start()
                 )
                 if usable and not worker.is_current():
                     while not self.idle() and worker.thread is not None:
@@ -143,11 +157,17 @@ class Lifecycle:
                 ledger.dropped["shutdown"] += unsent
                 intake.buffer.clear()
                 ledger.in_flight = on_wire
+                errands_left = self.errands.give_up()
                 intake.finished = True
                 ledger.changed.notify_all()
             if self.spooling is not None:
                 self.spooling.close()
             self._report(kept, unsent, on_wire)
+            if errands_left:
+                say(
+                    f"eventlog_handler: {errands_left} request(s) other than events (user "
+                    f"descriptions, a session's end) could not be sent before exit"
+                )
             return unsent
         except Exception as exc:  # pragma: no cover - the exit path must never raise
             say(f"eventlog_handler: exit flush failed: {type(exc).__name__}: {safe_str(exc)}")
@@ -226,6 +246,9 @@ class Lifecycle:
                         state.deadline = previous
                 if ledger.in_flight:
                     break
+            remaining = deadline - time.monotonic()
+            if self.errands.queue and remaining > 0.05:
+                self.errands.work(lambda: self.client(remaining), hurried=True)
         finally:
             SENDER_THREADS.discard(ident)
         with ledger.lock:

@@ -4,7 +4,8 @@ In order:
 
 1. :func:`~eventlog_handler.delivery._finish.finish` builds the wire event;
 2. ``@version`` is added (``Settings.version``, ``EVENTLOG_VERSION`` or the version of the
-   distribution that owns ``__main__``);
+   distribution that owns ``__main__``), and with sessions, ``@ref:session`` (the session open
+   when the event was captured; a value the program set is kept);
 3. ``before_send(event, hint)``, when set, may change the event or drop it (``None``: counted as
    ``dropped["filtered"]``); when it raises, the event goes on unchanged and the failure is
    counted (``hook_errors``) and said once on stderr;
@@ -30,6 +31,7 @@ from eventlog_handler.delivery._finish import finish, finish_batch
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._server_settings import ServerSettings
+from eventlog_handler.delivery._sessions import SESSION_TYPES, Sessions
 from eventlog_handler.delivery._stderr import say
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
@@ -43,9 +45,14 @@ class Pipeline:
     """Finish, version, ``before_send``, scrub, roll-up (see the module docstring)."""
 
     def __init__(
-        self, settings: Settings, ledger: Ledger, server: Callable[[], ServerSettings]
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        server: Callable[[], ServerSettings],
+        sessions: Sessions | None = None,
     ) -> None:
         self.settings = settings
+        self.sessions = sessions
         self.ledger = ledger
         #: The service's current settings (their data exclusions are masked too).
         self.server = server
@@ -100,6 +107,7 @@ class Pipeline:
                 except Exception:
                     built.append(None)
         courtesy = Courtesy(lambda: self.ledger.captured)
+        sessions = self.sessions
         for entry, event in zip(entries, built, strict=True):
             courtesy()  # a long batch (errors cost more): logging threads don't wait for it
             if event is None:
@@ -111,6 +119,8 @@ class Pipeline:
                     event["data"] = {"@version": version}
                 elif type(data) is dict:
                     data["@version"] = version
+            if sessions is not None:
+                _stamp_session(event, sessions.id_at(entry.created))
             if hook is not None:
                 changed = self._before_send(hook, event, entry)
                 if changed is None:
@@ -185,3 +195,14 @@ class Pipeline:
             f"eventlog_handler: before_send {what}; the event was sent unchanged "
             f"(counted in stats()['hook_errors'], said once)."
         )
+
+
+def _stamp_session(event: dict[str, Any], session_id: str | None) -> None:
+    """Add ``@ref:session`` to an event of the session (not to the session's own events)."""
+    if session_id is None or event.get("type") in SESSION_TYPES:
+        return
+    data = event.get("data")
+    if data is None:
+        event["data"] = {"@ref:session": session_id}
+    elif type(data) is dict:
+        data.setdefault("@ref:session", session_id)

@@ -6,7 +6,9 @@ What is due, earliest first:
 - a batch from memory: a whole batch is ready, an error has waited ``error_delay``, a log has
   waited ``flush_interval``, or someone flushes or the program exits;
 - a roll-up whose window ended (:mod:`eventlog_handler.delivery._rollup`);
-- spool work: rows of this process due for sending, files of ended processes to replay.
+- spool work: rows of this process due for sending, files of ended processes to replay;
+- errands (:mod:`eventlog_handler.delivery._errands`): user descriptions, session heartbeats,
+  made after the batch taken with them.
 
 When nothing is due the worker sleeps on the engine's condition with no timeout at all (it
 costs nothing while the program is idle), and the logging thread wakes it when the event it
@@ -26,6 +28,7 @@ from typing import Any
 from eventlog_handler.api._client import Client
 from eventlog_handler.delivery._buffer import Entry
 from eventlog_handler.delivery._delivery import Delivery
+from eventlog_handler.delivery._errands import Errands
 from eventlog_handler.delivery._intake import BUSY, Intake
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._pipeline import Pipeline
@@ -61,6 +64,7 @@ class Worker:
         server_settings: SettingsFetch,
         client: Callable[[float | None], Client],
         same_process: Callable[[], bool],
+        errands: Errands,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -73,6 +77,7 @@ class Worker:
         self.client = client
         #: ``False`` in a forked child for a worker made by the parent: it must stop.
         self.same_process = same_process
+        self.errands = errands
         self.thread: threading.Thread | None = None
         self.ident: int | None = None
         #: Set by ``close()``: the worker ends once nothing is pending.
@@ -114,6 +119,8 @@ class Worker:
                 if batch is None:
                     return
                 self._process(batch)
+                if self.errands.queue or self.errands.recurring_due != math.inf:
+                    self.errands.work(lambda: self.client(None), self.state.hurried)
                 ledger.in_flight_bytes = 0
                 ledger.held_bytes = self.pipeline.rollup.bytes
         except BaseException as exc:  # pragma: no cover - the worker must not die silently
@@ -145,7 +152,11 @@ class Worker:
                     now = time.monotonic()
                     if self.server_settings.check_due(now):
                         return []
-                    other = min(rollup.due(), self.server_settings.due_at())
+                    other = min(
+                        rollup.due(),
+                        self.server_settings.due_at(),
+                        self.errands.due_at(self.state.hurried),
+                    )
                     if spooling is not None:
                         other = min(other, spooling.due_at(now))
                     if rollup.held and self.state.hurried:
@@ -155,7 +166,12 @@ class Worker:
                         if other <= now:
                             return []
                         ledger.changed.notify_all()  # idle: wake flush() waiters
-                        if self.stop and not ledger.spooled and not rollup.held:
+                        if (
+                            self.stop
+                            and not ledger.spooled
+                            and not rollup.held
+                            and not self.errands.queue
+                        ):
                             self.thread = None
                             intake.worker_running = False
                             return None

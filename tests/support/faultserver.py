@@ -76,6 +76,12 @@ class FaultServer:
         self.config_requests: list[str | None] = []
         #: ``X-Exceptionless-ConfigVersion`` sent with accepted posts (None: not sent).
         self.config_version: int | None = None
+        #: Session heartbeats: ``(id, close, time received)``.
+        self.heartbeats: list[tuple[str, bool, float]] = []
+        #: User descriptions: ``(reference id, body, headers)``.
+        self.descriptions: list[tuple[str, dict[str, Any], dict[str, str]]] = []
+        #: Statuses for the next heartbeat or user-description requests (then 200/202).
+        self.side_script: deque[int] = deque()
         #: Events a roll-up (an event with ``count``) stood for beyond itself.
         self.rolled_up = 0
         #: Accepted reference ids; servers that replace each other (a restart) may share one
@@ -202,9 +208,24 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.owner._lock:
                 self.server.owner._connections.discard(self.connection)
 
+    def _side_status(self, default: int) -> int:
+        owner = self.server.owner
+        with owner._lock:
+            return owner.side_script.popleft() if owner.side_script else default
+
     def do_GET(self) -> None:
         owner = self.server.owner
         path, _, query = self.path.partition("?")
+        if path == "/api/v2/events/session/heartbeat":
+            params = dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
+            status = self._side_status(200)
+            if status == 200:
+                with owner._lock:
+                    owner.heartbeats.append(
+                        (params.get("id", ""), params.get("close") == "true", time.time())
+                    )
+            self._answer(Reply(status))
+            return
         if path != "/api/v2/projects/config":
             self._answer(Reply(404))
             return
@@ -243,6 +264,15 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
+        if self.path.startswith("/api/v2/events/by-ref/"):
+            reference = self.path.split("/")[5]
+            status = self._side_status(202)
+            if status == 202:
+                headers = {key.lower(): value for key, value in self.headers.items()}
+                with owner._lock:
+                    owner.descriptions.append((reference, json.loads(raw), headers))
+            self._answer(Reply(status))
+            return
         received = time.time()
         body = gzip.decompress(raw) if self.headers.get("Content-Encoding") == "gzip" else raw
         parsed = json.loads(body.decode("utf-8")) if body else []

@@ -47,3 +47,27 @@ def test_web_example(server: CaptureServer, name: str) -> None:
     assert request["host"] == "127.0.0.1"
     text = json.dumps(events)
     assert "s3cr3t" not in text and "example-secret" not in text
+
+
+def test_flask_feedback_example_attaches_the_users_words_to_the_error() -> None:
+    pytest.importorskip("flask")
+    from tests.support.faultserver import FaultServer
+
+    with FaultServer() as server:
+        result = run_python(server.url, [str(EXAMPLES / "flask_feedback.py")], timeout=60)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        [checkout] = [line for line in lines if line.startswith("/checkout")]
+        _, status, _, reference = checkout.split()
+        assert status == "500"
+        assert [line for line in lines if line.startswith("/feedback")] == [
+            "/feedback 200 Thank you!"
+        ]
+        [failure] = [event for event in server.accepted if event.get("type") == "error"]
+        assert failure["reference_id"] == reference
+        [(route_id, body, _)] = server.descriptions
+        assert route_id == reference
+        assert body == {
+            "email_address": "ann@example.com",
+            "description": "I pressed Pay and got this page.",
+        }
