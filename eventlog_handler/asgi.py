@@ -25,6 +25,11 @@ own work per request is a few microseconds on the event loop, with no I/O and no
 report is queued; the delivery thread sends it). It also puts back the forwarding of
 ``uvicorn.error`` to the handler of :func:`~eventlog_handler.setup` when ``uvicorn.run``
 configured logging after ``setup()`` (see :mod:`eventlog_handler.integrations._server_loggers`).
+
+With ``report_not_found=True`` (``app.add_middleware(EventLogMiddleware, report_not_found=True)``)
+it watches ``send`` for a response that starts with status 404 and sends a not-found event
+(``type: "404"``, ``source`` = the path, with ``@request``), unless the user agent is a
+crawler's by the service's ``@@UserAgentBotPatterns`` (:func:`~eventlog_handler.submit_not_found`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from eventlog_handler.capture._context import RequestScope, add_tags, get_tags, get_user, set_user
+from eventlog_handler.capture._typed import submit_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._request import active_exclusions, from_scope, report
 
@@ -50,8 +56,9 @@ _REQUEST_TYPES = ("http", "websocket")
 class EventLogMiddleware:
     """Wrap an ASGI 3 application (see the module docstring)."""
 
-    def __init__(self, app: ASGIApplication) -> None:
+    def __init__(self, app: ASGIApplication, *, report_not_found: bool = False) -> None:
         self.app = app
+        self.report_not_found = bool(report_not_found)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.app!r}>"
@@ -70,6 +77,8 @@ class EventLogMiddleware:
             set_user(user.get("identity"), user.get("name"), user.get("data"))
         if tags:
             add_tags(tags)
+        if self.report_not_found and scope.get("type") == "http":
+            send = _noting_not_found(send, scope)
         try:
             await self.app(scope, receive, send)
         except Exception as exc:
@@ -77,6 +86,18 @@ class EventLogMiddleware:
             raise
         finally:
             request.close()
+
+
+def _noting_not_found(send: Send, scope: Scope) -> Send:
+    """``send`` that reports a response starting with status 404 (in the request's task)."""
+
+    async def noting(message: Message) -> None:
+        if message.get("type") == "http.response.start" and message.get("status") == 404:
+            path = f"{scope.get('root_path', '')}{scope.get('path', '')}" or "/"
+            submit_not_found(path)
+        await send(message)
+
+    return noting
 
 
 def _request_info(scope: Scope) -> dict[str, Any] | None:

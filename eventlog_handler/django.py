@@ -22,6 +22,10 @@ that signal and reports the exception there, with the request's ``@request`` and
 page and Django's own logging are unchanged. ``Http404``, ``PermissionDenied`` and the other
 exceptions Django answers with a 4xx are not reported (Django does not send the signal for them).
 
+With ``EVENTLOG_REPORT_NOT_FOUND = True`` in Django's settings, every response with status 404
+also sends a not-found event (``type: "404"``, ``source`` = the path, with ``@request``), unless
+the user agent is a crawler's by the service's ``@@UserAgentBotPatterns``.
+
 Placed first in ``MIDDLEWARE``, it also covers exceptions raised by the other middlewares. A
 streamed response (``StreamingHttpResponse``) is iterated after the middleware returned: what
 its generator logs carries no ``@request``.
@@ -35,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eventlog_handler.capture._context import RequestScope
+from eventlog_handler.capture._typed import submit_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._request import active_exclusions, from_environ, report
 
@@ -55,6 +60,8 @@ class EventLogMiddleware:
         self._async = bool(asgiref_sync.iscoroutinefunction(get_response))
         if self._async:
             asgiref_sync.markcoroutinefunction(self)
+        conf = importlib.import_module("django.conf")
+        self.report_not_found = bool(getattr(conf.settings, "EVENTLOG_REPORT_NOT_FOUND", False))
         signals = importlib.import_module("django.core.signals")
         signals.got_request_exception.connect(
             _on_request_exception, weak=False, dispatch_uid=_DISPATCH_UID
@@ -68,13 +75,21 @@ class EventLogMiddleware:
             return self._acall(request)
         with RequestScope(request_info(request)):
             server_loggers.ensure_attached()
-            return self.get_response(request)
+            response = self.get_response(request)
+            self._note(request, response)
+            return response
 
     async def _acall(self, request: Any) -> Any:
         with RequestScope(request_info(request)):
             server_loggers.ensure_attached()
-            response: Awaitable[Any] = self.get_response(request)
-            return await response
+            pending: Awaitable[Any] = self.get_response(request)
+            response = await pending
+            self._note(request, response)
+            return response
+
+    def _note(self, request: Any, response: Any) -> None:
+        if self.report_not_found and getattr(response, "status_code", None) == 404:
+            submit_not_found(str(getattr(request, "path", "") or "/"))
 
 
 def request_info(request: Any) -> dict[str, Any] | None:

@@ -25,7 +25,11 @@ For every request the middleware:
   event (``@submission_method`` ``unhandled_request_exception``), then re-raises it, so the
   server answers and logs exactly as it did before. A framework or server that logs the same
   exception afterwards (gunicorn's ``Error handling request``, Flask's ``Exception on ...``)
-  does not send it a second time.
+  does not send it a second time;
+- with ``report_not_found=True``, sends a not-found event (``type: "404"``, ``source`` = the
+  path, with ``@request``) for every response whose status is 404, unless the request's user
+  agent is a crawler's by the service's ``@@UserAgentBotPatterns``
+  (:func:`~eventlog_handler.submit_not_found`).
 
 Events go to the current :func:`~eventlog_handler.setup` (or an
 :class:`~eventlog_handler.EventLogHandler` on the root logger); without either the middleware
@@ -39,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from eventlog_handler.capture._context import RequestScope
+from eventlog_handler.capture._typed import submit_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._request import active_exclusions, from_environ, report
 
@@ -51,8 +56,9 @@ __all__ = ["EventLogMiddleware", "init_flask"]
 class EventLogMiddleware:
     """Wrap a WSGI application (see the module docstring)."""
 
-    def __init__(self, app: WSGIApplication) -> None:
+    def __init__(self, app: WSGIApplication, *, report_not_found: bool = False) -> None:
         self.app = app
+        self.report_not_found = bool(report_not_found)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.app!r}>"
@@ -60,6 +66,8 @@ class EventLogMiddleware:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         scope = RequestScope(_request_info(environ))
         server_loggers.ensure_attached()
+        if self.report_not_found:
+            start_response = _noting_not_found(start_response, environ)
         try:
             result = self.app(environ, start_response)
             if type(result) is list or type(result) is tuple or _is_file(result, environ):
@@ -113,6 +121,26 @@ class _ScopedResponse:
             self._scope.close()
 
 
+def _noting_not_found(start_response: StartResponse, environ: dict[str, Any]) -> StartResponse:
+    """``start_response`` that reports a 404 answer (in the request's scope) first."""
+
+    def start(status: str, headers: Any, *exc_info: Any) -> Any:
+        if isinstance(status, str) and status[:4] == "404 ":
+            path = f"{environ.get('SCRIPT_NAME', '')}{environ.get('PATH_INFO', '')}" or "/"
+            submit_not_found(_latin1_path(path))
+        return start_response(status, headers, *exc_info)
+
+    return start
+
+
+def _latin1_path(path: Any) -> str:
+    """A WSGI path (bytes as latin-1 characters) as the text the client asked for."""
+    try:
+        return str(path).encode("latin-1").decode("utf-8", "replace")
+    except UnicodeError:
+        return str(path)
+
+
 def _request_info(environ: dict[str, Any]) -> dict[str, Any] | None:
     try:
         return from_environ(environ, active_exclusions())
@@ -130,9 +158,10 @@ def _is_file(result: Any, environ: dict[str, Any]) -> bool:
 # -- Flask -----------------------------------------------------------------------------------
 
 
-def init_flask(app: Any) -> Any:
+def init_flask(app: Any, *, report_not_found: bool = False) -> Any:
     """Report a Flask application's unhandled exceptions with ``@request``, and give every
-    request its own user and tags. Returns ``app``. Calling it twice does nothing more.
+    request its own user and tags (``report_not_found=True``: its 404 answers too, as
+    :class:`EventLogMiddleware` does). Returns ``app``. Calling it twice does nothing more.
 
     Wraps ``app.wsgi_app`` in :class:`EventLogMiddleware` and listens to Flask's
     ``got_request_exception`` signal: in production Flask catches a view's exception itself,
@@ -142,7 +171,9 @@ def init_flask(app: Any) -> Any:
     reported, as Flask does not log them either.
     """
     if not isinstance(app.wsgi_app, EventLogMiddleware):
-        app.wsgi_app = EventLogMiddleware(app.wsgi_app)
+        app.wsgi_app = EventLogMiddleware(app.wsgi_app, report_not_found=report_not_found)
+    elif report_not_found:
+        app.wsgi_app.report_not_found = True
     signals = importlib.import_module("flask.signals")
     signals.got_request_exception.connect(_flask_exception, app, weak=False)
     return app

@@ -12,6 +12,8 @@ Three kinds of setting change what is sent:
   qualified name, ``myapp.PaymentError``, or the class name alone, ``PaymentError``; the type of
   any exception in the chain counts).
 - ``@@DataExclusions``: comma-separated key patterns added to the local data exclusions.
+- ``@@UserAgentBotPatterns``: comma-separated user-agent patterns (``*bot*``, ``curl*``) of
+  crawlers: a not-found event of a request whose user agent matches one is not sent.
 
 A :class:`ServerSettings` is immutable; the engine swaps in a new one when the service has a new
 version, so the caller's thread reads it without a lock. Its answers are cached per source and
@@ -74,6 +76,7 @@ class ServerSettings:
         log_levels: dict[str, int] = {}
         error_off: list[str] = []
         exclusions: list[str] = []
+        bots: list[str] = []
         for key, value in self.settings.items():
             lowered = key.lower()
             if lowered.startswith("@@log:"):
@@ -82,6 +85,8 @@ class ServerSettings:
                 error_off.append(key[len("@@error:") :])
             elif lowered == "@@dataexclusions":
                 exclusions.extend(part.strip() for part in value.split(",") if part.strip())
+            elif lowered == "@@useragentbotpatterns":
+                bots.extend(part.strip() for part in value.split(",") if part.strip())
         self._exact = {source.lower(): level for source, level in log_levels.items()}
         self._log_patterns = [
             (pattern, log_levels[pattern])
@@ -91,6 +96,8 @@ class ServerSettings:
         self._error_patterns = _by_specificity(error_off)
         #: Key patterns to add to the local data exclusions.
         self.data_exclusions: tuple[str, ...] = tuple(exclusions)
+        #: User-agent patterns of crawlers (their not-found events are not sent).
+        self.bot_patterns: tuple[str, ...] = tuple(bots)
         #: Whether any ``@@log:*`` setting exists (the caller skips the lookup when not).
         self.has_log_levels = bool(log_levels)
         self.has_error_rules = bool(error_off)
@@ -99,6 +106,12 @@ class ServerSettings:
 
     def __repr__(self) -> str:
         return f"<ServerSettings v{self.version} {len(self.settings)} settings>"
+
+    def is_bot(self, user_agent: Any) -> bool:
+        """Whether ``user_agent`` matches one of the service's ``@@UserAgentBotPatterns``."""
+        if not self.bot_patterns or not isinstance(user_agent, str) or not user_agent:
+            return False
+        return any(_matches(pattern, user_agent) for pattern in self.bot_patterns)
 
     def log_level(self, source: str | None) -> int | None:
         """The lowest level sent for ``source``, or ``None`` when the service says nothing."""
