@@ -37,6 +37,10 @@ def _submit(kind: str, source: Any, data: dict[str, Any] | None = None) -> bool:
         settings = current_settings()
         if settings is None or is_sender_thread():
             return False
+        engine = get_engine(settings)
+        if engine.server.drops_type(kind, safe_str(source)):  # @@usage:*, @@404:* set to off
+            engine.count_filtered()
+            return False
         event = log_event(
             "",
             date=time.time(),
@@ -48,7 +52,7 @@ def _submit(kind: str, source: Any, data: dict[str, Any] | None = None) -> bool:
         )
         event["type"] = kind
         event.pop("message", None)
-        return get_engine(settings).enqueue(event)
+        return engine.enqueue(event)
     except Exception:  # pragma: no cover - reporting must never raise into the application
         return False
 

@@ -5,7 +5,9 @@ In order:
 1. :func:`~eventlog_handler.delivery._finish.finish` builds the wire event;
 2. ``@version`` is added (``Settings.version``, ``EVENTLOG_VERSION`` or the version of the
    distribution that owns ``__main__``), and with sessions, ``@ref:session`` (the session open
-   when the event was captured; a value the program set is kept);
+   when the event was captured; a value the program set is kept); the marks given as data,
+   ``@value`` (a number: the event's ``value``) and ``@critical`` (true: the ``Critical`` tag,
+   as the official clients' ``MarkAsCritical``), move to where the service reads them;
 3. ``before_send(event, hint)``, when set, may change the event or drop it (``None``: counted as
    ``dropped["filtered"]``); when it raises, the event goes on unchanged and the failure is
    counted (``hook_errors``) and said once on stderr;
@@ -37,6 +39,11 @@ from eventlog_handler.settings import Settings
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._scrub import Scrubber
+
+#: Data keys (``extra={"@value": 12.5, "@critical": True}``) that are fields of the event.
+VALUE_KEY = "@value"
+CRITICAL_KEY = "@critical"
+CRITICAL_TAG = "Critical"
 
 Batch = tuple[list[dict[str, Any]], list[float], "list[int] | None"]
 
@@ -121,6 +128,9 @@ class Pipeline:
                     data["@version"] = version
             if sessions is not None:
                 _stamp_session(event, sessions.id_at(entry.created))
+            data = event.get("data")
+            if data and (VALUE_KEY in data or CRITICAL_KEY in data):
+                _lift_marks(event, data)
             if hook is not None:
                 changed = self._before_send(hook, event, entry)
                 if changed is None:
@@ -206,3 +216,19 @@ def _stamp_session(event: dict[str, Any], session_id: str | None) -> None:
         event["data"] = {"@ref:session": session_id}
     elif type(data) is dict:
         data.setdefault("@ref:session", session_id)
+
+
+def _lift_marks(event: dict[str, Any], data: dict[str, Any]) -> None:
+    """``@value`` → the event's ``value`` (a number; anything else stays data), ``@critical``
+    → the ``Critical`` tag (when true)."""
+    value = data.get(VALUE_KEY)
+    if VALUE_KEY in data and type(value) in (int, float) and value == value:
+        event["value"] = data.pop(VALUE_KEY)
+    if CRITICAL_KEY in data and data.pop(CRITICAL_KEY) is True:
+        tags = event.get("tags")
+        if not isinstance(tags, list):
+            event["tags"] = [CRITICAL_TAG]
+        elif CRITICAL_TAG not in tags:
+            tags.append(CRITICAL_TAG)
+    if not data:
+        del event["data"]

@@ -12,6 +12,8 @@ Three kinds of setting change what is sent:
   qualified name, ``myapp.PaymentError``, or the class name alone, ``PaymentError``; the type of
   any exception in the chain counts).
 - ``@@DataExclusions``: comma-separated key patterns added to the local data exclusions.
+- ``@@<type>:<source pattern>`` for the other types (``@@usage:export-*``, ``@@404:*``):
+  ``false``/``off`` drops those events of a matching source (the feature, the path).
 - ``@@UserAgentBotPatterns``: comma-separated user-agent patterns (``*bot*``, ``curl*``) of
   crawlers: a not-found event of a request whose user agent matches one is not sent.
 
@@ -77,6 +79,7 @@ class ServerSettings:
         error_off: list[str] = []
         exclusions: list[str] = []
         bots: list[str] = []
+        types_off: dict[str, list[str]] = {}
         for key, value in self.settings.items():
             lowered = key.lower()
             if lowered.startswith("@@log:"):
@@ -85,6 +88,14 @@ class ServerSettings:
                 error_off.append(key[len("@@error:") :])
             elif lowered == "@@dataexclusions":
                 exclusions.extend(part.strip() for part in value.split(",") if part.strip())
+            elif (
+                lowered.startswith("@@")
+                and ":" in lowered
+                and value.strip().lower() in _FALSE
+                and not lowered.startswith(("@@log:", "@@error:"))
+            ):
+                kind, _, pattern = key[2:].partition(":")
+                types_off.setdefault(kind.lower(), []).append(pattern)
             elif lowered == "@@useragentbotpatterns":
                 bots.extend(part.strip() for part in value.split(",") if part.strip())
         self._exact = {source.lower(): level for source, level in log_levels.items()}
@@ -98,6 +109,7 @@ class ServerSettings:
         self.data_exclusions: tuple[str, ...] = tuple(exclusions)
         #: User-agent patterns of crawlers (their not-found events are not sent).
         self.bot_patterns: tuple[str, ...] = tuple(bots)
+        self._types_off = {kind: _by_specificity(found) for kind, found in types_off.items()}
         #: Whether any ``@@log:*`` setting exists (the caller skips the lookup when not).
         self.has_log_levels = bool(log_levels)
         self.has_error_rules = bool(error_off)
@@ -106,6 +118,13 @@ class ServerSettings:
 
     def __repr__(self) -> str:
         return f"<ServerSettings v{self.version} {len(self.settings)} settings>"
+
+    def drops_type(self, kind: str, source: str | None) -> bool:
+        """Whether events of type ``kind`` (not ``log`` or ``error``) from ``source`` are off."""
+        patterns = self._types_off.get(kind.lower())
+        if not patterns:
+            return False
+        return any(_matches(pattern, source or "") for pattern in patterns)
 
     def is_bot(self, user_agent: Any) -> bool:
         """Whether ``user_agent`` matches one of the service's ``@@UserAgentBotPatterns``."""

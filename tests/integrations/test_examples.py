@@ -29,7 +29,14 @@ def by_message(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 #: Examples of web frameworks, run by tests/web/test_examples.py, and of Celery and RQ workers,
 #: run by tests/signals/test_celery_worker.py and tests/signals/test_rq_worker.py.
-WEB_EXAMPLES = {"flask_app.py", "django_app.py", "fastapi_app.py", "celery_app.py", "rq_app.py"}
+WEB_EXAMPLES = {
+    "flask_app.py",
+    "flask_feedback.py",
+    "django_app.py",
+    "fastapi_app.py",
+    "celery_app.py",
+    "rq_app.py",
+}
 
 
 def test_examples_are_all_tested() -> None:

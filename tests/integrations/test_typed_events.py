@@ -106,3 +106,34 @@ def test_in_a_request_a_404_carries_the_request_and_the_id_is_the_requests(
     by_type = {event["type"]: event for event in server.accepted}
     assert by_type["404"]["data"]["@request"]["path"] == "/nowhere"
     assert by_type["log"]["reference_id"] == answers["id"]
+
+
+def test_value_critical_and_references_from_extra(server: FaultServer, handle: Any) -> None:
+    logging.getLogger("shop").warning(
+        "big order",
+        extra={"@value": 1250.5, "@critical": True, "@ref:order": "order-000123", "n": 1},
+    )
+    logging.getLogger("shop").warning("not a number", extra={"@value": "a lot"})
+    assert handle.flush(10)
+    first, second = server.accepted
+    assert first["value"] == 1250.5
+    assert "Critical" in first["tags"]
+    assert first["data"]["@ref:order"] == "order-000123"  # a reference, never masked
+    assert "@value" not in first["data"] and "@critical" not in first["data"]
+    assert "value" not in second and second["data"]["@value"] == "a lot"
+
+
+def test_the_services_type_settings_turn_usage_and_404_off(server: FaultServer) -> None:
+    server.config = {"version": 2, "settings": {"@@usage:internal-*": "false", "@@404:*": "off"}}
+    setup = eventlog_handler.setup(API_KEY, server.url, capture_exceptions=False, **FAST)
+    try:
+        logging.getLogger("shop").warning("starts the worker, which fetches the settings")
+        assert wait_until(lambda: setup.stats()["server_settings_version"] == 2, 10)
+        assert not eventlog_handler.submit_feature_usage("internal-report")
+        assert eventlog_handler.submit_feature_usage("export-csv")
+        assert not eventlog_handler.submit_not_found("/missing")
+        assert setup.flush(10)
+        assert setup.stats()["dropped"]["filtered"] == 2
+    finally:
+        setup.close(5)
+    assert [e.get("source") for e in server.accepted if e["type"] != "log"] == ["export-csv"]
