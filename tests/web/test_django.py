@@ -190,3 +190,18 @@ def test_not_found_is_not_reported(setup_eventlog: Setup, server: CaptureServer)
     # Django's "Not Found" warning is an ordinary log record, sent as a log event.
     [warning] = [event for event in events if event["type"] == "log"]
     assert warning["message"] == "Not Found: /missing"
+
+
+def test_not_found_is_reported_when_asked(setup_eventlog: Setup, server: CaptureServer) -> None:
+    handle = setup_eventlog()
+    with override_settings(MIDDLEWARE=WIRED, EVENTLOG_REPORT_NOT_FOUND=True):
+        c = client()
+        assert c.get("/missing?page=2", HTTP_USER_AGENT="Firefox/128").status_code == 404
+        assert c.get("/hello").status_code == 200
+    events = settle(handle, server, 2)
+    [event] = [event for event in events if event["type"] == "404"]
+    assert event["source"] == "/missing"
+    request = event["data"]["@request"]
+    assert (request["http_method"], request["path"]) == ("GET", "/missing")
+    assert request["query_string"] == {"page": "2"}
+    assert request["user_agent"] == "Firefox/128"
