@@ -334,7 +334,11 @@ class EventsApi:
 
     def list_events(self, request: Request, token: TokenRecord | None) -> Response:
         """``GET /api/v2/events`` (also by project and by stack): ``filter``, ``sort``, ``page``
-        and ``limit`` (at most 100), or the cursors ``after``/``before`` (an event id)."""
+        and ``limit`` (at most 100), or the cursors ``after``/``before`` (an event id).
+
+        As on the service, a request with ``page`` gets page links (none once the next page
+        would skip 1,000 rows); one without gets cursor links, ``previous`` with
+        ``before=<id>`` and ``next`` with ``after=<id>``, which reach every event."""
         assert token is not None
         query = EventQuery(organization_id=token.organization_id)
         if "project_id" in request.params:
@@ -356,6 +360,8 @@ class EventsApi:
         after, before = request.arg("after"), request.arg("before")
         if after or before:
             return self._cursor_page(request, query, after, before)
+        if not (request.arg("page") or "").strip():
+            return self._first_cursor_page(request, query)
         skip = (page - 1) * limit
         if skip > MAXIMUM_SKIP:
             return json_response(200, [])
@@ -363,6 +369,19 @@ class EventsApi:
         events, total = self.storage.query_events(query)
         has_more = skip + len(events) < total
         return json_response(200, events, paging_headers(request, page, limit, total, has_more))
+
+    def _first_cursor_page(self, request: Request, query: EventQuery) -> Response:
+        """The first page of a cursor listing: no ``previous`` link, a ``next`` link (after its
+        last event) while more follow."""
+        limit = query.limit
+        query.limit = limit + 1
+        events, total = self.storage.query_events(query)
+        more = len(events) > limit
+        events = events[:limit]
+        following = events[-1]["id"] if more and events else None
+        headers = cursor_headers(request, limit, None, following)
+        headers["X-Result-Count"] = str(total)
+        return json_response(200, events, headers)
 
     def _cursor_page(
         self, request: Request, query: EventQuery, after: str | None, before: str | None
@@ -389,6 +408,7 @@ class EventsApi:
                 following = events[-1]["id"]
                 preceding = events[0]["id"] if more else None
         headers = cursor_headers(request, query.limit, preceding, following)
+        headers["X-Result-Count"] = str(self.storage.count_events(query))
         return json_response(200, events, headers)
 
     def get_event(self, request: Request, token: TokenRecord | None) -> Response:

@@ -48,7 +48,7 @@ def test_list_events_newest_first_with_count(client: Client, collector: Collecto
 
 def test_pagination_follows_link_headers_across_pages(client: Client, collector: Collector) -> None:
     _seed(client, 7)
-    url = collector.url + "/api/v2/events?limit=3&filter=app"
+    url = collector.url + "/api/v2/events?limit=3&filter=app&page=1"
     seen: list[str] = []
     pages = 0
     previous_seen = []
