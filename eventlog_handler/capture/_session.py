@@ -6,6 +6,8 @@ user. The session itself (its events, heartbeats, end) is the engine's:
 
 from __future__ import annotations
 
+from typing import Any
+
 from eventlog_handler.capture import _context as context
 from eventlog_handler.delivery._engine import get_engine
 from eventlog_handler.settings import Settings
@@ -19,7 +21,15 @@ def open_session(settings: Settings) -> None:
     if sessions is None or sessions.current is not None:
         return
     sessions.start(context.get_user())
-    context.user_listener = sessions.follow_user
+
+    def follow(user: dict[str, Any] | None) -> None:
+        # Looked up at each call: a forked child's engine has sessions of its own.
+        current = get_engine(settings).sessions
+        if current is not None:
+            current.follow_user(user)
+
+    follow.settings = settings  # type: ignore[attr-defined]
+    context.user_listener = follow
 
 
 def close_session(settings: Settings) -> None:
@@ -29,6 +39,6 @@ def close_session(settings: Settings) -> None:
     sessions = get_engine(settings).sessions
     if sessions is None:
         return
-    if context.user_listener == sessions.follow_user:
+    if getattr(context.user_listener, "settings", None) is settings:
         context.user_listener = None
     sessions.end()
