@@ -26,7 +26,7 @@ from pathlib import Path
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Database", "StorageClosed", "secure_file"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -130,6 +130,24 @@ CREATE INDEX IF NOT EXISTS events_by_date ON events (date_ts, seq);
 CREATE INDEX IF NOT EXISTS events_by_stack ON events (stack_seq, date_ts, seq);
 CREATE INDEX IF NOT EXISTS events_by_reference ON events (reference_id)
     WHERE reference_id <> '';
+-- Manual sessions (schema 3): the session start event's sequence number, the last activity
+-- (a heartbeat or an event of the session), the heartbeats received and the end (NULL while
+-- the session is open). See the collector's sessions module.
+CREATE TABLE IF NOT EXISTS sessions (
+    project_seq INTEGER NOT NULL,
+    session_id TEXT NOT NULL,
+    identity TEXT NOT NULL DEFAULT '',
+    start_seq INTEGER NOT NULL,
+    start_ts REAL NOT NULL,
+    last_ts REAL NOT NULL,
+    heartbeats INTEGER NOT NULL DEFAULT 0,
+    last_heartbeat_ts REAL,
+    end_ts REAL,
+    PRIMARY KEY (project_seq, session_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sessions_by_start ON sessions (start_seq);
+CREATE INDEX IF NOT EXISTS sessions_by_identity ON sessions (project_seq, identity)
+    WHERE identity <> '';
 """
 
 

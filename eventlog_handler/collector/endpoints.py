@@ -86,7 +86,7 @@ class Api:
         add("GET", r"/about", pages.about_page)
         # The API.
         add("POST", r"/api/v2/auth/login", projects.login, reads=False)
-        add("GET", r"/api/v2/events/session/heartbeat", events.heartbeat, "client", False, False)
+        add("GET", r"/api/v2/events/session/heartbeat", events.heartbeat, "client", False)
         submit = r"/events/submit(?:/(?P<type>[^/]+))?"
         add("GET", "/api/v2" + submit, events.submit_by_get, "client", reads=False)
         add(
@@ -97,6 +97,7 @@ class Api:
         )
         add("POST", r"/api/v2/events", events.post_events, "client", reads=False)
         add("GET", r"/api/v2/events", events.list_events, "user")
+        add("GET", r"/api/v2/events/sessions", events.list_sessions, "user")
         by_ref = rf"/api/v2/events/by-ref/(?P<reference_id>{oid})"
         add("GET", by_ref, events.get_by_reference, "user")
         add("GET", rf"/api/v2/events/(?P<event_id>{oid})", events.get_event, "user")
@@ -112,6 +113,7 @@ class Api:
         add("GET", project + submit, events.submit_by_get, "client", reads=False)
         add("POST", project + "/events", events.post_events, "client", reads=False)
         add("GET", project + "/events", events.list_events, "user")
+        add("GET", project + "/events/sessions", events.list_sessions, "user")
         add("GET", project + "/config", projects.get_config, "client", False, False)
         add("POST", project + r"/config(?:/(?P<key>[^/]+))?", projects.set_config, "user")
         add("DELETE", project + r"/config(?:/(?P<key>[^/]+))?", projects.delete_config, "user")

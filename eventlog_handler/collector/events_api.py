@@ -1,5 +1,5 @@
-"""The event endpoints of the API: submitting (POST and GET), reading, stacks, heartbeats and
-user descriptions.
+"""The event endpoints of the API: submitting (POST and GET), reading, sessions and their
+heartbeats, stacks and user descriptions.
 
 Submitting answers as the service does: 202 for a POST (200 for ``GET .../submit``), once the
 events are read; they are stored right after the answer is sent, on the same thread
@@ -46,6 +46,7 @@ from eventlog_handler.collector.messages import Request, Response, empty_respons
 from eventlog_handler.collector.normalize import NormalizedEvent, Normalizer, is_valid_reference_id
 from eventlog_handler.collector.pending import PendingStores
 from eventlog_handler.collector.problems import HttpError
+from eventlog_handler.collector.sessions import SESSION_START
 from eventlog_handler.collector.storage import Storage, StorageClosed
 
 __all__ = ["EVENT_MEDIA_TYPES", "EventsApi", "IngestNote"]
@@ -297,7 +298,29 @@ class EventsApi:
         return self._store(token, project_id, [normalized] if normalized else [], normalizer, 200)
 
     def heartbeat(self, request: Request, token: TokenRecord | None) -> Response:
-        """``GET /api/v2/events/session/heartbeat?id=...&close=...``: 200."""
+        """``GET /api/v2/events/session/heartbeat?id=...&close=true|false``: 200.
+
+        ``id`` is a session id, or the identity of the user of an open session; the session
+        counts the heartbeat and its last activity becomes now; ``close=true`` ends it (see
+        :mod:`~eventlog_handler.collector.sessions`). Without ``id``, or for no open session,
+        nothing changes and the answer is 200 all the same, as on the service; a token of no
+        project gets 400."""
+        assert token is not None
+        identifier = (request.arg("id") or "").strip()
+        close_text = (request.arg("close") or "false").strip().lower()
+        if close_text not in ("true", "false"):
+            raise HttpError(
+                400,
+                "'close' must be true or false.",
+                errors={"close": [f"The value {close_text[:40]!r} is not valid."]},
+            )
+        if not identifier:
+            return empty_response(200)
+        project_id = token_project(self.storage, request, token)
+        try:
+            self.storage.record_heartbeat(project_id, identifier, time.time(), close_text == "true")
+        except StorageClosed:
+            raise HttpError(503, "The collector is shutting down.") from None
         return empty_response(200)
 
     def user_description(self, request: Request, token: TokenRecord | None) -> Response:
@@ -332,7 +355,16 @@ class EventsApi:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def list_events(self, request: Request, token: TokenRecord | None) -> Response:
+    def list_sessions(self, request: Request, token: TokenRecord | None) -> Response:
+        """``GET /api/v2/events/sessions`` (also by project): the session start events, as
+        :meth:`list_events` lists events (the filter's ``type`` terms are replaced). Each shows
+        its session: ``value`` (duration in seconds), ``data["sessionend"]`` once it ended,
+        ``data["@heartbeats"]`` and ``data["@last_heartbeat"]``."""
+        return self.list_events(request, token, types=[SESSION_START])
+
+    def list_events(
+        self, request: Request, token: TokenRecord | None, *, types: list[str] | None = None
+    ) -> Response:
         """``GET /api/v2/events`` (also by project and by stack): ``filter``, ``sort``, ``page``
         and ``limit`` (at most 100), or the cursors ``after``/``before`` (an event id).
 
@@ -356,6 +388,8 @@ class EventsApi:
         limit = int_arg(request, "limit", 10, 100)
         query.ascending = parse_sort(request.arg("sort"))
         parse_filter(request.arg("filter") or "", query)
+        if types is not None:
+            query.types = list(types)
         query.limit = limit
         after, before = request.arg("after"), request.arg("before")
         if after or before:

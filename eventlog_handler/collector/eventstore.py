@@ -33,6 +33,11 @@ from eventlog_handler.collector.normalize import (
     NormalizedEvent,
     Normalizer,
 )
+from eventlog_handler.collector.sessions import (
+    apply_session_events,
+    record_heartbeat,
+    split_session_events,
+)
 from eventlog_handler.collector.stacking import (
     StackBasis,
     signature_of,
@@ -76,10 +81,12 @@ _ROWS_PER_INSERT = (32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
 @dataclass
 class StoreOutcome:
     """What happened to a request's events: how many were stored (with consecutive sequence
-    numbers from ``first_seq``, received at ``received_ts``) and how many were duplicates."""
+    numbers from ``first_seq``, received at ``received_ts``), how many were duplicates and how
+    many were taken by their sessions rather than stored (heartbeats, ends of no session)."""
 
     stored: int = 0
     duplicates: int = 0
+    session_events: int = 0
     new_stacks: int = 0
     first_seq: int = 0
     received_ts: float = 0.0
@@ -183,7 +190,9 @@ class EventStore(StackReads):
     ) -> StoreOutcome:
         """Store events received at ``received``; returns how many were stored and how many
         were discarded as duplicates: an event whose ``reference_id`` was already received in
-        the project within 24 hours (``invalid-reference-id`` never is a duplicate).
+        the project within 24 hours (``invalid-reference-id`` never is a duplicate). The
+        sessions are kept up to date (:mod:`~eventlog_handler.collector.sessions`); a
+        session's heartbeat events and the ends of no known session are not stored.
 
         ``body`` is the request body the events were read from (each event's ``index`` is its
         position in it); without one, the events' own fields are kept as the body. ``batch``
@@ -204,6 +213,8 @@ class EventStore(StackReads):
                 kept, outcome.duplicates = self._without_duplicates(
                     db, project_seq, events, received_ts
                 )
+            arrived = kept
+            kept, outcome.session_events = split_session_events(db, project_seq, kept)
             deltas = self._stack_deltas(project_id, kept)
             outcome.new_stacks = self._ensure_stacks(
                 db, organization_id, project_id, deltas, created
@@ -216,6 +227,7 @@ class EventStore(StackReads):
             outcome.first_seq = self._write_events(db, project_seq, kept, deltas, batch)
             outcome.stored = len(kept)
             self._update_stacks(db, deltas, created)
+            apply_session_events(db, project_seq, arrived, kept, outcome.first_seq)
         return outcome
 
     @staticmethod
@@ -492,10 +504,21 @@ class EventStore(StackReads):
             db.execute("UPDATE events SET body = ? WHERE seq = ?", (dumps(wire), row[0]))
             return True
 
+    def record_heartbeat(
+        self, project_id: str, identifier: str, received_ts: float, close: bool
+    ) -> bool:
+        """A session heartbeat of the project (a session id or a user's identity), received at
+        ``received_ts``; ``close`` ends the session. Whether an open session took it (see
+        :mod:`~eventlog_handler.collector.sessions`)."""
+        with self._transaction() as db:
+            return record_heartbeat(
+                db, self._project_seq(db, project_id), identifier, received_ts, close
+            )
+
     def clear_events(self) -> None:
         """Delete every event and stack, and forget every reference id."""
         with self._transaction() as db:
-            for table in ("events", "batches", "unstored", "stacks", "stack_users"):
+            for table in ("events", "batches", "unstored", "stacks", "stack_users", "sessions"):
                 db.execute(f"DELETE FROM {table}")
         self._stack_cache.clear()
         self._stack_seqs.clear()

@@ -22,6 +22,7 @@ from eventlog_handler.collector.normalize import (
     FieldTypeError,
     Normalizer,
 )
+from eventlog_handler.collector.sessions import SESSION_START, session_fields
 from eventlog_handler.collector.stacking import (
     StackBasis,
 )
@@ -123,7 +124,8 @@ class StoreBase(Database):
 
     def _document(self, db: sqlite3.Connection, row: Sequence[Any]) -> dict[str, Any]:
         """The API document of a stored event: its fields as received, with the service's
-        rules applied again at its time of receipt, and the collector's ids."""
+        rules applied again at its time of receipt, and the collector's ids. A session start
+        event shows its session as it stands (duration, end, heartbeats)."""
         seq, project_seq, stack_seq, received_ts, first, batch, index, body = row[:8]
         item: Any = None
         if body is not None:
@@ -139,6 +141,9 @@ class StoreBase(Database):
             event = None
         if event is None:  # a body not kept by this version: show what there is
             event = normalizer.text_events(json.dumps(item, default=str)[:2000] or "?")[0]
+        fields = event.wire_fields()
+        if event.type == SESSION_START:
+            fields["data"], fields["value"] = session_fields(db, seq, event.data, event.value)
         project_id, organization_id = self._project_of(db, project_seq)
         return {
             "id": event_id(received_ts, seq),
@@ -147,5 +152,5 @@ class StoreBase(Database):
             "stack_id": self._stack_id_of(db, stack_seq),
             "is_first_occurrence": bool(first),
             "created_utc": format_utc_ts(received_ts),
-            **event.wire_fields(),
+            **fields,
         }

@@ -44,6 +44,14 @@ DIFFERENCES = (
         "address; the collector keeps data as sent.",
     ),
     (
+        "Sessions",
+        "Manual sessions only: a session event with a reference id starts one; heartbeats (by "
+        "session id or user identity), its events and a sessionend keep it up to date. Events "
+        "with a user identity and no session get no automatic session, and sessions are not "
+        "closed for inactivity. The session event also carries @heartbeats and @last_heartbeat, "
+        "the collector's own.",
+    ),
+    (
         "Regressions",
         "A fixed stack regresses when an event dated after the fix arrives; the real service "
         "also compares @version with the version a stack was fixed in.",
