@@ -80,6 +80,7 @@ class Api:
         add("GET", r"/events", pages.events_page)
         add("GET", rf"/events/(?P<event_id>{oid})/json", pages.event_json)
         add("GET", rf"/events/(?P<event_id>{oid})", pages.event_page)
+        add("GET", r"/sessions", pages.sessions_page)
         add("GET", rf"/projects/(?P<project_id>{oid})/settings", pages.settings_page)
         add("POST", rf"/projects/(?P<project_id>{oid})/settings", pages.save_setting)
         add("GET", r"/settings", pages.settings_home)

@@ -7,6 +7,7 @@
 ``GET /events``                        every event, newest first, searchable, cursor pages
 ``GET /events/{id}``                   one event, each known data key in its own block
 ``GET /events/{id}/json``              the event's raw JSON
+``GET /sessions``                      the sessions: user, start, duration, heartbeats, end
 ``GET /projects/{id}/settings``        a project's settings; ``POST`` changes them
 ``GET /about``                         how to connect; where the collector differs
 =====================================  ====================================================
@@ -44,6 +45,7 @@ from eventlog_handler.collector.dashboard.layout import (
     page,
     redirect,
 )
+from eventlog_handler.collector.dashboard.sessions import sessions_body
 from eventlog_handler.collector.dashboard.settings import settings_body
 from eventlog_handler.collector.dashboard.sparkline import WINDOWS
 from eventlog_handler.collector.dashboard.stacks import (
@@ -56,6 +58,7 @@ from eventlog_handler.collector.eventstore import STACK_STATUSES
 from eventlog_handler.collector.filters import EventQuery, parse_filter
 from eventlog_handler.collector.messages import Request, Response, json_response
 from eventlog_handler.collector.problems import HttpError
+from eventlog_handler.collector.sessions import SESSION_START
 from eventlog_handler.collector.storage import StackQuery, Storage
 
 __all__ = ["DEFAULT_REFRESH", "Dashboard"]
@@ -241,6 +244,20 @@ class Dashboard:
         body = events_body(result, query, self._projects(), self.storage.distinct_types())
         refresh = _refresh(query, bool(older or newer))
         return page(Page("Events", body, here="/events", refresh=refresh))
+
+    def sessions_page(self, request: Request, token: TokenRecord | None) -> Response:
+        """``GET /sessions``: the sessions (their start events), newest first, paged by
+        cursor."""
+        query = request.query
+        limit = int_param(query, "limit", DEFAULT_ROWS, MAX_ROWS) or DEFAULT_ROWS
+        selection = event_query(query, limit)
+        selection.types = [SESSION_START]
+        selection.levels = []
+        older, newer = first(query, "older") or None, first(query, "newer") or None
+        result = self.storage.page_events(selection, older_than=older, newer_than=newer)
+        body = sessions_body(result, query, self._projects())
+        refresh = _refresh(query, bool(older or newer))
+        return page(Page("Sessions", body, here="/sessions", refresh=refresh))
 
     def event_page(self, request: Request, token: TokenRecord | None) -> Response:
         """``GET /events/{id}``: one event in full."""

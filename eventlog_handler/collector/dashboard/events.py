@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_ROWS",
     "LEVELS",
     "MAX_ROWS",
+    "TYPE_TABS",
     "event_query",
     "event_rows",
     "event_summary",
@@ -32,6 +33,14 @@ __all__ = [
 ]
 
 LEVELS = ("Trace", "Debug", "Info", "Warn", "Error", "Fatal")
+#: The service's event types, always offered by the type filter: (type, label of its tab).
+TYPE_TABS = (
+    ("error", "Errors"),
+    ("log", "Logs"),
+    ("usage", "Feature usage"),
+    ("404", "Not found"),
+    ("session", "Sessions"),
+)
 DEFAULT_ROWS = 50
 MAX_ROWS = 200
 _CELL = 300
@@ -50,16 +59,31 @@ def level_of(data: Mapping[str, Any]) -> str:
 
 
 def event_summary(event: Mapping[str, Any]) -> str:
-    """One line for an event: its message, and its error's type and message."""
+    """One line for an event: its message, and its error's type and message; for an event of
+    the service's other types without a message, what it is (a feature used, a path not
+    found, a user's session)."""
     message = event.get("message")
-    chain = error_chain(data_of(event))
+    data = data_of(event)
+    chain = error_chain(data)
     if chain:
         outer = chain[0]
         text = f"{outer.get('type') or 'Error'}: {outer.get('message') or ''}".rstrip(": ")
         if message and str(message) != str(outer.get("message") or ""):
             return f"{message} — {text}"
         return text
-    return str(message) if message not in (None, "") else "(no message)"
+    if message not in (None, ""):
+        return str(message)
+    kind, source = event.get("type"), event.get("source") or ""
+    if kind == "usage" and source:
+        return f"Feature used: {source}"
+    if kind == "404" and source:
+        return f"Not found: {source}"
+    if kind in ("session", "sessionend", "heartbeat"):
+        user = data.get("@user")
+        identity = user.get("identity") if isinstance(user, dict) else None
+        what = {"session": "Session", "sessionend": "Session end", "heartbeat": "Heartbeat"}
+        return what[str(kind)] + (f" of {identity}" if identity else "")
+    return "(no message)"
 
 
 def event_timestamp(event: Mapping[str, Any]) -> float:
@@ -174,6 +198,8 @@ def events_body(
         first(query, name) for name in ("project", "type", "level", "q")
     )
     limit = int_param(query, "limit", DEFAULT_ROWS, MAX_ROWS) or DEFAULT_ROWS
+    known = [kind for kind, _ in TYPE_TABS]
+    types = known + [kind for kind in types if kind not in known]
     if event_type and event_type not in types:
         types = [*types, event_type]
     form = (
@@ -194,8 +220,14 @@ def events_body(
         params["limit"] = str(limit)
     names = dict(projects)
     heading = "Events" if not text else f"Events matching {text}"
+    tabs = []
+    for value, label in (("", "All"), *TYPE_TABS):
+        mark = ' class="here"' if value == event_type else ""
+        target = url("/events", **{**params, "type": value})
+        tabs.append(f'<a{mark} href="{e(target)}">{e(label)}</a>')
     return (
         f"<h1>{e(clip(heading, 200))}</h1>\n"
+        + f'<nav class="tabs types">{"".join(tabs)}</nav>\n'
         + form
         + search_help(open_=bool(text) and not result.events)
         + pager("/events", params, result)

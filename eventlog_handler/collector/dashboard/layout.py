@@ -34,7 +34,13 @@ __all__ = [
     "url",
 ]
 
-NAV = (("/", "Stacks"), ("/events", "Events"), ("/settings", "Settings"), ("/about", "About"))
+NAV = (
+    ("/", "Stacks"),
+    ("/events", "Events"),
+    ("/sessions", "Sessions"),
+    ("/settings", "Settings"),
+    ("/about", "About"),
+)
 
 STYLE = """
 :root { --fg: #1d2430; --muted: #5d6878; --line: #dde2e8; --bg: #f6f7f9; --card: #fff;
