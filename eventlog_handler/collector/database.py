@@ -94,13 +94,16 @@ CREATE TABLE IF NOT EXISTS stack_users (
     identity TEXT NOT NULL,
     PRIMARY KEY (stack_seq, identity)
 ) WITHOUT ROWID;
+-- A request body as sent; user_agent (schema 3) is the request's User-Agent ('' when it had
+-- none, NULL when the events did not come by HTTP or were received by an earlier version).
 CREATE TABLE IF NOT EXISTS batches (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     project_id TEXT NOT NULL,
     received_ts REAL NOT NULL,
     encoding TEXT NOT NULL,
     body BLOB NOT NULL,
-    note TEXT
+    note TEXT,
+    user_agent TEXT
 );
 -- Request bodies acknowledged (202) whose events are not stored yet: stored right after the
 -- answer, or, after a crash, when the collector starts again.

@@ -18,6 +18,7 @@ from eventlog_handler.collector.filters import EventQuery
 from eventlog_handler.collector.storebase import (
     _FROM,
     _ROW,
+    _ROW_COLUMNS,
     StoreBase,
     event_id,
     parse_event_id,
@@ -157,7 +158,9 @@ class EventReads(StoreBase):
             first_rank = 1
             if rows:
                 first_rank += self._count(
-                    db, [*clauses, "(e.date_ts, e.seq) > (?, ?)"], (*params, rows[0][8], rows[0][0])
+                    db,
+                    [*clauses, "(e.date_ts, e.seq) > (?, ?)"],
+                    (*params, rows[0][_ROW_COLUMNS], rows[0][0]),
                 )
             events = [self._document(db, row) for row in rows]
         newer = older = None

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -141,9 +141,11 @@ class EventsApi:
         events: list[NormalizedEvent],
         normalizer: Normalizer,
         status: int,
+        request: Request,
         body: Received | None = None,
     ) -> Response:
-        """Answer (``status``), then store the events (see :mod:`.pending`)."""
+        """Answer (``status``), then store the events (see :mod:`.pending`). The body is kept
+        with the request's ``User-Agent`` (``@submission_client`` of its events)."""
         for problem in normalizer.problems:
             self._note(project_id, f"Dropped an event: {problem}.")
         if normalizer.dropped > len(normalizer.problems):
@@ -159,7 +161,10 @@ class EventsApi:
             # Durable before the answer: the body is committed first (a crash after the 202
             # loses nothing: the collector stores it when it starts again), and its events are
             # stored right after the answer, while the client prepares its next request.
-            kept = body if body is not None else kept_body(events)
+            kept = replace(
+                body if body is not None else kept_body(events),
+                user_agent=request.headers.get("User-Agent") or "",
+            )
             try:
                 batch = self.storage.receive_batch(
                     token.organization_id, project_id, normalizer.now_ts, kept
@@ -226,7 +231,7 @@ class EventsApi:
         kept_as = encoding if encoding in ("gzip", "x-gzip", "deflate") else "identity"
         normalizer = Normalizer()
         events, kept = read_events(decoded, Received(raw, kept_as), normalizer)
-        return self._store(token, project_id, events, normalizer, 202, kept)
+        return self._store(token, project_id, events, normalizer, 202, request, kept)
 
     def submit_by_get(self, request: Request, token: TokenRecord | None) -> Response:
         """``GET /api/v2/events/submit[/{type}]`` (and by project): one event from the query
@@ -295,7 +300,8 @@ class EventsApi:
             event["reference_id"] = "invalid-reference-id"
         normalizer = Normalizer()
         normalized = normalizer.event(dict(event))
-        return self._store(token, project_id, [normalized] if normalized else [], normalizer, 200)
+        kept = [normalized] if normalized else []
+        return self._store(token, project_id, kept, normalizer, 200, request)
 
     def heartbeat(self, request: Request, token: TokenRecord | None) -> Response:
         """``GET /api/v2/events/session/heartbeat?id=...&close=true|false``: 200.

@@ -419,9 +419,9 @@ class EventStore(StackReads):
         db: sqlite3.Connection, project_id: str, received_ts: float, body: Received
     ) -> int:
         batch = db.execute(
-            "INSERT INTO batches (project_id, received_ts, encoding, body, note)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (project_id, received_ts, body.encoding, body.body, body.note),
+            "INSERT INTO batches (project_id, received_ts, encoding, body, note, user_agent)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (project_id, received_ts, body.encoding, body.body, body.note, body.user_agent),
         ).lastrowid
         assert batch is not None
         return batch
@@ -446,7 +446,8 @@ class EventStore(StackReads):
         with self._locked() as db:
             rows = db.execute(
                 "SELECT b.seq, u.organization_id, b.project_id, b.received_ts, b.body,"
-                " b.encoding, b.note FROM unstored u JOIN batches b ON b.seq = u.batch"
+                " b.encoding, b.note, b.user_agent FROM unstored u"
+                " JOIN batches b ON b.seq = u.batch"
                 " ORDER BY b.seq"
             ).fetchall()
         return [
@@ -455,7 +456,7 @@ class EventStore(StackReads):
                 str(row[1]),
                 str(row[2]),
                 float(row[3]),
-                Received(bytes(row[4]), row[5], row[6]),
+                Received(bytes(row[4]), row[5], row[6], row[7]),
             )
             for row in rows
         ]

@@ -81,13 +81,15 @@ def decode_body(raw: bytes, content_encoding: str | None, limit: int) -> bytes:
 
 @dataclass(frozen=True)
 class Received:
-    """A request body as it is kept: the bytes as sent, their ``Content-Encoding``, and why it
-    was read as text (None when it was JSON events). Each stored event points at its position
-    in :func:`body_items` of it, so nothing is encoded again when storing."""
+    """A request body as it is kept: the bytes as sent, their ``Content-Encoding``, why it was
+    read as text (None when it was JSON events) and the request's ``User-Agent`` (``""`` when
+    it had none; None when the events did not come by HTTP). Each stored event points at its
+    position in :func:`body_items` of it, so nothing is encoded again when storing."""
 
     body: bytes
     encoding: str = "identity"
     note: str | None = None
+    user_agent: str | None = None
 
 
 def _reject_constant(name: str) -> Any:

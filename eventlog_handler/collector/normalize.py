@@ -48,6 +48,7 @@ __all__ = [
     "Normalizer",
     "error_chain",
     "is_valid_reference_id",
+    "submission_client",
 ]
 
 KNOWN_FIELDS = frozenset(
@@ -168,6 +169,25 @@ def error_chain(data: Mapping[str, Any]) -> list[dict[str, Any]]:
         chain.append(current)
         current = current.get("inner")
     return chain
+
+
+_VERSION_RE = re.compile(r"\d{1,9}(?:\.\d{1,9}){1,3}")
+
+
+def submission_client(user_agent: str) -> dict[str, str] | None:
+    """``data["@submission_client"]`` as the service sets it from the ``User-Agent`` of a
+    post: the whole header, trimmed and lowercased, and ``version``, the part after its first
+    slash when that is a version (2 to 4 numbers, as .NET reads one: ``exceptionless-js/3.2.1``
+    gives ``3.2.1``). None without a ``User-Agent``."""
+    text = user_agent.strip()
+    if not text:
+        return None
+    client = {"user_agent": text.lower()}
+    name, slash, rest = text.partition("/")
+    version = rest.strip()
+    if name and slash and _VERSION_RE.fullmatch(version):
+        client["version"] = ".".join(str(int(part)) for part in version.split("."))
+    return client
 
 
 def is_valid_reference_id(value: Any) -> bool:

@@ -6,7 +6,8 @@ and :mod:`~eventlog_handler.collector.eventstore` (events and stacks).
 
 A database written by an earlier version of the collector (schema 1: events without stacks) is
 migrated when opened: organizations, projects, tokens and settings stay as they are, and the
-events are stored again, into stacks (with new ids).
+events are stored again, into stacks (with new ids). Schema 2 gains the sessions table and the
+``User-Agent`` of each kept body (unknown, NULL, for the bodies it holds).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class Storage(Accounts, EventStore):
             self._migrate_from_v1()
         with self._locked() as db:
             db.executescript(SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(batches)")}
+            if "user_agent" not in columns:  # schema 2
+                db.execute("ALTER TABLE batches ADD COLUMN user_agent TEXT")
             db.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),

@@ -21,6 +21,7 @@ from eventlog_handler.collector.ingest import Received, body_items
 from eventlog_handler.collector.normalize import (
     FieldTypeError,
     Normalizer,
+    submission_client,
 )
 from eventlog_handler.collector.sessions import SESSION_START, session_fields
 from eventlog_handler.collector.stacking import (
@@ -34,7 +35,12 @@ _ENCODE = json.JSONEncoder(
     ensure_ascii=True, separators=(",", ":"), default=str, check_circular=False
 ).encode
 #: The columns of an event row as read (the batch gives the time of receipt).
-_ROW = "e.seq, e.project_seq, e.stack_seq, b.received_ts, e.first, e.batch, e.idx, e.body"
+_ROW = (
+    "e.seq, e.project_seq, e.stack_seq, b.received_ts, e.first, e.batch, e.idx, e.body,"
+    " b.user_agent"
+)
+#: How many columns :data:`_ROW` has.
+_ROW_COLUMNS = _ROW.count(",") + 1
 _FROM = " FROM events e JOIN batches b ON b.seq = e.batch"
 _ID_RE = re.compile(r"[0-9a-f]{24}")
 
@@ -125,8 +131,12 @@ class StoreBase(Database):
     def _document(self, db: sqlite3.Connection, row: Sequence[Any]) -> dict[str, Any]:
         """The API document of a stored event: its fields as received, with the service's
         rules applied again at its time of receipt, and the collector's ids. A session start
-        event shows its session as it stands (duration, end, heartbeats)."""
-        seq, project_seq, stack_seq, received_ts, first, batch, index, body = row[:8]
+        event shows its session as it stands (duration, end, heartbeats). Events posted over
+        HTTP carry ``@submission_client`` from the post's ``User-Agent``, whatever the client
+        sent under that key, as on the service."""
+        seq, project_seq, stack_seq, received_ts, first, batch, index, body, user_agent = row[
+            :_ROW_COLUMNS
+        ]
         item: Any = None
         if body is not None:
             item = json.loads(body)
@@ -141,6 +151,12 @@ class StoreBase(Database):
             event = None
         if event is None:  # a body not kept by this version: show what there is
             event = normalizer.text_events(json.dumps(item, default=str)[:2000] or "?")[0]
+        if user_agent is not None:
+            client = submission_client(user_agent)
+            if client is not None:
+                event.data = {**event.data, "@submission_client": client}
+            elif "@submission_client" in event.data:
+                event.data = {k: v for k, v in event.data.items() if k != "@submission_client"}
         fields = event.wire_fields()
         if event.type == SESSION_START:
             fields["data"], fields["value"] = session_fields(db, seq, event.data, event.value)

@@ -10,10 +10,20 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+import requests
 
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector.formats import format_event_date, parse_date
 from tests.collector.helpers import Client, assert_problem
+
+#: What the collector adds to each event this test client posts, as the service does: the
+#: post's User-Agent (that of ``requests``) as ``@submission_client``.
+SENT_BY = {
+    "@submission_client": {
+        "user_agent": f"python-requests/{requests.__version__}",
+        "version": requests.__version__,
+    }
+}
 
 NOW_TOLERANCE = timedelta(minutes=2)
 
@@ -133,6 +143,7 @@ def test_unknown_top_level_keys_move_into_data(client: Client, collector: Collec
         "other": True,
         "_@level": "Info",
         "_@custom": 1,
+        **SENT_BY,
     }
     # The service takes a client's "id" as the event's reference id (it has none of its own).
     assert event["reference_id"] == "client-chosen"
@@ -144,7 +155,7 @@ def test_an_event_reads_back_the_same_every_time(client: Client, collector: Coll
     assert client.post_events([body, body]).status_code == 202
     first = collector.events()
     assert first == collector.events() == collector.events()
-    assert first[0]["data"] == {"k": 1, "@level": "Info", "@user": {"identity": "u"}}
+    assert first[0]["data"] == {"k": 1, "@level": "Info", "@user": {"identity": "u"}, **SENT_BY}
     page = client.get(f"/events/{first[0]['id']}").text
     assert "_@level" not in page and "_@user" not in page
     assert client.get(f"/api/v2/events/{first[0]['id']}", collector.user_token).json() == first[0]

@@ -16,6 +16,15 @@ import requests
 from eventlog_handler.collector import Collector
 from tests.collector.helpers import Client, assert_problem
 
+#: What the collector adds to each event this test client posts, as the service does: the
+#: post's User-Agent (that of ``requests``) as ``@submission_client``.
+SENT_BY = {
+    "@submission_client": {
+        "user_agent": f"python-requests/{requests.__version__}",
+        "version": requests.__version__,
+    }
+}
+
 # -- authentication forms ----------------------------------------------------------------------
 
 
@@ -227,7 +236,7 @@ def test_property_names_are_case_insensitive(client: Client, collector: Collecto
     assert stored["pascal"]["source"] == "a.b"
     assert stored["camel"]["reference_id"] == "ref-camel-01"
     assert stored["upper"]["reference_id"] == "ref-upper-01"
-    assert stored["upper"]["data"] == {"@level": "Warn"}
+    assert stored["upper"]["data"] == {"@level": "Warn", **SENT_BY}
     assert collector.events(level="warn") == [stored["upper"]]
     assert client.post_events({"Message": "again", "ReferenceId": "ref-pascal-1"}).ok
     assert "again" not in _messages(collector)  # the same reference id, however spelled
@@ -327,7 +336,7 @@ def test_submit_by_get_with_the_type_in_the_path(client: Client, collector: Coll
     (event,) = collector.events()
     assert (event["type"], event["message"]) == ("log", "from the path")
     assert event["count"] is None and event["value"] is None  # values that do not parse
-    assert event["data"] == {"password": "p"}
+    assert event["data"] == {"password": "p", **SENT_BY}
 
 
 def test_submit_by_get_respects_data_exclusions(client: Client, collector: Collector) -> None:
@@ -335,7 +344,7 @@ def test_submit_by_get_respects_data_exclusions(client: Client, collector: Colle
     params = {"message": "m", "password": "p", "my_secret_x": "s", "kept": "k"}
     response = client.get("/api/v2/events/submit", collector.project_token, params=params)
     assert response.status_code == 200
-    assert collector.events()[0]["data"] == {"kept": "k"}
+    assert collector.events()[0]["data"] == {"kept": "k", **SENT_BY}
 
 
 def test_submit_by_get_without_fields_stores_nothing(client: Client, collector: Collector) -> None:

@@ -40,8 +40,9 @@ DIFFERENCES = (
     ),
     (
         "@submission_client",
-        "Not added: the real service adds it to every event from the User-Agent and the client "
-        "address; the collector keeps data as sent.",
+        "Set from the User-Agent of the request, as the service sets it (user_agent and the "
+        "version after its slash), replacing what the client sent; the service also adds the "
+        "client's address (ip_address), the collector does not.",
     ),
     (
         "Sessions",

@@ -45,6 +45,7 @@ _HANDLED = frozenset(
         "@user_description",
         "@level",
         "@submission_method",
+        "@submission_client",
         "@version",
         "@stack",
         FRAMES_KEY,
@@ -260,6 +261,19 @@ def _environment(value: Any) -> str:
     )
 
 
+def _client(value: Any) -> str:
+    """``@submission_client`` in one line: the ``User-Agent`` that posted the event (and its
+    version); any other shape as it is."""
+    if not isinstance(value, dict):
+        return "" if value is None else e(clip(_text(value), 300))
+    agent, version = value.get("user_agent"), value.get("version")
+    text = e(clip(agent, 300)) if isinstance(agent, str) else ""
+    if isinstance(version, str) and version:
+        text += f" <small>version {e(clip(version, 40))}</small>"
+    rest = {k: v for k, v in value.items() if k not in ("user_agent", "version")}
+    return text + (_kv_table(rest) if rest else "")
+
+
 def _user(data: Mapping[str, Any]) -> str:
     user = data.get("@user")
     description = data.get("@user_description")
@@ -347,6 +361,7 @@ def event_body(
             ("Reference id", e(clip(event.get("reference_id") or "", 100))),
             ("Version", e(clip(version, 100)) if isinstance(version, str) else ""),
             ("Submitted by", e(clip(data.get("@submission_method") or "", 100))),
+            ("Client", _client(data.get("@submission_client"))),
             ("Event id", e(event.get("id"))),
         ]
     )
