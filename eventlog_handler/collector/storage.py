@@ -6,8 +6,9 @@ and :mod:`~eventlog_handler.collector.eventstore` (events and stacks).
 
 A database written by an earlier version of the collector (schema 1: events without stacks) is
 migrated when opened: organizations, projects, tokens and settings stay as they are, and the
-events are stored again, into stacks (with new ids). Schema 2 gains the sessions table and the
-``User-Agent`` of each kept body (unknown, NULL, for the bodies it holds).
+events are stored again, into stacks (with new ids). Schema 2 gains the ``User-Agent`` of each
+kept body (unknown, NULL, for the bodies it holds) and the sessions table, filled from its
+session start and end events (the heartbeats it received are not known).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from eventlog_handler.collector.database import SCHEMA, SCHEMA_VERSION, StorageC
 from eventlog_handler.collector.eventstore import EventPage, EventStore, StackQuery, StoreOutcome
 from eventlog_handler.collector.formats import DateFormatError, parse_date
 from eventlog_handler.collector.normalize import NormalizedEvent
+from eventlog_handler.collector.sessions import SESSION_END, SESSION_START, apply_session_events
 from eventlog_handler.collector.stacking import stack_basis
+from eventlog_handler.collector.storebase import _FROM, _ROW, _ROW_COLUMNS
 
 __all__ = [
     "EventPage",
@@ -51,10 +54,24 @@ class Storage(Accounts, EventStore):
             columns = {row[1] for row in db.execute("PRAGMA table_info(batches)")}
             if "user_agent" not in columns:  # schema 2
                 db.execute("ALTER TABLE batches ADD COLUMN user_agent TEXT")
+        if version == 2:
+            self._add_sessions()
+        with self._locked() as db:
             db.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
+
+    def _add_sessions(self) -> None:
+        """The sessions of a schema-2 database, from its session start and end events."""
+        with self._transaction() as db:
+            rows = db.execute(
+                f"SELECT {_ROW}, e.date_ts{_FROM} WHERE e.type IN (?, ?) ORDER BY e.date_ts, e.seq",
+                (SESSION_START, SESSION_END),
+            ).fetchall()
+            for row in rows:
+                event = _from_document(self._document(db, row), float(row[_ROW_COLUMNS]))
+                apply_session_events(db, int(row[1]), [event], [event], int(row[0]))
 
     def _migrate_from_v1(self) -> None:
         with self._locked() as db:

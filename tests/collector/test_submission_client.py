@@ -1,6 +1,7 @@
 """``@submission_client``: set from the User-Agent of the request that brought an event, as the
 service sets it (whatever the client sent under that key is replaced), kept with the body so
-it survives a restart, including one between the answer and the store."""
+it survives a restart, including one between the answer and the store; and a database of the
+previous schema (no User-Agents, no sessions) opened by this version."""
 
 from __future__ import annotations
 
@@ -156,6 +157,10 @@ def test_a_database_of_schema_2_is_migrated(tmp_path: Path) -> None:
     with Collector(database) as collector:
         client = Client(collector)
         _post(client, {"message": "old", "@submission_client": {"user_agent": "kept/1.0"}}, JS)
+        ref = {"@ref:session": "session-old-1"}
+        _post(client, {"type": "session", "reference_id": "session-old-1"}, JS)
+        _post(client, {"type": "sessionend", "message": "ended", **ref}, JS)
+        _post(client, {"type": "session", "reference_id": "session-old-2"}, JS)
         client.close()
     with sqlite3.connect(database) as db:  # as the previous version left it
         db.execute("ALTER TABLE batches DROP COLUMN user_agent")
@@ -166,17 +171,25 @@ def test_a_database_of_schema_2_is_migrated(tmp_path: Path) -> None:
         try:
             _post(client, {"message": "new"}, JS)
             _post(client, {"type": "session", "reference_id": "session-mig-1"}, JS)
-            beat = {"id": "session-mig-1", "close": "true"}
             heartbeat = "/api/v2/events/session/heartbeat"
-            assert client.get(heartbeat, collector.project_token, params=beat).status_code == 200
+            for session_id in ("session-mig-1", "session-old-2"):
+                beat = {"id": session_id, "close": "true"}
+                answer = client.get(heartbeat, collector.project_token, params=beat)
+                assert answer.status_code == 200
             events = _read(client, collector)
-            sessions = client.get("/api/v2/events/sessions", collector.user_token).json()
+            listed = client.get("/api/v2/events/sessions", collector.user_token).json()
+            sessions = {session["reference_id"]: session for session in listed}
         finally:
             client.close()
     # A body kept before has no known User-Agent: its events stay as the client sent them.
     assert events["old"]["data"] == {"@submission_client": {"user_agent": "kept/1.0"}}
     assert events["new"]["data"]["@submission_client"]["version"] == "3.2.1"
-    assert sessions[0]["data"]["@heartbeats"] == 1
+    assert sessions["session-mig-1"]["data"]["@heartbeats"] == 1
+    # The sessions of the old database come from its session start and end events.
+    assert sessions["session-old-1"]["data"]["sessionend"]
+    assert sessions["session-old-1"]["data"]["@heartbeats"] == 0
+    assert sessions["session-old-2"]["data"]["@heartbeats"] == 1  # open until now
+    assert sessions["session-old-2"]["data"]["sessionend"]
     with sqlite3.connect(database) as db:
         version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     assert version == ("3",)
