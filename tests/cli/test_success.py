@@ -8,8 +8,12 @@ import re
 import pytest
 
 from eventlog_handler import Client
+from eventlog_handler._version import __version__
 from eventlog_handler.collector import Collector
 from tests.cli.conftest import Run
+
+#: What the service makes of the package's User-Agent (``eventlog-handler/<version>``).
+SUBMISSION_CLIENT = {"user_agent": f"eventlog-handler/{__version__}", "version": __version__}
 
 # -- projects ---------------------------------------------------------------------------------
 
@@ -170,7 +174,7 @@ def test_send_stores_a_log_event(run: Run, collector: Collector) -> None:
     (event,) = collector.wait_for_events(1)
     assert event["type"] == "log"
     assert event["message"] == "Disk space is low"
-    assert event["data"] == {"@level": "Warn"}
+    assert event["data"] == {"@level": "Warn", "@submission_client": SUBMISSION_CLIENT}
     assert event["tags"] == ["a", "disk"]
     assert event["source"] == "ops.check"
     assert event["project_id"] == collector.project_id
@@ -185,7 +189,7 @@ def test_send_defaults(run: Run, collector: Collector) -> None:
 
     assert result.code == 0, result.err
     (event,) = collector.wait_for_events(1)
-    assert event["data"] == {"@level": "Info"}
+    assert event["data"] == {"@level": "Info", "@submission_client": SUBMISSION_CLIENT}
     assert event["source"] == "eventlog.cli"
     assert event["tags"] == []
 
