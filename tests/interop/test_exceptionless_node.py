@@ -33,6 +33,7 @@ NODE_CLIENT = Path(__file__).parent / "node_client"
 PACKAGE = "@exceptionless/node"
 NPM_TIMEOUT = 300  # seconds: a cold cache on a slow registry
 RUN_TIMEOUT = 60
+NODE_MAJOR = 18  # the client's "engines"
 
 #: Signs in npm's output that the registry could not be reached (no network), not a bad package.
 OFFLINE = re.compile(
@@ -52,6 +53,17 @@ DESCRIPTION = {
 # -- the client, installed once ---------------------------------------------------------------
 
 
+def _npm_failure(output: str) -> str:
+    """The lines of npm's output that say what went wrong (its error code and message)."""
+    lines = [line.strip() for line in output.splitlines()]
+    wanted = [
+        line
+        for line in lines
+        if re.match(r"npm (error|ERR!) (code|errno|syscall|request|network)", line)
+    ]
+    return "; ".join(wanted[:4]) or (lines[-1] if lines else "no output")
+
+
 @pytest.fixture(scope="session")
 def node_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A temporary directory holding ``send.mjs`` with the client installed next to it."""
@@ -61,6 +73,12 @@ def node_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "node and npm are needed to run the official JavaScript client "
             f"(node: {node or 'not on PATH'}, npm: {npm or 'not on PATH'}); "
             "install Node.js (apt-get install nodejs npm)"
+        )
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30)
+    major = re.match(r"v(\d+)\.", version.stdout.strip())
+    if major is None or int(major.group(1)) < NODE_MAJOR:
+        pytest.skip(
+            f"{PACKAGE} needs Node.js >= {NODE_MAJOR}; {node} is {version.stdout.strip()!r}"
         )
     folder = tmp_path_factory.mktemp("exceptionless-node")
     for name in ("package.json", "send.mjs"):
@@ -82,7 +100,8 @@ def node_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if done.returncode != 0:
         if OFFLINE.search(output):
             pytest.skip(
-                f"npm install of {PACKAGE} could not reach the npm registry (no network):\n{output[-1500:]}"
+                f"npm install of {PACKAGE} could not reach the npm registry (no network): "
+                + _npm_failure(output)
             )
         pytest.fail(f"npm install of {PACKAGE} failed (exit {done.returncode}):\n{output[-3000:]}")
     assert (folder / "node_modules" / "@exceptionless" / "node" / "package.json").exists(), output
@@ -148,7 +167,7 @@ def run(node_client: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             env["EXCEPTIONLESS_SERVER_URL"] = collector.url
             env["EXCEPTIONLESS_API_KEY"] = collector.project_token
             done = subprocess.run(
-                ["node", str(node_client / "send.mjs")],
+                [shutil.which("node") or "node", str(node_client / "send.mjs")],
                 cwd=workdir,
                 env=env,
                 capture_output=True,
