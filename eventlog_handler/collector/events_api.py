@@ -369,7 +369,12 @@ class EventsApi:
         return self.list_events(request, token, types=[SESSION_START])
 
     def list_events(
-        self, request: Request, token: TokenRecord | None, *, types: list[str] | None = None
+        self,
+        request: Request,
+        token: TokenRecord | None,
+        *,
+        types: list[str] | None = None,
+        reference_id: str | None = None,
     ) -> Response:
         """``GET /api/v2/events`` (also by project and by stack): ``filter``, ``sort``, ``page``
         and ``limit`` (at most 100), or the cursors ``after``/``before`` (an event id).
@@ -396,6 +401,8 @@ class EventsApi:
         parse_filter(request.arg("filter") or "", query)
         if types is not None:
             query.types = list(types)
+        if reference_id is not None:
+            query.reference_ids = [reference_id]
         query.limit = limit
         after, before = request.arg("after"), request.arg("before")
         if after or before:
@@ -464,22 +471,14 @@ class EventsApi:
         return json_response(200, event)
 
     def get_by_reference(self, request: Request, token: TokenRecord | None) -> Response:
-        """``GET /api/v2/events/by-ref/{reference_id}``: the newest stored event with that
-        reference id in the token's organization (and project), or 404."""
-        assert token is not None
+        """``GET /api/v2/events/by-ref/{reference_id}``: as on the service, a list (paged like
+        ``GET /api/v2/events``) of the stored events with that reference id in the token's
+        organization (and project); ``[]`` when there is none. A malformed id matches no
+        route (404)."""
         reference_id = request.params["reference_id"]
         if not is_valid_reference_id(reference_id):
             raise HttpError(404, f"No resource at {request.path[:200]}.")
-        query = EventQuery(
-            organization_id=token.organization_id,
-            scope_project_id=token.project_id,
-            reference_ids=[reference_id],
-            limit=1,
-        )
-        found, _ = self.storage.query_events(query)
-        if not found:
-            raise HttpError(404, "No event with that reference id.")
-        return json_response(200, found[0])
+        return self.list_events(request, token, reference_id=reference_id)
 
     # -- stacks ------------------------------------------------------------------------------
 

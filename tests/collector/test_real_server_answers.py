@@ -99,6 +99,8 @@ def test_an_event_is_found_by_its_reference_id(client: Client, collector: Collec
     client.post_events([{"message": "first", "reference_id": "lookup-0001"}, {"message": "other"}])
     found = client.get("/api/v2/events/by-ref/lookup-0001", collector.user_token)
     assert found.status_code == 200, found.text
-    assert found.json()["message"] == "first"
-    assert_problem(client.get("/api/v2/events/by-ref/lookup-0002", collector.user_token), 404)
+    assert [event["message"] for event in found.json()] == ["first"]  # a list, as the service
+    nothing = client.get("/api/v2/events/by-ref/lookup-0002", collector.user_token)
+    assert (nothing.status_code, nothing.json()) == (200, [])  # the service: 200 with []
+    assert_problem(client.get("/api/v2/events/by-ref/short", collector.user_token), 404)
     assert_problem(client.get("/api/v2/events/by-ref/lookup-0001", collector.project_token), 403)

@@ -60,7 +60,7 @@ def test_session_and_feedback_reach_the_collector(collector: Collector, tmp_path
         f"{collector.url}/api/v2/events/by-ref/{reference}", headers=user, timeout=10
     )
     assert error.status_code == 200, error.text
-    event = error.json()
+    [event] = error.json()
     assert event["type"] == "error"
     assert event["data"]["@ref:session"] == session["reference_id"]
     assert event["data"]["@user_description"] == {

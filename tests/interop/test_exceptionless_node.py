@@ -277,9 +277,7 @@ def test_the_session_start_is_stored_with_the_session_id(run: Run) -> None:
 def test_the_users_description_is_merged_into_the_error(run: Run) -> None:
     reference_id = run.report["error_reference_id"]
     assert re.fullmatch(r"[0-9a-f]{10}", reference_id)
-    event = run.api(f"/api/v2/events/by-ref/{reference_id}")
-    if isinstance(event, list):  # the service answers a list for a reference id
-        (event,) = event
+    (event,) = run.api(f"/api/v2/events/by-ref/{reference_id}")  # a list, as the service
     assert event["type"] == "error"
     assert event["data"]["@user_description"] == DESCRIPTION
 
