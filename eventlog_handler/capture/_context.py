@@ -69,6 +69,8 @@ class Scope(Generic[_T]):
         token, self._token = self._token, None
         if token is not None:
             self._var.reset(token)
+            if self._var is _USER:  # the end of user_context(): the session follows back
+                _tell_listener(_USER.get())
 
     def __enter__(self) -> Scope[_T]:
         return self
@@ -106,11 +108,16 @@ def set_user(
     or task, until it ends).
     """
     user = user_info(identity, name, data)
+    _tell_listener(user)
+    return Scope(_USER, user)
+
+
+def _tell_listener(user: dict[str, Any] | None) -> None:
+    """Tell :data:`user_listener` of the user now set, outside a web request."""
     listener = user_listener
     if listener is not None and _REQUEST.get() is None:
         with contextlib.suppress(Exception):  # setting the user never raises
             listener(user)
-    return Scope(_USER, user)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ In order:
    credentials, secret query values, the API key) and the values of excluded keys, with the
    service's ``@@DataExclusions`` added;
 5. the :class:`~eventlog_handler.delivery._rollup.Rollup` holds back duplicates, to be sent once with a
-   ``count``.
+   ``count`` (never a session's own events: two session starts of one user are two sessions).
 
 Events held by the roll-up stay ``in_flight`` until the event that carries their count has an
 outcome.
@@ -141,7 +141,11 @@ class Pipeline:
                 event = scrub(event)
             except Exception as exc:  # pragma: no cover - the scrubber never raises
                 self.ledger.last_error = f"scrubbing: {type(exc).__name__}: {safe_str(exc)}"
-            if roll is not None and not roll.admit(event, now, entry.size):
+            if (
+                roll is not None
+                and event.get("type") not in SESSION_TYPES  # each session is its own
+                and not roll.admit(event, now, entry.size)
+            ):
                 held += 1
                 continue
             events.append(event)

@@ -182,6 +182,54 @@ def test_another_user_ends_the_session_and_starts_one(server: FaultServer) -> No
     assert [(sid, close) for sid, close, _ in server.heartbeats] == [(ann, True), (bob, True)]
 
 
+def test_every_session_start_arrives_however_alike(server: FaultServer) -> None:
+    def run() -> None:
+        setup = _setup(server, sessions=True, heartbeat_interval=60)
+        try:
+            for identity in ("alice", "bob", "alice", "bob", "alice", "bob"):
+                eventlog_handler.set_user(identity)
+                logging.getLogger("app").warning("working")
+            assert setup.flush(10)
+        finally:
+            setup.close(5)
+
+    contextvars.Context().run(run)
+    starts = [event for event in server.accepted if event.get("type") == "session"]
+    assert len(starts) == 7 and all("count" not in start for start in starts)  # none rolled up
+    started = {start["reference_id"] for start in starts}
+    named = {e["data"]["@ref:session"] for e in server.accepted if e.get("type") == "log"}
+    assert named <= started
+    assert {sid for sid, close, _ in server.heartbeats if close} == started
+
+
+def test_the_session_follows_the_user_back_after_user_context(server: FaultServer) -> None:
+    def run() -> None:
+        eventlog_handler.set_user("alice")
+        setup = _setup(server, sessions=True, heartbeat_interval=60)
+        try:
+            logging.getLogger("app").warning("as alice")
+            with eventlog_handler.user_context("bob"):
+                logging.getLogger("app").warning("as bob")
+            logging.getLogger("app").warning("alice again")
+            assert setup.flush(10)
+        finally:
+            setup.close(5)
+
+    contextvars.Context().run(run)
+    starts = [event for event in server.accepted if event.get("type") == "session"]
+    assert [start["@user"]["identity"] for start in starts] == ["alice", "bob", "alice"]
+    sessions = {
+        event["message"]: event["data"]["@ref:session"]
+        for event in server.accepted
+        if event.get("type") == "log"
+    }
+    assert sessions == {
+        "as alice": starts[0]["reference_id"],
+        "as bob": starts[1]["reference_id"],
+        "alice again": starts[2]["reference_id"],
+    }
+
+
 def test_a_manual_session_reference_is_sent_as_given(server: FaultServer) -> None:
     setup = _setup(server, sessions=True)
     try:
