@@ -120,20 +120,22 @@ class Errands:
                 self.queue.remove(errand)
                 self.bytes -= errand.size
                 self.busy += 1
+            outcome: str | None = "failed"
             try:
                 outcome = self._attempt(errand, client)
             finally:
+                # Settled in the same step that ends "busy": whoever sees nothing pending
+                # (flush) sees the outcome counted.
                 with self.ledger.lock:
                     self.busy -= 1
-            with self.ledger.lock:
-                if outcome is None:
-                    self.sent += 1
-                elif outcome == "retry":
-                    self.queue.append(errand)
-                    self.bytes += errand.size
-                else:
-                    self.dropped[outcome] += 1
-                self.ledger.changed.notify_all()
+                    if outcome is None:
+                        self.sent += 1
+                    elif outcome == "retry":
+                        self.queue.append(errand)
+                        self.bytes += errand.size
+                    else:
+                        self.dropped[outcome] += 1
+                    self.ledger.changed.notify_all()
 
     def _attempt(self, errand: Errand, client: Callable[[], Client]) -> str | None:
         """``None`` when sent, ``"retry"`` (rescheduled), or the reason it is dropped."""

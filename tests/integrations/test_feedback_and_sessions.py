@@ -65,8 +65,9 @@ def _describe_an_error(server: FaultServer, setup: Any) -> None:
     assert headers["content-type"] == "application/json"
     # The error it is about arrived first.
     assert [event["reference_id"] for event in server.accepted] == [reference]
-    stats = setup.stats()["side_requests"]
-    assert stats["sent"] == 1 and stats["queued"] == 0
+    # Counted once the answer is back (the server records the request before it answers).
+    assert wait_until(lambda: setup.stats()["side_requests"]["sent"] == 1, 10)
+    assert setup.stats()["side_requests"]["queued"] == 0
 
 
 def test_a_failing_service_gets_the_description_again(server: FaultServer) -> None:
