@@ -180,6 +180,8 @@ class Delivery:
         with ledger.lock:
             ledger.posting = on_wire
             intake.posting_since = time.monotonic()
+            if intake.waiting:  # the worker waits for the network now: logging goes on
+                ledger.changed.notify_all()
         try:
             return client.post_payload(payload, gzipped, len(part))
         finally:

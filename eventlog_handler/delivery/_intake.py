@@ -69,6 +69,9 @@ class Intake:
         #: Past this many bytes in the buffer, logging threads wait for the worker too.
         self.high_bytes = self.budget * 3 // 8
         self.low_bytes = self.high_bytes // 2
+        #: While the worker's request is on the wire, logging threads go on below these.
+        self.full_water = max(self.high_water, settings.queue_size - settings.batch_size)
+        self.full_bytes = self.budget * 5 // 8
         self.waiting = 0  # logging threads waiting for the worker
         self._pushback_off_until = 0.0
         self._error_delay = settings.error_delay
@@ -138,7 +141,11 @@ class Intake:
                     now = time.monotonic()
                     since = self.posting_since
                     if (self.retrying and not self.spilling()) or (
-                        since is not None and now - since > STUCK_AFTER
+                        since is not None
+                        and (
+                            now - since > STUCK_AFTER
+                            or (len(buffer) < self.full_water and buffer.bytes < self.full_bytes)
+                        )
                     ):
                         return  # the worker waits for the network: so does nobody else
                     if now - start > PUSHBACK_WAIT:

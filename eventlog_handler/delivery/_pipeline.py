@@ -120,6 +120,9 @@ class Pipeline:
             if event is None:
                 failed += 1
                 continue
+            # A message formatted on this thread from scalars: the scrubber looks at its
+            # template and arguments (unless ``before_send`` puts another message in).
+            formatted = event.get("message") if entry.args is not None else None
             if version is not None:
                 data = event.get("data")
                 if data is None:
@@ -138,7 +141,10 @@ class Pipeline:
                     continue
                 event = changed
             try:
-                event = scrub(event)
+                if formatted is not None and event.get("message") is formatted:
+                    event = scrub(event, entry.message, entry.args)
+                else:
+                    event = scrub(event)
             except Exception as exc:  # pragma: no cover - the scrubber never raises
                 self.ledger.last_error = f"scrubbing: {type(exc).__name__}: {safe_str(exc)}"
             if (

@@ -44,7 +44,7 @@ from types import FrameType
 from typing import Any
 
 from eventlog_handler.settings import MASK
-from eventlog_handler.wire._scrub import mask_card_numbers
+from eventlog_handler.wire._cards import mask_card_numbers
 
 #: Where frames travel: ``@simple_error.data[FRAMES_KEY]``, and a serious log's ``data``.
 FRAMES_KEY = "@frames"

@@ -334,18 +334,29 @@ def test_the_wait_returns_when_the_worker_posts_longer_than_stuck_after() -> Non
     assert len(intake.buffer) == 80
 
 
-def test_the_wait_goes_on_while_a_request_is_young() -> None:
-    intake, changed = make_intake()
-    fill(intake, 80)
+def test_the_wait_goes_on_while_a_request_is_young_and_the_buffer_nearly_full() -> None:
+    intake, changed = make_intake()  # full water: 90 (a batch short of the capacity)
+    fill(intake, 95)
     intake.posting_since = time.monotonic()  # just sent: its answer is being read
     changed.on_wait = lambda: intake.buffer.take(100)
     intake._wait_for_worker()
     assert len(changed.waits) == 1
 
 
+def test_while_a_request_is_on_the_wire_logging_goes_on_below_full_water() -> None:
+    """The worker waits for the network, not the interpreter: a logging thread that waited
+    for it would only leave both threads idle."""
+    intake, changed = make_intake()
+    fill(intake, 80)  # past high water (75), below full water (90)
+    intake.posting_since = time.monotonic()
+    intake._wait_for_worker()
+    assert changed.waits == []
+    assert len(intake.buffer) == 80
+
+
 def test_a_request_that_becomes_stuck_ends_the_wait() -> None:
     intake, changed = make_intake()
-    fill(intake, 80)
+    fill(intake, 95)
     intake.posting_since = time.monotonic()
 
     def stuck() -> None:
@@ -354,7 +365,7 @@ def test_a_request_that_becomes_stuck_ends_the_wait() -> None:
     changed.on_wait = stuck
     intake._wait_for_worker()
     assert len(changed.waits) == 1
-    assert len(intake.buffer) == 80
+    assert len(intake.buffer) == 95
 
 
 def test_the_wait_returns_while_retrying() -> None:
