@@ -201,8 +201,16 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
     second, date_head, date_tail = -1, "", ""
     special = _SPECIAL
     levels: dict[int, str] = {}
+    # What an entry's settings give, looked up once per settings object (one, in practice).
+    settings: Any = None
+    own_tags: tuple[str, ...] = ()
+    exclusions: tuple[str, ...] = ()
+    environment: str | None = None
     for entry in entries:
-        settings = entry.settings
+        if entry.settings is not settings:
+            settings = entry.settings
+            own_tags, exclusions = settings.tags, settings.data_exclusions
+            environment = settings.environment
         if entry.event is not None:
             append(complete(entry.event, settings))
             continue
@@ -213,11 +221,11 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
         ready = entry.data_ready
         stack = None
         if data and ready == RAW and not special.isdisjoint(data):
-            data, own_user, own_tags, stack = sort_extras(data)
+            data, own_user, extra_tags, stack = sort_extras(data)
             if own_user is not None:
                 user = own_user
-            if own_tags:
-                tags = (*tags, *own_tags)
+            if extra_tags:
+                tags = (*tags, *extra_tags)
         if entry.args is not None:
             try:
                 message = message % entry.args
@@ -227,15 +235,15 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
                 data["@format_error"] = f"{type(exc).__name__}: {safe_str(exc)}"
                 message = safe_str(message)
                 ready = RAW
-        if settings.tags:
-            tags = (*settings.tags, *tags)
+        if own_tags:
+            tags = (*own_tags, *tags)
         clean: dict[str, Any] | None = data or None
         if data and ready != JSON_READY:
-            clean = flat_data(data, settings.data_exclusions)
+            clean = flat_data(data, exclusions)
             if clean is None:
                 general = _general(entry, message, data, user, tags, stack)
-                if settings.environment is not None:
-                    general = with_environment(general, settings.environment)
+                if environment is not None:
+                    general = with_environment(general, environment)
                 append(general)
                 continue
         if type(message) is not str:
@@ -252,7 +260,7 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
             date = date_head + _FRACTION % fraction + date_tail
         event: dict[str, Any] = {"type": "log", "message": message, "date": date}
         if user:
-            event["@user"] = _user(user, settings.data_exclusions)
+            event["@user"] = _user(user, exclusions)
         levelno = entry.levelno
         level = levels.get(levelno)
         if level is None:
@@ -273,8 +281,8 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
         if clean:
             event["data"] = clean
         event["reference_id"] = id_head + hex(next(counter))[2:]
-        if settings.environment is not None:
-            event = with_environment(event, settings.environment)
+        if environment is not None:
+            event = with_environment(event, environment)
         append(event)
     return events
 
