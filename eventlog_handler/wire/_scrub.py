@@ -112,7 +112,8 @@ class Scrubber:
         #: Strings shorter than this, without ``:`` or ``=``, hold nothing to mask: no given
         #: secret, no card number (13 digits), no bearer token (15 characters with its scheme).
         self._short = min((13, *(len(secret) for secret in self._secrets)))
-        #: Message templates, and whether each is inert (:meth:`_inert_template`).
+        #: Message templates, and whether each renders only its arguments' digits
+        #: (:meth:`_few_digits`).
         self._templates: dict[Any, bool] = {}
         #: Sources (logger names) found to hold nothing to mask.
         self._clean_sources: set[str] = set()
@@ -235,10 +236,9 @@ class Scrubber:
         plain values of a flat ``data``. Anything else (a user, tags, nested data) goes
         through :meth:`event`. About a third of the cost for the same result.
 
-        ``template`` and ``args``: the event's message is ``template % args``. Then the
-        message is searched only when the template or the arguments could hold what a mask
-        starts from (:meth:`_inert_template`, :meth:`_inert_args`): the template's verdict is
-        remembered, and the arguments are looked at, not the whole message.
+        ``template`` and ``args``: the event's message is ``template % args``. Then the card
+        number search, the costly part, is skipped when the message can't hold 13 digits
+        (:meth:`_few_digits`); the message itself is still looked at for everything else.
         """
         if "@user" in event or "tags" in event or len(event) > 7:
             return self.event(event)
@@ -253,17 +253,17 @@ class Scrubber:
                 kind = type(value)
                 if kind is dict or kind is list:
                     return self.event(event)
-                if value is None:
-                    continue
                 found = keys.get(key)
                 if found is None:
                     if type(key) is not str:
                         return self.event(event)
                     found = self._learn_flat_key(key)
+                if found == _KEY_TEXT:  # a key that holds a secret itself
+                    return self.event(event)
+                if value is None:
+                    continue
                 if found == _MASKED:
                     data[key] = MASK
-                elif found == _KEY_TEXT:  # a key that holds a secret itself
-                    return self.event(event)
                 elif kind is str and not (
                     len(value) < short and ":" not in value and "=" not in value
                 ):
@@ -272,7 +272,7 @@ class Scrubber:
                         data[key] = scrubbed
         message = event.get("message")
         if type(message) is str and not (
-            template is not None and self._inert_template(template) and self._inert_args(args)
+            template is not None and self._few_digits(template, args) and self._plain(message)
         ):
             event["message"] = text(message)
         source = event.get("source")
@@ -293,52 +293,44 @@ class Scrubber:
             self._flat_keys[key] = found
         return found
 
-    def _inert_template(self, template: Any) -> bool:
-        """Whether a message template holds nothing a mask could start from, nor a digit
-        (remembered): no ``:`` or ``=``, no ``bearer``, no given secret, no digit."""
-        known = self._templates.get(template)
-        if known is None:
-            known = (
+    def _plain(self, text: str) -> bool:
+        """Whether ``text`` holds nothing to mask but, perhaps, a card number: no ``:`` or
+        ``=`` (URL credentials and assignments need one), no ``bearer``, no given secret."""
+        if ":" in text or "=" in text or "earer" in text or "EARER" in text:
+            return False
+        for secret in self._secrets:  # noqa: SIM110 - a loop: no generator per message
+            if secret in text:
+                return False
+        return True
+
+    def _few_digits(self, template: Any, args: Any) -> bool:
+        """Whether ``template % args`` has fewer than 13 digits (so no card number): the
+        template has no digit and no conversion but a plain ``%s``, ``%d``, ``%i`` or ``%%``
+        (its verdict remembered), and the arguments' renderings hold 12 digits at most
+        (a string counted by its length, an int by a bound on its digits)."""
+        plain = self._templates.get(template)
+        if plain is None:
+            plain = (
                 type(template) is str
-                and ":" not in template
-                and "=" not in template
-                and "earer" not in template
-                and "EARER" not in template
                 and not any(char.isdigit() for char in template)
-                and self._search(template) is template
+                and all(found in _PLAIN_CONVERSIONS for found in _CONVERSION.findall(template))
             )
             if len(self._templates) >= _CACHE_KEYS:
                 self._templates.clear()
-            self._templates[template] = known
-        return known
-
-    def _inert_args(self, args: Any) -> bool:
-        """Whether ``%`` arguments put into an inert template can't make anything to mask:
-        each is a string shorter than any given secret without ``:``, ``=`` or ``bearer``, a
-        bool, ``None`` or an int, and together they render in at most 12 characters (a card
-        number has 13 digits or more; a bearer token needs more than that too)."""
-        if type(args) is not tuple:
+            self._templates[template] = plain
+        if not plain or type(args) is not tuple:
             return False
         room = 12
-        short = self._short
         for arg in args:
             kind = type(arg)
             if kind is str:
                 room -= len(arg)
-                if (
-                    len(arg) >= short
-                    or ":" in arg
-                    or "=" in arg
-                    or "earer" in arg
-                    or "EARER" in arg
-                ):
-                    return False
             elif kind is int:
                 room -= 3 if -100 < arg < 1_000 else 7 if -1_000_000 < arg < 10_000_000 else 20
-            elif arg is not None and kind is not bool:
+            elif kind is bool:
+                room -= 1
+            elif arg is not None:
                 return False
-            else:
-                room -= 5
             if room < 0:
                 return False
         return True
@@ -482,6 +474,11 @@ _INNER_SHAPES = {
 #: What :meth:`Scrubber.flat_event` does with a data key's value (besides :data:`_PLAIN`,
 #: nothing): mask it, or leave the event to :meth:`Scrubber.event` (the key needs masking).
 _MASKED, _KEY_TEXT = 1, 2
+
+#: A ``%`` conversion of a message template (the character after the ``%``), and those that
+#: render an argument's own characters only (a string as it is, an int in decimal).
+_CONVERSION = re.compile(r"%(.?)", re.DOTALL)
+_PLAIN_CONVERSIONS = ("s", "d", "i", "%")
 
 #: Nesting past which containers are replaced by the mask rather than walked (JSON-safe events
 #: are at most 10 deep; this only guards against hand-made cycles and recursion limits).

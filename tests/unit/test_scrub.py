@@ -430,7 +430,8 @@ def test_property_event_without_secrets_is_unchanged(text: str, data: dict[str, 
 
 # -- the flat path: a message scrubbed by its template and arguments ---------------------------
 
-#: Pieces templates and arguments are made of, secrets and the makings of secrets among them.
+#: Pieces templates and arguments are made of, secrets and the makings of secrets among them
+#: (split between pieces, made by a conversion: ``%c`` of 61 is ``=``, ``%.*d`` pads digits).
 TEMPLATE_PIECES = st.sampled_from(
     [
         "user ",
@@ -442,6 +443,8 @@ TEMPLATE_PIECES = st.sampled_from(
         "password",
         "token ",
         "Bearer ",
+        "Be",
+        "arer ",
         "card ",
         "4111 ",
         "1111",
@@ -449,10 +452,28 @@ TEMPLATE_PIECES = st.sampled_from(
         "://",
         "u:p@h",
         "auth ",
+        "postgres",
+        "//admin",
+        "@db",
         API_KEY[:20],
         API_KEY[20:],
         "%s",
         "%d",
+        "%i",
+        "%c",
+        "%o",
+        "%x",
+        "%X",
+        "%e",
+        "%f",
+        "%r",
+        "%a",
+        "%.*d",
+        "%*s",
+        "%-3d",
+        "%5s",
+        "%%",
+        "%.3s",
     ]
 )
 ARGUMENTS = st.one_of(
@@ -467,20 +488,23 @@ ARGUMENTS = st.one_of(
             "x=1",
             "a:b",
             API_KEY,
+            API_KEY[:20],
+            API_KEY[20:],
             "",
             "bearer",
+            "arer",
             "hunter2",
         ]
     ),
     st.integers(min_value=-(10**20), max_value=10**20),
-    st.sampled_from([4111111111111111, 41111111, 11111111, 1111, 0, -5]),
+    st.sampled_from([4111111111111111, 41111111, 11111111, 1111, 0, -5, 58, 61, 14, 512, 400]),
     st.booleans(),
     st.none(),
     st.floats(allow_nan=False, allow_infinity=False),
 )
 
 
-@PROFILE
+@settings(PROFILE, max_examples=500)
 @given(pieces=st.lists(TEMPLATE_PIECES, max_size=8), arguments=st.lists(ARGUMENTS, max_size=4))
 def test_property_flat_event_with_its_template_masks_what_the_message_search_masks(
     pieces: list[str], arguments: list[Any]
@@ -489,9 +513,11 @@ def test_property_flat_event_with_its_template_masks_what_the_message_search_mas
     (nor more) than searching the message itself."""
     template = "".join(pieces)
     args = tuple(arguments)
+    # a width or precision taken from a large argument would build a huge string
+    assume("*" not in template or all(type(arg) is not int or abs(arg) < 64 for arg in args))
     try:
         message = template % args
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         assume(False)
         return
     scrubber = Scrubber([API_KEY])
