@@ -4,15 +4,15 @@ Python lets one thread run at a time; a thread that wants to run waits until the
 lets go, which a thread that computes does only when the interpreter forces it, every 5 ms
 (``sys.getswitchinterval()``). A logging call that arrives while the worker builds or encodes a
 large batch (errors with their stack traces) would wait that long. So the worker, in its long
-loops, calls a :class:`Courtesy` now and then: after every 2 ms of work, if a log call was
+loops, calls a :class:`Courtesy` now and then: after every 0.3 ms of work, if a log call was
 captured meanwhile (someone is logging, so someone may be waiting), it sleeps for 0.1 ms, which
 hands the interpreter over for sure. (``time.sleep(0)`` does not: the worker takes the
-interpreter back before the waiting thread has woken up.) Not more often: every hand-over moves
-the interpreter, and the caches it works in, from one core to the other, and with a slice of
-0.3 ms the logging thread spent more CPU per call while logging flat out (the benchmark's
-throughput case: 0.76x the stdlib pipeline against 1.09x with 2 ms, p99 of a log call 1.02x
-against 0.96x, in one run of 3 rounds each). When nobody logs, it costs a clock
-read per call.
+interpreter back before the waiting thread has woken up.) A longer slice does not buy
+throughput and costs the logging thread's p99: in one run of 4 interleaved rounds each
+(``benchmarks/run.py --cases errors,throughput``), slices of 0.3, 1 and 2 ms gave 1.05x,
+0.93x and 0.94x the stdlib pipeline's flat-out rate, and a p99 of ``log.exception`` of 0.5,
+1.3 and 2.2 ms (the slice itself: a caller arriving while the worker builds error events
+waits it out). When nobody logs, it costs a clock read per call.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 #: Seconds of work between two looks.
-WORK_SLICE = 0.002
+WORK_SLICE = 0.0003
 #: Seconds the worker steps aside when someone logged meanwhile.
 HANDOVER = 0.0001
 
