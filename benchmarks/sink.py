@@ -210,6 +210,13 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A measured process that ends holds a keep-alive connection open: its reset is the
+        # normal end of that connection, not an error worth a traceback.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
 
 def main() -> None:
     http_server = _HttpServer((HOST, 0), HttpSink)
