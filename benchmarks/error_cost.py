@@ -33,6 +33,11 @@ import json, logging, os, sys, time
 import eventlog_handler
 
 options = json.loads(sys.argv[1])
+# The program has a handler of its own (it does nothing), as most programs have a console: so
+# the figure is the package's cost, not the standard library formatting each traceback for
+# logging.lastResort, which setup() keeps for a program without one (before 8cad27d, setup()
+# left such a program's console silent, which made a base from then look twice as fast).
+logging.getLogger().addHandler(logging.NullHandler())
 eventlog_handler.setup(**options)
 log = logging.getLogger("bench.errors")
 
@@ -63,6 +68,7 @@ call = exception if kind == "exception" else error
 for i in range(200):
     call(i)
 spent = [call(i) for i in range(200, 2200)]
+print(eventlog_handler.__file__)
 print(json.dumps(sum(spent) / len(spent) / 1000))
 os._exit(0)  # the figure is the caller's: delivery is not waited for
 """
@@ -82,15 +88,22 @@ def measure(tree: Path, sink: SinkProcess, kind: str, with_locals: bool) -> floa
     env["PYTHONPATH"] = str(tree)
     env.pop("EVENTLOG_API_KEY", None)
     env.pop("EVENTLOG_SERVER_URL", None)
+    # ``python -c`` puts the working directory first on ``sys.path``: run in the tree, so that
+    # its package is the one imported (from the repository's root, the work tree's package
+    # would shadow ``PYTHONPATH`` and a base would measure this tree).
     done = subprocess.run(
         [sys.executable, "-c", PROGRAM, json.dumps(options), kind],
         env=env,
+        cwd=str(tree),
         capture_output=True,
         text=True,
         timeout=300,
         check=True,
     )
-    return float(done.stdout.strip().splitlines()[-1])
+    imported, figure = done.stdout.strip().splitlines()[-2:]
+    if not Path(imported).resolve().is_relative_to(tree):
+        raise SystemExit(f"measuring {tree} imported the package from {imported}")
+    return float(figure)
 
 
 def main() -> None:
