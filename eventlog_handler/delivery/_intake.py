@@ -6,15 +6,19 @@ is woken only when it has to be: when it sleeps past the moment the new entry is
 worker waits without a timeout, so the first event after a quiet minute wakes it at once), or
 when a whole batch is ready.
 
-Back-pressure: when the buffer is past three quarters of its capacity and the service is
-accepting events, the logging thread waits until the worker has taken the buffer below
-:attr:`Intake.low_water`. Waiting on a condition lets the worker have the interpreter at once;
-yielding (``sched_yield``) doesn't on a machine with more than one core, because the yielding
-thread takes the interpreter lock straight back. The wait is for the worker's work on the CPU,
-not for the network: it ends as soon as the worker's request has been on the wire longer than
-:data:`STUCK_AFTER`, or a retry is under way, and after :data:`PUSHBACK_WAIT` seconds without
-enough progress nobody waits for :data:`PUSHBACK_PAUSE` seconds. Then the bound on memory does
-its job (the oldest logs are evicted, counted as ``queue_full``).
+Back-pressure: when the buffer is past three quarters of its capacity (or of
+:attr:`Intake.high_bytes`) and the service is accepting events, the logging thread waits until
+the worker has taken the buffer below :attr:`Intake.low_water`. Waiting on a condition lets the
+worker have the interpreter at once; yielding (``sched_yield``) doesn't on a machine with more
+than one core, because the yielding thread takes the interpreter lock straight back. The wait is
+for the worker's work on the CPU, not for the network: while the worker's request is on the
+wire, logging threads go on until the buffer is a batch short of its capacity
+(:attr:`Intake.full_water`) or short of the room the batch in flight leaves
+(:meth:`Intake.full_room`), so both threads are not idle during a post; a request on the wire
+longer than :data:`STUCK_AFTER`, a retry under way, or a worker that stopped ends every wait,
+and after :data:`PUSHBACK_WAIT` seconds without enough progress nobody waits for
+:data:`PUSHBACK_PAUSE` seconds. Then the bound on memory does its job (the oldest logs are
+evicted, counted as ``queue_full``).
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ class Intake:
         #: While the worker's request is on the wire, logging threads go on below these.
         self.full_water = max(self.high_water, settings.queue_size - settings.batch_size)
         self.full_bytes = self.budget * 5 // 8
+        #: ... and below the room the batch in flight leaves, less this.
+        self.headroom = self.budget // 8
         self.waiting = 0  # logging threads waiting for the worker
         self._pushback_off_until = 0.0
         self._error_delay = settings.error_delay
@@ -122,6 +128,12 @@ class Intake:
         ledger = self.ledger
         return self.budget - ledger.in_flight_bytes - ledger.held_bytes
 
+    def full_room(self) -> int:
+        """Bytes up to which logging threads go on while a request is on the wire: 5/8 of the
+        budget, and an eighth of it short of :meth:`room` (a large batch in flight, or held
+        roll-ups, leave less; past the room the oldest logs would be evicted)."""
+        return min(self.full_bytes, self.room() - self.headroom)
+
     def _wait_for_worker(self) -> None:
         """Let the worker take a batch before this thread logs more (see the module docstring)."""
         ledger = self.ledger
@@ -135,16 +147,19 @@ class Intake:
                     self.wake_at = BUSY
                     ledger.changed.notify_all()
                 buffer = self.buffer
+                # A worker that stopped will not take the buffer down: the bound on memory will.
                 while (
-                    len(buffer) > self.low_water or buffer.bytes > self.low_bytes
-                ) and not self.finished:
+                    (len(buffer) > self.low_water or buffer.bytes > self.low_bytes)
+                    and not self.finished
+                    and self.worker_running
+                ):
                     now = time.monotonic()
                     since = self.posting_since
                     if (self.retrying and not self.spilling()) or (
                         since is not None
                         and (
                             now - since > STUCK_AFTER
-                            or (len(buffer) < self.full_water and buffer.bytes < self.full_bytes)
+                            or (len(buffer) < self.full_water and buffer.bytes < self.full_room())
                         )
                     ):
                         return  # the worker waits for the network: so does nobody else
@@ -160,7 +175,12 @@ class Intake:
         buffer = self.buffer
         if not buffer:
             return math.inf
-        if self.state.hurried or len(buffer) >= self._batch or self._eager:
+        if (
+            self.state.hurried
+            or len(buffer) >= self._batch
+            or self._eager
+            or buffer.bytes > self.high_bytes  # fewer events than a batch, but large ones
+        ):
             return now
         oldest_error, oldest_log = buffer.oldest()
         due = math.inf

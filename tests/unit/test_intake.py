@@ -257,6 +257,18 @@ def test_with_spool_all_anything_is_due_now() -> None:
     assert intake.due(100.0) == 100.0
 
 
+def test_fewer_events_than_a_batch_are_due_now_past_the_byte_high_water(no_pushback) -> None:
+    """Byte back-pressure wakes the worker: it must find something to take (else the logging
+    thread waits out PUSHBACK_WAIT and the burst is evicted)."""
+    intake, _ = make_intake(memory_budget=80_000, batch_size=10)  # high bytes 30,000
+    intake.put(entry(intake, at=100.0, text="x" * 10_000))
+    intake.put(entry(intake, at=100.0, text="x" * 10_000))
+    assert intake.due(100.0) == pytest.approx(103.0)
+    intake.put(entry(intake, at=100.0, text="x" * 10_000))
+    assert len(intake.buffer) < 10
+    assert intake.due(100.0) == 100.0
+
+
 # -- back-pressure --------------------------------------------------------------------------
 
 
@@ -352,6 +364,44 @@ def test_while_a_request_is_on_the_wire_logging_goes_on_below_full_water() -> No
     intake._wait_for_worker()
     assert changed.waits == []
     assert len(intake.buffer) == 80
+
+
+def test_a_young_post_does_not_turn_back_pressure_into_eviction() -> None:
+    """The batch on the wire holds part of the budget: the room left for the buffer is less
+    than full_bytes. Logging threads wait for the worker before the room is reached, rather
+    than go on until their logs are evicted."""
+    intake, changed = make_intake(memory_budget=1_000_000, queue_size=10_000, batch_size=500)
+    ledger = intake.ledger
+    ledger.in_flight_bytes = 450_000  # room() is 550,000: below full_bytes (625,000)
+    intake.posting_since = time.monotonic()  # just sent; the service answers in a moment
+    assert intake.full_room() == 550_000 - intake.headroom
+
+    def post_answered_and_next_batch_taken() -> None:  # what the worker does meanwhile
+        intake.posting_since = None
+        ledger.delivered += ledger.in_flight
+        batch = intake.buffer.take(500)
+        ledger.in_flight = len(batch)
+        ledger.in_flight_bytes = sum(e.size for e in batch)
+
+    changed.on_wait = post_answered_and_next_batch_taken
+    for _ in range(800):  # 800 logs of about 1 KB: less than the budget
+        intake.put(entry(intake, text="x" * 400))
+    assert ledger.dropped["queue_full"] == 0
+    assert changed.waits  # the logging thread waited for the worker at least once
+    assert accounted(intake)
+
+
+def test_a_worker_that_stops_releases_the_waiting_thread_at_once() -> None:
+    intake, changed = make_intake()
+    fill(intake, 95)
+
+    def worker_gone() -> None:
+        intake.worker_running = False
+
+    changed.on_wait = worker_gone
+    intake._wait_for_worker()
+    assert len(changed.waits) == 1  # not PUSHBACK_WAIT's worth of 0.05 s polls
+    assert intake.waiting == 0
 
 
 def test_a_request_that_becomes_stuck_ends_the_wait() -> None:
