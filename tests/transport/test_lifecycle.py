@@ -243,9 +243,6 @@ def test_one_million_events_against_a_dead_server_keep_memory_bounded():
     # overflow is counted. RSS growth is measured inside the child.
     import socket
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
     body = """
     import json, gc
     def rss_kb():
@@ -264,7 +261,11 @@ def test_one_million_events_against_a_dead_server_keep_memory_bounded():
     after = rss_kb()
     print(json.dumps({"growth_kb": after - before, "stats": engine.stats()}), flush=True)
     """
-    completed, _ = run_script(body, url, shutdown=0.2, timeout=240)
+    # The port stays bound, never listening, for the whole run (see the next test).
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        completed, _ = run_script(body, url, shutdown=0.2, timeout=240)
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout.splitlines()[-1])
     stats = result["stats"]
@@ -278,9 +279,6 @@ def test_one_million_events_against_a_dead_server_keep_memory_bounded():
 def test_dead_server_exit_reports_unsent_and_accounting_holds():
     import socket
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
     body = """
     import json
     for i in range(50):
@@ -288,7 +286,12 @@ def test_dead_server_exit_reports_unsent_and_accounting_holds():
     unsent = transport.shutdown_all(0.5)
     print(json.dumps({"unsent": unsent, "stats": engine.stats()}), flush=True)
     """
-    completed, _ = run_script(body, url, shutdown=0.5)
+    # The port stays bound, never listening, for the whole run: connections are refused, and
+    # no other server (another test's: freed ports are reused) can take it meanwhile.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        completed, _ = run_script(body, url, shutdown=0.5)
     result = json.loads(completed.stdout.splitlines()[-1])
     assert result["unsent"] == 50
     assert result["stats"]["dropped"]["shutdown"] == 50
