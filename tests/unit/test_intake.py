@@ -391,19 +391,6 @@ def test_a_young_post_does_not_turn_back_pressure_into_eviction() -> None:
     assert accounted(intake)
 
 
-def test_a_worker_that_stops_releases_the_waiting_thread_at_once() -> None:
-    intake, changed = make_intake()
-    fill(intake, 95)
-
-    def worker_gone() -> None:
-        intake.worker_running = False
-
-    changed.on_wait = worker_gone
-    intake._wait_for_worker()
-    assert len(changed.waits) == 1  # not PUSHBACK_WAIT's worth of 0.05 s polls
-    assert intake.waiting == 0
-
-
 def test_a_request_that_becomes_stuck_ends_the_wait() -> None:
     intake, changed = make_intake()
     fill(intake, 95)
@@ -436,16 +423,20 @@ def test_the_wait_goes_on_while_retrying_if_the_worker_spills_to_disk() -> None:
     assert len(changed.waits) == 1
 
 
-def test_the_wait_ends_when_the_engine_finishes() -> None:
+@pytest.mark.parametrize(
+    ("attribute", "value"),
+    [("finished", True), ("worker_running", False)],
+    ids=["finishes", "worker stops"],
+)
+def test_the_wait_ends_when_the_engine_finishes_or_its_worker_stops(
+    attribute: str, value: bool
+) -> None:
     intake, changed = make_intake()
-    fill(intake, 80)
-
-    def finish() -> None:
-        intake.finished = True
-
-    changed.on_wait = finish
+    fill(intake, 95)
+    changed.on_wait = lambda: setattr(intake, attribute, value)
     intake._wait_for_worker()
-    assert len(changed.waits) == 1
+    assert len(changed.waits) == 1  # not PUSHBACK_WAIT's worth of 0.05 s polls
+    assert intake.waiting == 0
 
 
 def test_a_wait_without_progress_gives_up_and_pauses_pushback(
