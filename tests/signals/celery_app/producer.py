@@ -1,6 +1,7 @@
 import os
 import sys
 
+import atomic_broker  # noqa: F401  (whole message files only)
 from celery import Celery
 
 folder = os.environ["BROKER_DIR"]

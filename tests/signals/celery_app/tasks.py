@@ -1,6 +1,7 @@
 import logging
 import os
 
+import atomic_broker  # noqa: F401  (whole message files only)
 from celery import Celery
 from celery.exceptions import Ignore, Reject
 from celery.utils.log import get_task_logger
