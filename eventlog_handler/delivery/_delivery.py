@@ -228,6 +228,7 @@ class Delivery:
         notice = self._notice_due()
         while True:
             spill: list[Any] = []
+            spilled_bytes = 0
             with ledger.lock:
                 if state.deadline is not None:
                     end = min(end, state.deadline)
@@ -248,6 +249,8 @@ class Delivery:
                         if due <= now:
                             spill = intake.buffer.take(len(intake.buffer))
                             ledger.in_flight += len(spill)
+                            spilled_bytes = sum(entry.size for entry in spill)
+                            ledger.in_flight_bytes += spilled_bytes  # in memory until written
                             intake.taken()
                             break
                         until = min(until, due)
@@ -261,7 +264,13 @@ class Delivery:
                         return False
                     return state.deadline is None or time.monotonic() < state.deadline
             assert self.spooling is not None
-            self.spooling.spill_entries(spill)
+            given_back = False
+            try:
+                given_back = not self.spooling.spill_entries(spill)
+            finally:
+                if not given_back:  # on disk now (give_back moved the bytes to the buffer)
+                    with ledger.lock:
+                        ledger.in_flight_bytes = max(0, ledger.in_flight_bytes - spilled_bytes)
 
     # -- what stderr says ---------------------------------------------------------------------
 

@@ -131,10 +131,13 @@ class Lifecycle:
             with ledger.lock:
                 if intake.finished:
                     return 0
-                if self.spooling is not None and intake.retrying:
-                    deadline = time.monotonic()  # the service is failing: go to disk now
+                # The service is failing and there is a spool: no more tries, everything goes
+                # to disk now. The worker ends after the step it is in (a write to the spool,
+                # a batch being built), which the wait below lets it finish: only then is what
+                # it holds on disk or back where this thread finds it.
+                to_disk = self.spooling is not None and intake.retrying
                 state.closing = True
-                state.deadline = deadline
+                state.deadline = time.monotonic() if to_disk else deadline
                 ledger.changed.notify_all()
                 worker = self.worker
                 usable = worker.thread is not None or (
@@ -142,7 +145,7 @@ class Lifecycle:
                     and worker.start()
                 )
                 if usable and not worker.is_current():
-                    while not self.idle() and worker.thread is not None:
+                    while worker.thread is not None and (to_disk or not self.idle()):
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
                             break

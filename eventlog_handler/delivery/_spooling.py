@@ -99,8 +99,9 @@ class SpoolTraffic:
         return file is self.spool.own_file
 
     def accepting(self) -> bool:
-        """Whether events may go to disk now (not while the disk is known to be full)."""
-        return time.monotonic() >= self._full_until
+        """Whether events may go to disk now (not while the disk is known to be full, nor
+        after the exit flush closed the spool)."""
+        return not self.intake.finished and time.monotonic() >= self._full_until
 
     def should_spill(self) -> bool:
         """Whether in-memory events go to disk now rather than to the service."""
@@ -220,12 +221,13 @@ class SpoolTraffic:
             self.delivery.send_parts(parts)
         return True
 
-    def spill_entries(self, entries: list[Entry]) -> None:
+    def spill_entries(self, entries: list[Entry]) -> bool:
         """Finish in-flight entries and write them to the spool; if it can't take them, they
-        go back to the front of the buffer (the roll-up is left out: one event per entry)."""
+        go back to the front of the buffer (the roll-up is left out: one event per entry) and
+        ``False`` is returned."""
         events, created, _ = self.finish(entries)
         if not events or self.spill_events(events, created, None):
-            return
+            return True
         now = time.monotonic()
         ready = [
             Entry(self.settings, event, 0, None, None, None, when, now, is_error=is_error(event))
@@ -235,6 +237,7 @@ class SpoolTraffic:
             entry.size = entry_size(entry)
         with self.ledger.lock:
             self.intake.give_back(ready)
+        return False
 
     def spill_parts(self, parts: deque[Part]) -> bool:
         """Write in-memory parts to the spool; they stop being in flight and become spooled.

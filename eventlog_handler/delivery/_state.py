@@ -19,6 +19,10 @@ class RunState:
         #: Monotonic time by which sending must end (the exit flush's deadline), or ``None``.
         self.deadline: float | None = None
 
+    def over(self, now: float) -> bool:
+        """The exit flush's deadline has passed: the worker takes no more work."""
+        return self.closing and self.deadline is not None and now >= self.deadline
+
     @property
     def hurried(self) -> bool:
         """Someone waits for everything pending: send it now, whatever is due."""

@@ -111,7 +111,7 @@ class Worker:
         self.ident = ident
         SENDER_THREADS.add(ident)
         try:
-            while True:
+            while not self.state.over(time.monotonic()):
                 self.server_settings.refresh(self._fetch_settings)
                 if self.spooling is not None:
                     self.spooling.work()
@@ -119,6 +119,8 @@ class Worker:
                 if batch is None:
                     return
                 self._process(batch)
+                if self.state.over(time.monotonic()):
+                    return  # the exit path saves or counts what is left
                 if self.errands.queue or self.errands.recurring_due != math.inf:
                     self.errands.work(lambda: self.client(None), self.state.hurried)
                 ledger.in_flight_bytes = 0
@@ -147,9 +149,9 @@ class Worker:
         with ledger.lock:
             try:
                 while True:
-                    if intake.finished or not self.same_process():
-                        return None
                     now = time.monotonic()
+                    if intake.finished or not self.same_process() or self.state.over(now):
+                        return None
                     if self.server_settings.check_due(now):
                         return []
                     other = min(

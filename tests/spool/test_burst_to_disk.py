@@ -13,16 +13,49 @@ from tests.support.constants import REPO
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
 
-PROGRAM = """
-import json, logging, sys
+#: The books after the exit flush: an ``atexit`` function registered before the package is
+#: imported runs after the package's own (``atexit`` runs last-in, first-out).
+AFTER_EXIT = """
+import atexit, json
+def books():
+    stats = handle.stats()
+    print(json.dumps({"dropped": stats["dropped"], "spooled": stats["spooled"],
+                      "delivered": stats["delivered"]}))
+atexit.register(books)
+"""
+
+PROGRAM = (
+    AFTER_EXIT
+    + """
+import logging, sys
 import eventlog_handler
 handle = eventlog_handler.setup(spool_path=sys.argv[1], shutdown_timeout=5)
 log = logging.getLogger("burst")
 for i in range(int(sys.argv[2])):
     log.warning("burst %d", i)
-stats = handle.stats()
-print(json.dumps(stats["dropped"]))
 """
+)
+
+#: The same burst on a slow disk: every write to the spool takes 0.3 s, so the exit begins
+#: while the delivery worker is in the middle of one.
+SLOW_DISK = (
+    AFTER_EXIT
+    + """
+import logging, sys, time
+import eventlog_handler
+from eventlog_handler.delivery._spool_file import SpoolFile
+write = SpoolFile.append
+def slow_write(self, rows):
+    time.sleep(0.3)
+    return write(self, rows)
+SpoolFile.append = slow_write
+logging.getLogger().addHandler(logging.NullHandler())  # no console copy of each line
+handle = eventlog_handler.setup(spool_path=sys.argv[1], shutdown_timeout=5)
+log = logging.getLogger("burst")
+for i in range(int(sys.argv[2])):
+    log.warning("burst %d", i)
+"""
+)
 
 REPLAY = """
 import json, sys, time
@@ -51,17 +84,48 @@ def run(source: str, url: str, *args: str) -> tuple[str, str]:
     return done.stdout, done.stderr
 
 
+def burst_at_a_dead_service(program: str, spool: Path, count: int) -> tuple[dict, str]:
+    """Run ``program`` logging ``count`` lines at a service that is down; its books after
+    the exit flush, and the lines it said on stderr (not the console copies of the logs)."""
+    with FaultServer() as down:
+        url = down.url  # nothing listens there once the server is closed
+    stdout, stderr = run(program, url, str(spool), str(count))
+    books = json.loads(stdout.strip().splitlines()[-1])
+    said = "\n".join(line for line in stderr.splitlines() if line.startswith("eventlog_handler"))
+    # Every event has one outcome: on disk, or dropped with a reason (nothing delivered).
+    assert books["delivered"] == 0, books
+    assert books["spooled"] + sum(books["dropped"].values()) == count, (books, said)
+    return books, said
+
+
 def test_an_outage_burst_goes_to_disk_and_arrives_at_the_next_start(tmp_path: Path) -> None:
     count = 100_000
     spool = tmp_path / "spool"
-    with FaultServer() as down:
-        url = down.url
-    stdout, stderr = run(PROGRAM, url, str(spool), str(count))
-    dropped = json.loads(stdout)
-    assert sum(dropped.values()) <= count // 100, dropped  # at most 1 % lost, counted
-    assert "kept in the spool" in stderr
+    books, said = burst_at_a_dead_service(PROGRAM, spool, count)
+    dropped = sum(books["dropped"].values())
+    assert dropped <= count // 100, (books, said)  # at most 1 % lost, counted
+    assert "kept in the spool" in said
     with FaultServer(keep_events=False) as server:
-        stdout, _ = run(REPLAY, server.url, str(spool), str(count - sum(dropped.values())))
+        stdout, replay_said = run(REPLAY, server.url, str(spool), str(books["spooled"]))
         replayed = json.loads(stdout)
-        assert server.accepted_count() >= count * 99 // 100, (server.accepted_count(), replayed)
+        assert server.accepted_count() >= count * 99 // 100, (
+            server.accepted_count(),
+            replayed,
+            books,
+            said,
+            replay_said,
+        )
         assert server.duplicates == []
+
+
+def test_the_exit_waits_for_a_write_to_a_slow_disk_instead_of_dropping_it(
+    tmp_path: Path,
+) -> None:
+    """The service is down, so the exit sends everything to disk at once. The worker is then
+    in the middle of writing what it took from memory: the exit lets it finish rather than
+    count those events as dropped at exit while they are still being written."""
+    count = 30_000
+    books, said = burst_at_a_dead_service(SLOW_DISK, tmp_path / "spool", count)
+    assert books["dropped"]["shutdown"] == 0, (books, said)
+    assert books["spooled"] == count, (books, said)
+    assert f"{count} event(s) kept in the spool" in said

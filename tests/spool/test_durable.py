@@ -94,6 +94,34 @@ def test_outage_longer_than_the_queue_loses_nothing(tmp_path: Path) -> None:
         engine.shutdown(1.0)
 
 
+def test_events_being_written_to_disk_count_against_the_memory_budget(tmp_path: Path) -> None:
+    """During an outage the worker moves what piles up in memory to the spool. Until the write
+    ends, those events are still in memory, so they count against ``memory_budget`` (they did
+    not: the buffer's bytes were freed when the worker took them, and logging threads could
+    fill it again while a write to a slow disk held as much again)."""
+    port = free_port()
+    engine = make(f"http://127.0.0.1:{port}", tmp_path / "spool", queue_size=1_000, batch_size=50)
+    spooling = engine.spooling
+    assert spooling is not None
+    write = spooling.spill_entries
+    seen: list[tuple[int, int]] = []  # (bytes counted in flight, bytes of the entries written)
+
+    def watched(entries: list[Any]) -> bool:
+        seen.append((engine.ledger.in_flight_bytes, sum(entry.size for entry in entries)))
+        return write(entries)
+
+    spooling.spill_entries = watched  # type: ignore[method-assign]
+    try:
+        events = [log_event(f"during outage {index}", level="Info") for index in range(2_000)]
+        log_steadily(engine, events, room=200)
+        stats = wait_settled(engine)
+        assert stats["captured"] == 2_000 == accounted(stats)
+        assert seen, "nothing piled up in memory during a pause (the case is not exercised)"
+        assert all(counted >= held > 0 for counted, held in seen), seen
+    finally:
+        engine.shutdown(1.0)
+
+
 def test_spool_stays_within_its_byte_bound_evicting_logs_first(tmp_path: Path) -> None:
     port = free_port()
     engine = make(
