@@ -221,9 +221,11 @@ BELOW_LOG_SETTING = 3
 def admit(
     source: str | None, levelno: int, exc: BaseException | None, settings: Settings, engine: Any
 ) -> int:
-    """The one admission decision of the handler and the structlog processor for a record or
-    event of ``source`` at ``levelno`` (its exception ``exc``, if any), with ``engine``'s
-    server settings: :data:`SEND` or why not. A filtered exception is counted here."""
+    """The one admission decision of every entry point (the handler, the structlog processor,
+    :func:`~eventlog_handler.capture._exceptions.capture_exception` and the hooks and
+    middleware that call it) for a record or event of ``source`` at ``levelno`` (its exception
+    ``exc``, if any), with ``engine``'s server settings: :data:`SEND` or why not. A filtered
+    exception is counted here."""
     if exc is not None:
         if was_reported(exc):
             return ALREADY_REPORTED

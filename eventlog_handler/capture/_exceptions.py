@@ -10,15 +10,19 @@
 The event goes to the engine of the current :func:`~eventlog_handler.setup` (or of the
 ``settings`` given), with the context's user, tags and ``@request``. An exception is reported
 once: one already sent (by ``logger.exception``, a hook or an earlier call) is skipped, and once
-sent here, a framework that logs it afterwards does not send it again.
+sent here, a framework that logs it afterwards does not send it again. The admission rules are
+those of every entry point (:func:`~eventlog_handler.capture._admit.admit`): an exception turned
+off by ``ignore_exceptions``, the service's ``@@error:*`` settings or a task queue's control flow
+is counted as dropped (``filtered``) and not sent.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
-from eventlog_handler.capture._admit import was_reported
+from eventlog_handler.capture._admit import SEND, admit
 from eventlog_handler.capture._records import build_event
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
 from eventlog_handler.settings import Settings
@@ -50,7 +54,10 @@ def capture_exception(
     """Queue ``exc`` as an error event; ``True`` when it was queued. Never raises."""
     try:
         settings = settings or current_settings()
-        if settings is None or is_sender_thread() or was_reported(exc):
+        if settings is None or is_sender_thread():
+            return False
+        engine = get_engine(settings)
+        if admit(source, logging.ERROR, exc, settings, engine) != SEND:
             return False
         event = build_event(
             settings,
@@ -63,6 +70,6 @@ def capture_exception(
             exc=exc,
             submission_method=submission_method,
         )
-        return get_engine(settings).enqueue(event)
+        return engine.enqueue(event)
     except Exception:  # pragma: no cover - reporting must never raise into the application
         return False

@@ -32,13 +32,11 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from eventlog_handler.capture._admit import exception_filtered, was_reported
-from eventlog_handler.capture._records import build_event
+from eventlog_handler.capture._exceptions import capture_exception
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
 from eventlog_handler.delivery._stderr import say_unconfigured
 from eventlog_handler.settings import Settings
@@ -57,7 +55,7 @@ def is_interactive() -> bool:
 
 
 class ExceptionHooks:
-    """The pair of wrapped hooks of one configuration (see the module docstring)."""
+    """The four wrapped hooks of one configuration (see the module docstring)."""
 
     def __init__(self, settings: Settings, *, source: str | None = None) -> None:
         self.settings = settings
@@ -213,27 +211,17 @@ class ExceptionHooks:
     ) -> bool:
         """Send ``exc`` (queue it, then, with ``wait``, flush for a moment, because the process
         or thread is about to end); ``False`` if it was skipped."""
-        if was_reported(exc):
-            return False
-        engine = get_engine(self.settings)
-        if exception_filtered(exc, self.settings, engine.server):
-            engine.count_filtered()
-            return False
-        event = build_event(
-            self.settings,
-            message=None,
-            levelno=0,
+        queued = capture_exception(
+            exc,
             level=level,
-            source=self.source,
-            created=time.time(),
-            data=data,
-            exc=exc,
             submission_method=submission_method,
+            source=self.source,
+            data=data,
+            settings=self.settings,
         )
-        engine.enqueue(event)
-        if wait:
-            engine.flush(self.flush_timeout)
-        return True
+        if queued and wait:
+            get_engine(self.settings).flush(self.flush_timeout)
+        return queued
 
 
 def install_hooks(
