@@ -92,9 +92,10 @@ class EventLogHandler(logging.Handler):
     ``data_exclusions`` and ``include_environment`` are each handler's own.
 
     ``emit`` never raises and never blocks on the network: it builds the event on the calling
-    thread and queues it. Records of ``urllib3``, ``requests``, ``charset_normalizer`` and
-    ``eventlog_handler`` (and their child loggers) and records logged on a thread that is
-    sending events are ignored. Records that cannot be turned into events are counted in
+    thread and queues it. Records of the loggers in
+    :data:`~eventlog_handler.capture._admit.IGNORED_LOGGERS` (the HTTP stack the sender uses,
+    this package, and libraries that log every request or part they handle) and of their
+    child loggers, and records logged on a thread that is sending events, are ignored. Records that cannot be turned into events are counted in
     :attr:`emit_errors` (see :meth:`stats`), never raised.
 
     :meth:`close` sends what is pending for up to ``flush_timeout`` seconds but leaves the shared

@@ -218,10 +218,6 @@ class RequestScope:
         ]
         self._trace: Any = tracelog.new_scope_ring()  # the request's own trace log
 
-    def set_request(self, request: dict[str, Any] | None) -> None:
-        """Replace the ``@request`` of this scope (for instance once the route is known)."""
-        _REQUEST.set(request)
-
     def close(self) -> None:
         """Restore the user, tags and request that were current before the scope began."""
         scopes, self._scopes = self._scopes, []

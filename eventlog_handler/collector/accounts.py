@@ -146,12 +146,6 @@ class Accounts(Database):
             admin_password=rows["admin_password"],
         )
 
-    def meta_value(self, key: str, default: str | None = None) -> str | None:
-        """A value of the ``meta`` table."""
-        with self._locked() as db:
-            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return default if row is None else str(row[0])
-
     def ensure_meta_value(self, key: str, make: Any) -> str:
         """The ``meta`` value under ``key``, created with ``make()`` if missing."""
         with self._transaction() as db:

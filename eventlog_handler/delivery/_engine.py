@@ -49,6 +49,7 @@ from eventlog_handler.delivery._ledger import DROP_REASONS, Ledger
 from eventlog_handler.delivery._lifecycle import Lifecycle
 from eventlog_handler.delivery._pipeline import Pipeline
 from eventlog_handler.delivery._retry import RetryPolicy
+from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._sender import Sender
 from eventlog_handler.delivery._server_settings import ServerSettings, SettingsFetch
 from eventlog_handler.delivery._sessions import Sessions
@@ -130,7 +131,8 @@ class Engine:
             if settings.sessions
             else None
         )
-        self.pipeline = pipeline = Pipeline(settings, ledger, self._server, self.sessions)
+        rollup = Rollup(settings.rollup_window, settings.memory_budget // 8)
+        self.pipeline = pipeline = Pipeline(settings, ledger, rollup, self._server, self.sessions)
         self.delivery = delivery = Delivery(
             settings, ledger, intake, state, self.policy, self.client, self.server_settings.seen
         )
@@ -167,6 +169,7 @@ class Engine:
             intake,
             state,
             pipeline,
+            rollup,
             delivery,
             self.spooling,
             self.server_settings,
@@ -184,6 +187,7 @@ class Engine:
             state,
             worker,
             pipeline,
+            rollup,
             delivery,
             self.spooling,
             self.client,

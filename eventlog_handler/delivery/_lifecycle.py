@@ -30,6 +30,7 @@ from eventlog_handler.delivery._errands import Errands
 from eventlog_handler.delivery._intake import Intake
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._pipeline import Pipeline
+from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._sessions import Sessions
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
@@ -50,6 +51,7 @@ class Lifecycle:
         state: RunState,
         worker: Worker,
         pipeline: Pipeline,
+        rollup: Rollup,
         delivery: Delivery,
         spooling: SpoolTraffic | None,
         client: Callable[[float | None], Client],
@@ -63,6 +65,7 @@ class Lifecycle:
         self.state = state
         self.worker = worker
         self.pipeline = pipeline
+        self.rollup = rollup
         self.delivery = delivery
         self.spooling = spooling
         self.client = client
@@ -141,7 +144,7 @@ class Lifecycle:
                 ledger.changed.notify_all()
                 worker = self.worker
                 usable = worker.thread is not None or (
-                    bool(intake.buffer or self.pipeline.rollup.held or self.errands.queue)
+                    bool(intake.buffer or self.rollup.held or self.errands.queue)
                     and worker.start()
                 )
                 if usable and not worker.is_current():
@@ -181,7 +184,7 @@ class Lifecycle:
         if kept and self.spooling is not None:
             say(
                 f"eventlog_handler: {kept} event(s) kept in the spool "
-                f"{self.spooling.spool.directory} to send at the next start"
+                f"{self.spooling.directory} to send at the next start"
             )
         last_error = self.ledger.last_error
         full = self.ledger.dropped["spool_full"]

@@ -55,6 +55,7 @@ class Pipeline:
         self,
         settings: Settings,
         ledger: Ledger,
+        rollup: Rollup,
         server: Callable[[], ServerSettings],
         sessions: Sessions | None = None,
     ) -> None:
@@ -63,7 +64,7 @@ class Pipeline:
         self.ledger = ledger
         #: The service's current settings (their data exclusions are masked too).
         self.server = server
-        self.rollup = Rollup(settings.rollup_window, settings.memory_budget // 8)
+        self.rollup = rollup
         self._version: str | bool | None = False  # False: not looked up yet
         self._scrubber: Scrubber | None = None
         self._scrubber_for: tuple[str, ...] | None = None

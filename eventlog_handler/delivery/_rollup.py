@@ -28,7 +28,6 @@ from typing import Any
 #: Distinct events remembered at most.
 MAX_KEYS = 2_000
 
-_SKIPPED = frozenset({"date", "reference_id", "count"})
 _SKIPPED_DATA = frozenset({"@trace", "@environment"})
 
 

@@ -179,20 +179,6 @@ def _level(value: str) -> int:
     return NUMBERS.get(text, NO_FILTER)
 
 
-def error_type_names(event: Mapping[str, Any]) -> tuple[str, ...]:
-    """The exception type names of an error event's ``@simple_error`` chain."""
-    names: list[str] = []
-    error = event.get("@simple_error")
-    depth = 0
-    while isinstance(error, Mapping) and depth < 10:
-        name = error.get("type")
-        if isinstance(name, str):
-            names.append(name)
-        error = error.get("inner")
-        depth += 1
-    return tuple(names)
-
-
 #: Before anything was fetched: the service says nothing.
 EMPTY = ServerSettings()
 

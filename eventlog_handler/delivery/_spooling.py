@@ -95,6 +95,11 @@ class SpoolTraffic:
         self._full_until = 0.0
         self._full_said = False
 
+    @property
+    def directory(self) -> Path:
+        """The spool directory."""
+        return self.spool.directory
+
     def is_own(self, file: SpoolFile) -> bool:
         return file is self.spool.own_file
 

@@ -32,6 +32,7 @@ from eventlog_handler.delivery._errands import Errands
 from eventlog_handler.delivery._intake import BUSY, Intake
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._pipeline import Pipeline
+from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._server_settings import CONFIG_TIMEOUT, SettingsFetch
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
@@ -59,6 +60,7 @@ class Worker:
         intake: Intake,
         state: RunState,
         pipeline: Pipeline,
+        rollup: Rollup,
         delivery: Delivery,
         spooling: SpoolTraffic | None,
         server_settings: SettingsFetch,
@@ -71,6 +73,8 @@ class Worker:
         self.intake = intake
         self.state = state
         self.pipeline = pipeline
+        #: The pipeline's roll-up: what it holds is due at the end of its window.
+        self.rollup = rollup
         self.delivery = delivery
         self.spooling = spooling
         self.server_settings = server_settings
@@ -124,7 +128,7 @@ class Worker:
                 if self.errands.queue or self.errands.recurring_due != math.inf:
                     self.errands.work(lambda: self.client(None), self.state.hurried)
                 ledger.in_flight_bytes = 0
-                ledger.held_bytes = self.pipeline.rollup.bytes
+                ledger.held_bytes = self.rollup.bytes
         except BaseException as exc:  # pragma: no cover - the worker must not die silently
             ledger.last_error = f"worker failed: {type(exc).__name__}: {safe_str(exc)}"
             say(f"eventlog_handler: the delivery worker stopped: {ledger.last_error}")
@@ -145,7 +149,7 @@ class Worker:
         An empty list means: nothing from memory, but other work is due.
         """
         intake, ledger, spooling = self.intake, self.ledger, self.spooling
-        rollup = self.pipeline.rollup
+        rollup = self.rollup
         with ledger.lock:
             try:
                 while True:

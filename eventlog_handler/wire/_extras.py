@@ -70,8 +70,10 @@ SPECIAL_EXTRAS = frozenset({"tags", "@user", STACK_KEY}) | KNOWN_DATA_KEYS
 def sort_extras(
     data: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any] | None, tuple[Any, ...], dict[str, Any] | None]:
-    """Extras copied from a record on the worker: ``(data, user, tags, stack)`` as
-    :func:`eventlog_handler.capture._records.capture_record` gives them (attributes formatters add, and special keys, sorted out)."""
+    """Extras copied from a record, sorted out: ``(data, user, tags, stack)``, with the
+    attributes formatters add dropped and the special keys taken out. The worker calls it for
+    entries :func:`eventlog_handler.capture._records.capture_record` left raw; the caller's
+    thread, for the records it builds whole."""
     if not RESERVED_ATTRS.isdisjoint(data):
         data = {key: value for key, value in data.items() if key not in RESERVED_ATTRS}
     if SPECIAL_EXTRAS.isdisjoint(data):

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler.collector import Collector
+from tests.support.fixtures import collector as collector  # in memory, on 127.0.0.1
 
 #: The launch flags that keep a headless Chromium quiet and on this machine.
 CHROMIUM_ARGS = [
@@ -95,12 +95,6 @@ def page(browser: Any) -> Iterator[Any]:
         yield opened
     finally:
         context.close()
-
-
-@pytest.fixture
-def collector() -> Iterator[Collector]:
-    with Collector() as running:
-        yield running
 
 
 def no_horizontal_scroll(page: Any) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from eventlog_handler.collector import Collector
 from tests.browser.conftest import PHONE, no_horizontal_scroll
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 
 TRACE = (
     "Traceback (most recent call last):\n"

@@ -14,7 +14,7 @@ import pytest
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector.formats import format_event_date
 from tests.browser.conftest import PHONE, no_horizontal_scroll
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 
 
 @pytest.fixture

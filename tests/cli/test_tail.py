@@ -10,19 +10,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from eventlog_handler.collector import Collector
 from tests.support.collector import Client
 from tests.support.constants import REPO
-
-
-@pytest.fixture
-def collector() -> Iterator[Collector]:
-    with Collector() as running:
-        yield running
 
 
 def _tail(collector: Collector, *args: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector.formats import format_event_date
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 
 _TOTAL = 1100
 

@@ -17,7 +17,7 @@ import requests
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector.dashboard.about import DIFFERENCES
 from eventlog_handler.collector.filters import FILTER_HELP
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 
 HOSTILE = '<script>alert("x")</script>'
 TRACE = 'Traceback (most recent call last):\n  File "app.py", line 10, in run\nKeyError: x'

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from eventlog_handler.collector import Collector
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 from tests.support.shop_program import ABOVE, FAILING, run_shop
 
 

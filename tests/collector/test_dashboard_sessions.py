@@ -10,7 +10,7 @@ from typing import Any
 
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector.formats import format_event_date
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 
 HEARTBEAT = "/api/v2/events/session/heartbeat"
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from eventlog_handler.collector import Collector, RequestRecord, is_loopback
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 
 
 def test_restart_on_the_same_database_keeps_tokens_and_events(tmp_path: Path) -> None:

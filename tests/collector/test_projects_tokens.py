@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from eventlog_handler.collector import Collector
-from tests.collector.helpers import Client, assert_problem
+from tests.support.collector import Client, assert_problem
 
 UTC_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,7})?Z$")
 KEY = re.compile(r"^[A-Za-z0-9]{40}$")

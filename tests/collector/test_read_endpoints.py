@@ -10,7 +10,7 @@ import pytest
 
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector.formats import format_event_date
-from tests.collector.helpers import Client, assert_problem
+from tests.support.collector import Client, assert_problem
 
 
 def _links(header: str) -> dict[str, str]:

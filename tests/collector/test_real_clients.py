@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from eventlog_handler.collector import Collector
-from tests.collector.helpers import Client, assert_problem
+from tests.support.collector import Client, assert_problem
 
 #: What the collector adds to each event this test client posts, as the service does: the
 #: post's User-Agent (that of ``requests``) as ``@submission_client``.

@@ -11,7 +11,7 @@ from typing import Any
 import requests
 
 from eventlog_handler.collector import Collector
-from tests.collector.helpers import Client, assert_problem
+from tests.support.collector import Client, assert_problem
 
 
 def _only(collector: Collector) -> dict:  # type: ignore[type-arg]

@@ -9,7 +9,7 @@ from typing import Any
 
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector.formats import format_event_date, parse_date
-from tests.collector.helpers import Client, assert_problem
+from tests.support.collector import Client, assert_problem
 
 HEARTBEAT = "/api/v2/events/session/heartbeat"
 SESSIONS = "/api/v2/events/sessions"

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from eventlog_handler.collector import Collector
-from tests.collector.helpers import Client, assert_problem
+from tests.support.collector import Client, assert_problem
 
 KEY = re.compile(r"^[A-Za-z0-9]{40}$")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector.formats import format_event_date, parse_date
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 
 TRACE = 'Traceback (most recent call last):\n  File "shop/checkout.py", line 12, in pay\nKeyError'
 

@@ -15,7 +15,7 @@ from typing import Any
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector.ingest import Received
 from eventlog_handler.collector.storage import Storage
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 
 JS = "exceptionless-js/3.2.1"
 

@@ -82,3 +82,45 @@ def test_the_standard_library_encoder_gives_the_same_json(monkeypatch: Any) -> N
     slow = events.encode_batch(batch)
     assert json.loads(fast) == json.loads(slow)
     assert json.loads(slow)[1]["message"] == "lone ? surrogate"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(records, min_size=1, max_size=8), st.booleans(), st.booleans())
+def test_the_fast_path_builds_what_the_general_builder_builds(
+    specs: list[Any], with_context: bool, tagged: bool
+) -> None:
+    """The fast path of :func:`finish_batch` (flat data of plain values) writes the log event
+    out by hand; the general builder is :func:`~eventlog_handler.wire._events.log_event`. Both
+    give the same event for the same record."""
+    from eventlog_handler.delivery import _finish
+
+    chosen = TAGGED if tagged else SETTINGS
+    scopes = [set_user("u-1", name="Ann"), add_tags("t1")] if with_context else []
+    try:
+        pairs = []
+        for spec in specs:
+            pairs.append([])
+            for _ in range(2):
+                record = record_of(spec)
+                record.__dict__["order"] = 7  # data never empty: every entry takes a builder
+                pairs[-1].append(capture_record(record, chosen))
+    finally:
+        for scope in reversed(scopes):
+            scope.reset()
+    fast = finish_batch([pair[0] for pair in pairs])
+    real = (_finish.flat_data, _finish.JSON_READY, _finish._general)
+    built: list[Any] = []
+
+    def general_builder(*args: Any) -> dict[str, Any]:
+        built.append(args)
+        return real[2](*args)
+
+    try:  # every entry to the general builder: nothing is flat, nothing is ready
+        _finish.flat_data = lambda data, exclusions: None  # type: ignore[assignment]
+        _finish.JSON_READY = object()  # type: ignore[assignment,misc]
+        _finish._general = general_builder
+        general = finish_batch([pair[1] for pair in pairs])
+    finally:
+        _finish.flat_data, _finish.JSON_READY, _finish._general = real  # type: ignore[misc]
+    assert len(built) == len(specs)  # the general builder made every event
+    assert without_ids(fast) == without_ids(general)

@@ -5,10 +5,8 @@ carry its id, and the user's words are on the error, read back by its reference 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import requests
 
 from eventlog_handler.collector import Collector
@@ -32,12 +30,6 @@ PROGRAM = """
     eventlog_handler.submit_feature_usage("checkout")
     time.sleep(3.5)
 """
-
-
-@pytest.fixture
-def collector() -> Iterator[Collector]:
-    with Collector() as running:
-        yield running
 
 
 def test_session_and_feedback_reach_the_collector(collector: Collector, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from eventlog_handler.collector import Collector
-from tests.collector.helpers import Client
+from tests.support.collector import Client
 
 NODE_CLIENT = Path(__file__).parent / "node_client"
 PACKAGE = "@exceptionless/node"

@@ -31,6 +31,7 @@ from eventlog_handler import EventLogHandler, set_user
 from eventlog_handler.collector import Collector
 from tests.reliability.conftest import FAST
 from tests.support.collector import Client, assert_problem
+from tests.support.waits import wait_until
 
 GIGABYTE = 1024**3
 
@@ -428,15 +429,6 @@ def _connect(collector: Collector) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=10)
 
 
-def _wait_until(predicate: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
-
-
 def _closed_by_server(connection: socket.socket, timeout: float) -> float:
     """Seconds until the server closes ``connection`` (reading what it sends meanwhile)."""
     started = time.monotonic()
@@ -460,7 +452,7 @@ def test_a_connection_over_the_cap_takes_the_place_of_the_longest_waiting(
 ) -> None:
     held = [_connect(limited) for _ in range(4)]
     try:
-        assert _wait_until(lambda: limited.open_connections == 4)
+        assert wait_until(lambda: limited.open_connections == 4, 10)
         with _connect(limited) as extra:
             extra.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{limited.port}\r\n\r\n".encode())
             extra.settimeout(10)
@@ -472,7 +464,7 @@ def test_a_connection_over_the_cap_takes_the_place_of_the_longest_waiting(
     finally:
         for connection in held:
             connection.close()
-    assert _wait_until(lambda: limited.open_connections == 0)
+    assert wait_until(lambda: limited.open_connections == 0, 10)
     http = Client(limited)
     try:
         assert http.post_events({"message": "after"}).status_code == 202
@@ -519,7 +511,7 @@ def test_idle_connections_are_closed(limited: Collector) -> None:
     with _connect(limited) as idle:
         elapsed = _closed_by_server(idle, timeout=15)
     assert 1.5 <= elapsed < 10
-    assert _wait_until(lambda: limited.open_connections == 0)
+    assert wait_until(lambda: limited.open_connections == 0, 10)
 
 
 def test_headers_that_trickle_in_are_cut_off_at_the_deadline(limited: Collector) -> None:
@@ -547,7 +539,7 @@ def test_headers_that_trickle_in_are_cut_off_at_the_deadline(limited: Collector)
         stop.set()
         sender.join(10)
     assert elapsed < 8  # 1 s deadline; the trickle alone would take over 12 s
-    assert _wait_until(lambda: limited.open_connections == 0)
+    assert wait_until(lambda: limited.open_connections == 0, 10)
 
 
 def test_a_body_that_trickles_in_is_cut_off_at_the_deadline(limited: Collector) -> None:
@@ -569,7 +561,7 @@ def test_a_body_that_trickles_in_is_cut_off_at_the_deadline(limited: Collector) 
         elapsed = _closed_by_server(connection, timeout=15) + (time.monotonic() - started)
     assert elapsed < 8
     assert limited.events() == []
-    assert _wait_until(lambda: limited.open_connections == 0)
+    assert wait_until(lambda: limited.open_connections == 0, 10)
 
 
 def test_slow_clients_do_not_stop_others(limited: Collector) -> None:

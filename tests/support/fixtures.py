@@ -91,6 +91,9 @@ def isolation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         current.detach()
         configure._CURRENT = None
     sys.excepthook, threading.excepthook = saved_hooks
+    for handler in root.handlers:
+        if handler not in saved_handlers:  # a dictConfig handler: its hooks and SIGTERM flush go
+            handler.close()
     root.handlers[:] = saved_handlers
     root.setLevel(saved_level)
     for logger, level, propagate in saved_levels:

@@ -59,6 +59,9 @@ def isolation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for handler in server_loggers.attached_handlers():
         server_loggers.detach(handler)
     sys.excepthook, threading.excepthook = hooks
+    for handler in root.handlers:
+        if handler not in saved[0]:  # a dictConfig handler: its hooks and SIGTERM flush go
+            handler.close()
     root.handlers[:] = saved[0]
     root.setLevel(saved[1])
     for logger, handlers, level, propagate, disabled in states:
