@@ -78,4 +78,6 @@ def test_ignored_exceptions_are_not_sent_from_any_entry_point(server: CaptureSer
     events = server.wait_for(4)
     types = sorted(event["@simple_error"]["type"].rpartition(".")[2] for event in events)
     assert types == ["ValueError"] * 4, json.dumps(events)[:2000]
-    assert all("PaymentDeclined" not in json.dumps(event) for event in events)
+    # The source line that raises names both types (Python 3.13 shows it in the trace of a
+    # ``-c`` program): the exception itself is what must be the reported one.
+    assert [event["@simple_error"]["message"] for event in events] == ["reported"] * 4
