@@ -41,7 +41,6 @@ from typing import Any
 
 from eventlog_handler.api._client import Client
 from eventlog_handler.delivery._buffer import Entry
-from eventlog_handler.delivery._child_sigterm import terminate_gracefully
 from eventlog_handler.delivery._delivery import Delivery
 from eventlog_handler.delivery._errands import Errand, Errands
 from eventlog_handler.delivery._intake import Intake
@@ -53,6 +52,7 @@ from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._sender import Sender
 from eventlog_handler.delivery._server_settings import ServerSettings, SettingsFetch
 from eventlog_handler.delivery._sessions import Sessions
+from eventlog_handler.delivery._sigterm import terminate_gracefully
 from eventlog_handler.delivery._spool import Spool
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState

@@ -144,8 +144,7 @@ class Lifecycle:
                 ledger.changed.notify_all()
                 worker = self.worker
                 usable = worker.thread is not None or (
-                    bool(intake.buffer or self.rollup.held or self.errands.queue)
-                    and worker.start()
+                    bool(intake.buffer or self.rollup.held or self.errands.queue) and worker.start()
                 )
                 if usable and not worker.is_current():
                     while worker.thread is not None and (to_disk or not self.idle()):

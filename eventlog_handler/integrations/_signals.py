@@ -13,14 +13,12 @@ It can only be installed from the main thread (a rule of :mod:`signal`); elsewhe
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
-from types import FrameType
 from typing import Any
 
 from eventlog_handler.delivery import _engine as transport
-from eventlog_handler.delivery._child_sigterm import FLUSH_MARK
+from eventlog_handler.delivery import _sigterm as sigterm
 
 _installed: Any = None  # our handler, while it is installed
 _previous: Any = None  # the handler it chains to
@@ -33,7 +31,9 @@ def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> boo
     install only where ``SIGTERM`` still has Python's default action, so the handler changes
     nothing but the flush. A program or server that sets a handler of its own (before or
     after) keeps it; when such a server puts the previous handler back and sends the signal
-    again as it leaves (uvicorn does), this one runs then.
+    again as it leaves (uvicorn does), this one runs then. The handler itself, and the watcher
+    that makes it run while the main thread is blocked in C, are
+    :mod:`eventlog_handler.delivery._sigterm`'s.
     """
     global _installed, _previous
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
@@ -43,21 +43,8 @@ def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> boo
     previous = signal.getsignal(signal.SIGTERM)
     if auto and previous not in (signal.SIG_DFL, None):
         return False
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        transport.shutdown_all(timeout)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_IGN:
-            return
-        else:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    if previous in (signal.SIG_DFL, None):  # a child may replace it with its own flush
-        setattr(on_sigterm, FLUSH_MARK, True)
-    signal.signal(signal.SIGTERM, on_sigterm)
-    _installed, _previous = on_sigterm, previous
+    _installed = sigterm.install(lambda: transport.shutdown_all(timeout), previous)
+    _previous = previous
     return True
 
 
@@ -108,6 +95,7 @@ def remove_sigterm_flush() -> bool:
     if signal.getsignal(signal.SIGTERM) is not _installed:
         _installed = None
         return False
-    signal.signal(signal.SIGTERM, _previous)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL if _previous is None else _previous)
+    sigterm.stop_watching()
     _installed = _previous = None
     return True

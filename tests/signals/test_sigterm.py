@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,18 +27,29 @@ eventlog_handler.setup(api_key={key!r}, server_url={url!r}, flush_interval=60,
 for i in range(25):
     logging.getLogger("svc").info("pending %d", i)
 print("ready", flush=True)
-time.sleep(60)
+{wait}
 """
 
 
-def run_until_sigterm(server: FaultServer, flag: bool, before: str = "") -> subprocess.Popen[str]:
-    code = PROGRAM.format(root=str(ROOT), key=API_KEY, url=server.url, flag=flag, before=before)
-    process = subprocess.Popen(
+def start_program(
+    server: FaultServer, flag: bool | None, before: str = "", wait: str = "time.sleep(60)"
+) -> subprocess.Popen[str]:
+    """PROGRAM in a subprocess: ``before`` runs ahead of setup(), ``wait`` after "ready"."""
+    code = PROGRAM.format(
+        root=str(ROOT), key=API_KEY, url=server.url, flag=flag, before=before, wait=wait
+    )
+    return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def run_until_sigterm(
+    server: FaultServer, flag: bool, before: str = "", wait: str = "time.sleep(60)"
+) -> subprocess.Popen[str]:
+    process = start_program(server, flag, before, wait)
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "ready"
     process.send_signal(signal.SIGTERM)
@@ -69,16 +82,29 @@ def test_previous_python_handler_is_chained(server: FaultServer) -> None:
         "    sys.exit(3)\n"
         "signal.signal(signal.SIGTERM, previous)\n"
     )
-    process = run_until_sigterm(server, flag=True, before=before)
+    # The program's own handler runs like any Python handler: between two bytecodes of the main
+    # thread. A SIGTERM that lands just before time.sleep(60) enters C would wait out the sleep,
+    # with or without this package, so this program sleeps in short steps.
+    wait = "for _ in range(1200):\n    time.sleep(0.05)"
+    process = run_until_sigterm(server, flag=True, before=before, wait=wait)
     assert process.stdout is not None
     assert "previous handler ran" in process.stdout.read()
     assert process.returncode == 3
     assert len(server.accepted) == 25
 
 
+def wakeup_fd(set_wakeup_fd: Any) -> int:
+    """The signal wakeup descriptor now set (read by setting it, then put back)."""
+    fd: int = set_wakeup_fd(-1)
+    if fd != -1:
+        set_wakeup_fd(fd)
+    return fd
+
+
 def test_close_puts_the_previous_handler_back() -> None:
     import eventlog_handler
     from eventlog_handler.delivery import _engine as transport
+    from eventlog_handler.delivery import _sigterm
 
     previous = signal.getsignal(signal.SIGTERM)
     try:
@@ -89,8 +115,82 @@ def test_close_puts_the_previous_handler_back() -> None:
             capture_exceptions=False,
         )
         assert handle.sigterm and signal.getsignal(signal.SIGTERM) is not previous
+        # The flush watches the signal wakeup descriptor, out of sight of a library that sets
+        # its own (trio warns when it finds one set), and takes it back when that one is gone.
+        watched = wakeup_fd(_sigterm._original_set_wakeup_fd)
+        assert watched != -1
+        reader, writer = os.pipe()
+        os.set_blocking(writer, False)
+        assert signal.set_wakeup_fd(writer) == -1
+        assert signal.set_wakeup_fd(watched) == writer  # as a library puts back what it found
+        os.close(reader)
+        os.close(writer)
         handle.detach()
         assert signal.getsignal(signal.SIGTERM) is previous
+        # Removed, the flush gives the descriptor back too.
+        assert wakeup_fd(_sigterm._original_set_wakeup_fd) == -1
     finally:
         signal.signal(signal.SIGTERM, previous)
         transport._forget_engines_for_tests()
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+def test_sigterm_caught_while_the_main_thread_is_blocked_in_c_still_flushes_and_ends(
+    server: FaultServer,
+) -> None:
+    # The kernel may hand SIGTERM to any thread, and a SIGTERM that lands just before the main
+    # thread enters a blocking C call does not interrupt it: either way the Python handler waits
+    # for the main thread. Python's default would have ended the process at once; with the
+    # flush installed in its place the process must still end, not sleep out its 60 seconds.
+    # Here a thread takes the signal itself while the main thread is inside time.sleep(60).
+    before = (
+        "import threading\n"
+        "def take_it():\n"
+        "    time.sleep(0.5)\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
+        "    time.sleep(60)\n"
+    )
+    wait = "threading.Thread(target=take_it, daemon=True).start()\ntime.sleep(60)"
+    process = start_program(server, None, before, wait)
+    try:
+        process.wait(20)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGTERM
+    assert sorted(e["message"] for e in server.accepted) == sorted(
+        f"pending {i}" for i in range(25)
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_ended_by_sigterm_leaves_its_parent_running(server: FaultServer) -> None:
+    # The flush of the parent watches the signal wakeup descriptor; a forked child inherits
+    # the descriptor, and a SIGTERM caught there must not be taken for the parent's own.
+    wait = textwrap.dedent(
+        """
+        pid = os.fork()
+        if pid == 0:
+            logging.getLogger("svc").info("child logged")
+            time.sleep(60)
+            os._exit(0)
+        time.sleep(0.5)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        time.sleep(1.0)
+        print("child ended by", os.waitstatus_to_exitcode(status), flush=True)
+        logging.getLogger("svc").info("parent still running")
+        """
+    )
+    process = start_program(server, None, wait=wait)
+    try:
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert f"child ended by {-signal.SIGTERM}" in stdout
+    messages = [e["message"] for e in server.accepted]
+    assert "parent still running" in messages
+    assert "child logged" in messages
+    assert sorted(m for m in messages if m.startswith("pending")) == sorted(
+        f"pending {i}" for i in range(25)
+    )
