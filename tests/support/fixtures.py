@@ -19,8 +19,10 @@ import pytest
 
 from eventlog_handler import EventLogHandler
 from eventlog_handler import _setup as configure
+from eventlog_handler.capture import _context as capture_context
 from eventlog_handler.collector import Collector
 from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.settings import Settings
 from tests.support.capture import CaptureServer
 from tests.support.collector import Client
@@ -73,6 +75,23 @@ def collector_client(collector: Collector) -> Iterator[Client]:
 # -- isolation ---------------------------------------------------------------------------------
 
 
+#: Loggers the tests, the frameworks and the servers under test configure: their handlers,
+#: level, propagation and ``disabled`` flag are restored after each test.
+WATCHED = (
+    "urllib3",
+    "app",
+    "uvicorn",
+    "uvicorn.error",
+    "uvicorn.access",
+    "gunicorn.error",
+    "gunicorn.access",
+    "django",
+    "django.request",
+    "flask_app",
+    "werkzeug",
+)
+
+
 @pytest.fixture(autouse=True)
 def isolation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Restore logging, the exception hooks and the engines after each test."""
@@ -81,8 +100,8 @@ def isolation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     root = logging.getLogger()
     saved_handlers = list(root.handlers)
     saved_level = root.level
-    watched = [logging.getLogger(name) for name in ("urllib3", "app")]
-    saved_levels = [(logger, logger.level, logger.propagate) for logger in watched]
+    watched = [logging.getLogger(name) for name in WATCHED]
+    saved_loggers = [(lg, list(lg.handlers), lg.level, lg.propagate, lg.disabled) for lg in watched]
     saved_hooks = (sys.excepthook, threading.excepthook)
     transport._forget_engines_for_tests()
     yield
@@ -90,16 +109,20 @@ def isolation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     if current is not None:
         current.detach()
         configure._CURRENT = None
+    for handler in server_loggers.attached_handlers():
+        server_loggers.detach(handler)
+    capture_context.user_listener = None  # a session that follows the user (close() ends it)
     sys.excepthook, threading.excepthook = saved_hooks
     for handler in root.handlers:
         if handler not in saved_handlers:  # a dictConfig handler: its hooks and SIGTERM flush go
             handler.close()
     root.handlers[:] = saved_handlers
     root.setLevel(saved_level)
-    for logger, level, propagate in saved_levels:
+    for logger, handlers, level, propagate, disabled in saved_loggers:
+        logger.handlers[:] = handlers
         logger.setLevel(level)
         logger.propagate = propagate
-        logger.handlers.clear()
+        logger.disabled = disabled
     if "structlog" in sys.modules:
         import structlog
 

@@ -8,9 +8,6 @@ receives on 127.0.0.1. Tests wait for them with generous deadlines, then use the
 
 from __future__ import annotations
 
-import logging
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,57 +15,15 @@ import pytest
 
 import eventlog_handler
 from eventlog_handler import EventLogSetup
-from eventlog_handler import _setup as configure
 from eventlog_handler.delivery import _engine as transport
-from eventlog_handler.integrations import _server_loggers as server_loggers
 from tests.support.capture import CaptureServer
 from tests.support.constants import API_KEY, FAST
 from tests.support.fixtures import capture_server as capture_server  # the fixture ``server``
+from tests.support.fixtures import isolation as isolation  # autouse
 
 __all__ = ["API_KEY", "FAST", "CaptureServer", "Setup", "settle"]
 
-#: Loggers the frameworks and servers configure; restored after each test.
-WATCHED = (
-    "uvicorn",
-    "uvicorn.error",
-    "uvicorn.access",
-    "gunicorn.error",
-    "gunicorn.access",
-    "django",
-    "django.request",
-    "flask_app",
-    "werkzeug",
-)
-
 Setup = Callable[..., EventLogSetup]
-
-
-@pytest.fixture(autouse=True)
-def isolation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("EVENTLOG_API_KEY", raising=False)
-    monkeypatch.delenv("EVENTLOG_SERVER_URL", raising=False)
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level)
-    loggers = [logging.getLogger(name) for name in WATCHED]
-    states = [(lg, list(lg.handlers), lg.level, lg.propagate, lg.disabled) for lg in loggers]
-    hooks = (sys.excepthook, threading.excepthook)
-    yield
-    current = configure.current()
-    if current is not None:
-        current.close(2.0)
-    for handler in server_loggers.attached_handlers():
-        server_loggers.detach(handler)
-    sys.excepthook, threading.excepthook = hooks
-    for handler in root.handlers:
-        if handler not in saved[0]:  # a dictConfig handler: its hooks and SIGTERM flush go
-            handler.close()
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
-    for logger, handlers, level, propagate, disabled in states:
-        logger.handlers[:] = handlers
-        logger.setLevel(level)
-        logger.propagate = propagate
-        logger.disabled = disabled
 
 
 @pytest.fixture
