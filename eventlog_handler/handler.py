@@ -168,15 +168,9 @@ class EventLogHandler(logging.Handler):
         return result
 
     def _minimum(self, name: str) -> float:
-        """The lowest level of the logger ``name`` that becomes an event (remembered per name):
-        ``inf`` for loggers never sent, ``WARNING`` for servers' routine lines, else 0."""
-        minimum: float = 0
-        if is_ignored_logger(name) or any(
-            name == item or name.startswith(item + ".") for item in self._ignore_loggers
-        ):
-            minimum = math.inf
-        elif admit.is_routine_logger(name):
-            minimum = logging.WARNING
+        """The lowest level of the logger ``name`` that becomes an event (see
+        :func:`~eventlog_handler.capture._admit.source_minimum`), remembered per name here."""
+        minimum = admit.source_minimum(name, self._ignore_loggers)
         if len(self._minimums) < 10_000:
             self._minimums[name] = minimum
         return minimum

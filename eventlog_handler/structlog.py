@@ -53,6 +53,7 @@ structlog itself is not imported here: the processor only receives plain values,
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import MutableMapping
@@ -62,7 +63,6 @@ from typing import Any
 from eventlog_handler.capture import _admit as admit
 from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import (
-    is_ignored_logger,
     note_sent,
     was_sent,
 )
@@ -201,13 +201,14 @@ class EventLogProcessor:
             source = event_dict.get("module") or _calling_module()
         if source is not None and not isinstance(source, str):
             source = safe_str(source)
-        if is_ignored_logger(source) or (source and self._ignores(source)):
-            return
         settings = self.settings
+        minimum = admit.source_minimum(source, settings.ignore_loggers)
+        if minimum == math.inf:
+            return
         created = record.created if record is not None else time.time()
         message = event_dict.get("event")
         trace = settings.trace_size > 0 and record is None  # a record is noted by the handler
-        if levelno < self.level:
+        if levelno < self.level or levelno < minimum:
             if trace:
                 tracelog.note_event(created, levelno, source, message)
             return
@@ -253,11 +254,6 @@ class EventLogProcessor:
             # Through the stdlib bridge the record's msg will be this dict
             # (wrap_for_formatter) or its "event" value (render_to_log_kwargs).
             note_sent(admit.PROCESSOR, (event_dict, message), None, key)
-
-    def _ignores(self, name: str) -> bool:
-        return any(
-            name == item or name.startswith(item + ".") for item in self.settings.ignore_loggers
-        )
 
 
 def _calling_module() -> str | None:

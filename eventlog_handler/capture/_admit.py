@@ -1,7 +1,8 @@
 """Whether a record or an exception becomes an event: the admission rules every entry point
 shares (the handler, the structlog processor, the hooks, ``capture_exception``, middleware).
 
-- Loggers whose records never become events (:func:`is_ignored_logger`).
+- Loggers whose records never become events, or only from ``WARNING`` up
+  (:func:`source_minimum`).
 - Exceptions already reported (:func:`was_reported`), so one exception is one event.
 - Records the structlog processor already sent (:func:`was_sent`), and the reverse.
 - Exceptions the settings or the service turn off (:func:`exception_filtered`).
@@ -9,6 +10,8 @@ shares (the handler, the structlog processor, the hooks, ``capture_exception``, 
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 from collections import deque
@@ -62,6 +65,33 @@ def is_ignored_logger(name: str | None) -> bool:
         if len(_IGNORED_CACHE) < 10_000:
             _IGNORED_CACHE[name] = ignored
     return ignored
+
+
+#: The lowest level of a logger's records that become events, by ignore_loggers and name.
+_MINIMUMS: dict[tuple[tuple[str, ...], str], float] = {}
+
+
+def source_minimum(name: str | None, ignore_loggers: tuple[str, ...] = ()) -> float:
+    """The lowest level of the records of the logger ``name`` that become events, for the
+    handler and the structlog processor alike: ``inf`` for loggers never sent (this package's
+    HTTP stack, :data:`IGNORED_LOGGERS`, the settings' ``ignore_loggers`` and their children),
+    ``WARNING`` for a server's routine lines (:data:`ROUTINE_LOGGERS`: still in the trace log),
+    else 0. Remembered per name (the names of a program repeat)."""
+    if not name:
+        return 0.0
+    key = (ignore_loggers, name)
+    minimum = _MINIMUMS.get(key)
+    if minimum is None:
+        minimum = 0.0
+        if is_ignored_logger(name) or any(
+            name == item or name.startswith(item + ".") for item in ignore_loggers
+        ):
+            minimum = math.inf
+        elif is_routine_logger(name):
+            minimum = float(logging.WARNING)
+        if len(_MINIMUMS) < 10_000:
+            _MINIMUMS[key] = minimum
+    return minimum
 
 
 # -- exceptions already reported --------------------------------------------------------------

@@ -279,3 +279,32 @@ def test_a_processor_without_settings_follows_setup(server: CaptureServer) -> No
     assert event["tags"] == ["from-setup"]
     assert event["data"]["@version"] == "9.9.9"
     assert event["source"] == __name__  # no logger name: the calling module
+
+
+def test_a_servers_routine_lines_are_events_through_neither_path(server: CaptureServer) -> None:
+    # The processor inside a ProcessorFormatter sees every record the console prints, the
+    # servers' routine lines too (uvicorn's access line for each request): the same rule as the
+    # handler's, so they stay console lines, and a server's warning is an event.
+    proc = processor(server)
+    console, stream = console_handler(proc)
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(console)
+    logging.getLogger("uvicorn.error").info("Started server process [1]")
+    logging.getLogger("uvicorn.access").info('127.0.0.1:5000 - "GET / HTTP/1.1" 200')
+    logging.getLogger("celery.worker.strategy").info("Task app.add[1] received")
+    logging.getLogger("uvicorn.error").warning("Invalid HTTP request received.")
+    logging.getLogger("app").info("an application line")
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, proc, structlog.processors.JSONRenderer()],
+        logger_factory=structlog.PrintLoggerFactory(file=io.StringIO()),
+        cache_logger_on_first_use=False,
+    )
+    structlog.get_logger().bind(logger="gunicorn.error").info("Booting worker with pid: 7")
+    events = delivered(proc, server, 2)
+    assert [event["message"] for event in events] == [
+        "Invalid HTTP request received.",
+        "an application line",
+    ]
+    assert len(stream.getvalue().splitlines()) == 5
+    assert proc.engine.stats()["captured"] == 2
