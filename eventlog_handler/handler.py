@@ -41,7 +41,7 @@ from typing import Any
 from eventlog_handler.capture import _admit as admit
 from eventlog_handler.capture import _records as records
 from eventlog_handler.capture import _tracelog as tracelog
-from eventlog_handler.capture._admit import is_ignored_logger, note_sent, was_sent
+from eventlog_handler.capture._admit import is_ignored_logger
 from eventlog_handler.capture._records import capture_record
 from eventlog_handler.capture._session import open_session
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
@@ -196,12 +196,10 @@ class EventLogHandler(logging.Handler):
                 if self._trace:
                     tracelog.note(record)
                 return
-            if admit._processors_exist:
-                # A structlog processor may have sent this record already; note ours for it.
-                key = settings.engine_key
-                if was_sent(admit.PROCESSOR, record.msg, record.created, key):
-                    return
-                note_sent(admit.HANDLER, (record.msg,), record.created, key)
+            if admit._processors_exist and not admit.claim(
+                admit.HANDLER, record, settings.engine_key
+            ):
+                return  # a structlog processor sent it already
             entry = capture_record(record, settings, self.formatter)
             engine.submit(entry)
             if self._trace:

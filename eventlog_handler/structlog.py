@@ -64,7 +64,6 @@ from eventlog_handler.capture import _admit as admit
 from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import (
     note_sent,
-    was_sent,
 )
 from eventlog_handler.capture._exceptions import current_settings
 from eventlog_handler.capture._records import build_event, exception_of
@@ -222,11 +221,8 @@ class EventLogProcessor:
                 tracelog.note_event(created, levelno, source, message)
             return
         key = settings.engine_key
-        if record is not None and (
-            was_sent(admit.HANDLER, record.msg, record.created, key)
-            or was_sent(admit.PROCESSOR, record.msg, record.created, key)
-        ):
-            return
+        if record is not None and not admit.claim(admit.PROCESSOR, record, key):
+            return  # sent by the handler, or by this processor earlier in the chain
 
         data: dict[str, Any] = {}
         for name, value in event_dict.items():
@@ -248,9 +244,7 @@ class EventLogProcessor:
         engine.enqueue(event, created=created)
         if trace:
             tracelog.note_event(created, levelno, source, message)
-        if record is not None:
-            note_sent(admit.PROCESSOR, (record.msg,), record.created, key)
-        elif isinstance(logger, logging.Logger):
+        if record is None and isinstance(logger, logging.Logger):
             # Through the stdlib bridge the record's msg will be this dict
             # (wrap_for_formatter) or its "event" value (render_to_log_kwargs).
             note_sent(admit.PROCESSOR, (event_dict, message), None, key)

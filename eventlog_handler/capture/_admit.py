@@ -183,7 +183,20 @@ def was_sent(by: str, obj: Any, created: float, engine_key: tuple[str, str]) -> 
     return False
 
 
-# -- building events -----------------------------------------------------------------------
+def claim(by: str, record: Any, engine_key: tuple[str, str]) -> bool:
+    """Whether ``by`` (:data:`HANDLER` or :data:`PROCESSOR`) is the first to send the
+    :class:`logging.LogRecord` ``record`` to the engine of ``engine_key``; if so, noted for the
+    other. The processor also steps aside for itself: one record can pass it twice (in the
+    structlog chain and again in a ``ProcessorFormatter``)."""
+    if not _processors_exist:
+        return True
+    msg, created = record.msg, record.created
+    if was_sent(PROCESSOR, msg, created, engine_key) or (
+        by == PROCESSOR and was_sent(HANDLER, msg, created, engine_key)
+    ):
+        return False
+    note_sent(by, (msg,), created, engine_key)
+    return True
 
 
 # -- exceptions the settings turn off ---------------------------------------------------------
