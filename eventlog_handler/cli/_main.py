@@ -292,7 +292,7 @@ def _level(name: str) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from eventlog_handler.collector.cli import run_serve
+    from eventlog_handler.collector._cli import run_serve
 
     return run_serve(args)
 
@@ -427,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the local collector on loopback")
     try:
-        from eventlog_handler.collector.cli import add_serve_arguments
+        from eventlog_handler.collector._cli import add_serve_arguments
 
         add_serve_arguments(serve)
     except ImportError:  # pragma: no cover - a broken install

@@ -12,7 +12,7 @@ It reproduces the service contract (``PROTOCOL.md``): bearer tokens and scopes, 
 de-duplication. It is a development tool, not a production server.
 """
 
-from eventlog_handler.collector.app import Collector, is_loopback
-from eventlog_handler.collector.server import RequestInfo, RequestRecord
+from eventlog_handler.collector._app import Collector, is_loopback
+from eventlog_handler.collector._server import RequestInfo, RequestRecord
 
 __all__ = ["Collector", "RequestInfo", "RequestRecord", "is_loopback"]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.formats import format_event_date
+from eventlog_handler.collector._formats import format_event_date
 from tests.browser.conftest import PHONE, no_horizontal_scroll
 from tests.support.collector import Client
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from eventlog_handler.collector.cli import DEFAULT_DB, DEFAULT_PORT, add_serve_arguments
+from eventlog_handler.collector._cli import DEFAULT_DB, DEFAULT_PORT, add_serve_arguments
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 20

@@ -7,7 +7,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.formats import format_event_date
+from eventlog_handler.collector._formats import format_event_date
 from tests.support.collector import Client
 
 _TOTAL = 1100

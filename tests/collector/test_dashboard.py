@@ -15,8 +15,8 @@ import pytest
 import requests
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.dashboard.about import DIFFERENCES
-from eventlog_handler.collector.filters import FILTER_HELP
+from eventlog_handler.collector._dashboard._about import DIFFERENCES
+from eventlog_handler.collector._filters import FILTER_HELP
 from tests.support.collector import Client
 
 HOSTILE = '<script>alert("x")</script>'

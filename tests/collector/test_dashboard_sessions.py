@@ -9,7 +9,7 @@ from html import unescape
 from typing import Any
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.formats import format_event_date
+from eventlog_handler.collector._formats import format_event_date
 from tests.support.collector import Client
 
 HEARTBEAT = "/api/v2/events/session/heartbeat"

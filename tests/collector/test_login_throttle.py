@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.throttle import (
+from eventlog_handler.collector._throttle import (
     LOGIN_FAILURES_PER_ACCOUNT,
     LOGIN_FAILURES_PER_CLIENT,
     LoginGuard,

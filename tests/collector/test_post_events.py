@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.formats import format_event_date, parse_date
+from eventlog_handler.collector._formats import format_event_date, parse_date
 from tests.support.collector import Client, assert_problem
 
 #: What the collector adds to each event this test client posts, as the service does: the

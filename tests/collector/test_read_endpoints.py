@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.formats import format_event_date
+from eventlog_handler.collector._formats import format_event_date
 from tests.support.collector import Client, assert_problem
 
 

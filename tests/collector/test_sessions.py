@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.formats import format_event_date, parse_date
+from eventlog_handler.collector._formats import format_event_date, parse_date
 from tests.support.collector import Client, assert_problem
 
 HEARTBEAT = "/api/v2/events/session/heartbeat"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.formats import format_event_date, parse_date
+from eventlog_handler.collector._formats import format_event_date, parse_date
 from tests.support.collector import Client
 
 TRACE = 'Traceback (most recent call last):\n  File "shop/checkout.py", line 12, in pay\nKeyError'

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from eventlog_handler.collector import Collector
-from eventlog_handler.collector.ingest import Received
-from eventlog_handler.collector.storage import Storage
+from eventlog_handler.collector._ingest import Received
+from eventlog_handler.collector._storage import Storage
 from tests.support.collector import Client
 
 JS = "exceptionless-js/3.2.1"

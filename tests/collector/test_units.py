@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler.collector.auth import HostPolicy, read_credentials
-from eventlog_handler.collector.eventstore import event_id, parse_event_id
-from eventlog_handler.collector.filters import EventQuery, parse_filter, parse_sort
-from eventlog_handler.collector.formats import (
+from eventlog_handler.collector._auth import HostPolicy, read_credentials
+from eventlog_handler.collector._eventstore import event_id, parse_event_id
+from eventlog_handler.collector._filters import EventQuery, parse_filter, parse_sort
+from eventlog_handler.collector._formats import (
     DateFormatError,
     event_date_timestamp,
     format_event_date,
@@ -24,11 +24,11 @@ from eventlog_handler.collector.formats import (
     new_token_key,
     parse_date,
 )
-from eventlog_handler.collector.ingest import Received, body_items, decode_body, read_events
-from eventlog_handler.collector.normalize import FieldTypeError, NormalizedEvent, Normalizer
-from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.stacking import signature_of, stack_basis, stack_title
-from eventlog_handler.collector.throttle import Throttle
+from eventlog_handler.collector._ingest import Received, body_items, decode_body, read_events
+from eventlog_handler.collector._normalize import FieldTypeError, NormalizedEvent, Normalizer
+from eventlog_handler.collector._problems import HttpError
+from eventlog_handler.collector._stacking import signature_of, stack_basis, stack_title
+from eventlog_handler.collector._throttle import Throttle
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
 

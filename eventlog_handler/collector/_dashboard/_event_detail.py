@@ -17,15 +17,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from eventlog_handler.collector.dashboard.events import (
+from eventlog_handler.collector._dashboard._events import (
     data_of,
     event_summary,
     event_timestamp,
     level_of,
 )
-from eventlog_handler.collector.dashboard.frames import FRAMES_KEY, frames_html
-from eventlog_handler.collector.dashboard.layout import clip, e, relative_time
-from eventlog_handler.collector.normalize import error_chain
+from eventlog_handler.collector._dashboard._frames import FRAMES_KEY, frames_html
+from eventlog_handler.collector._dashboard._layout import clip, e, relative_time
+from eventlog_handler.collector._normalize import error_chain
 
 __all__ = ["event_body"]
 

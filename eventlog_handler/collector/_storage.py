@@ -1,8 +1,8 @@
 """The collector's store: :class:`Storage` is the database with its accounts, events and stacks.
 
-See :mod:`~eventlog_handler.collector.database` (connection, schema, file permissions),
-:mod:`~eventlog_handler.collector.accounts` (organizations, projects, settings, tokens, users)
-and :mod:`~eventlog_handler.collector.eventstore` (events and stacks).
+See :mod:`~eventlog_handler.collector._database` (connection, schema, file permissions),
+:mod:`~eventlog_handler.collector._accounts` (organizations, projects, settings, tokens, users)
+and :mod:`~eventlog_handler.collector._eventstore` (events and stacks).
 
 A database written by an earlier version of the collector (schema 1: events without stacks) is
 migrated when opened: organizations, projects, tokens and settings stay as they are, and the
@@ -17,14 +17,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eventlog_handler.collector.accounts import Accounts, Identity, TokenRecord, UserRecord
-from eventlog_handler.collector.database import SCHEMA, SCHEMA_VERSION, StorageClosed
-from eventlog_handler.collector.eventstore import EventPage, EventStore, StackQuery, StoreOutcome
-from eventlog_handler.collector.formats import DateFormatError, parse_date
-from eventlog_handler.collector.normalize import NormalizedEvent
-from eventlog_handler.collector.sessions import SESSION_END, SESSION_START, apply_session_events
-from eventlog_handler.collector.stacking import stack_basis
-from eventlog_handler.collector.storebase import _FROM, _ROW, _ROW_COLUMNS
+from eventlog_handler.collector._accounts import Accounts, Identity, TokenRecord, UserRecord
+from eventlog_handler.collector._database import SCHEMA, SCHEMA_VERSION, StorageClosed
+from eventlog_handler.collector._eventstore import EventPage, EventStore, StackQuery, StoreOutcome
+from eventlog_handler.collector._formats import DateFormatError, parse_date
+from eventlog_handler.collector._normalize import NormalizedEvent
+from eventlog_handler.collector._sessions import SESSION_END, SESSION_START, apply_session_events
+from eventlog_handler.collector._stacking import stack_basis
+from eventlog_handler.collector._storebase import _FROM, _ROW, _ROW_COLUMNS
 
 __all__ = [
     "EventPage",

@@ -8,11 +8,11 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
-from eventlog_handler.collector.accounts import TokenRecord
-from eventlog_handler.collector.ingest import decode_body
-from eventlog_handler.collector.messages import Request
-from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.storage import Storage
+from eventlog_handler.collector._accounts import TokenRecord
+from eventlog_handler.collector._ingest import decode_body
+from eventlog_handler.collector._messages import Request
+from eventlog_handler.collector._problems import HttpError
+from eventlog_handler.collector._storage import Storage
 
 __all__ = [
     "DECOMPRESSION_FACTOR",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from eventlog_handler.collector.dashboard.layout import clip, e
+from eventlog_handler.collector._dashboard._layout import clip, e
 
 __all__ = ["SETTING_HELP", "explain", "settings_body"]
 

@@ -1,7 +1,7 @@
 """HTTP plumbing of the collector: a threading HTTP/1.1 server and its request handler.
 
-The handler turns each request into a :class:`~eventlog_handler.collector.messages.Request`,
-lets :class:`~eventlog_handler.collector.endpoints.Api` answer it, writes the answer and records
+The handler turns each request into a :class:`~eventlog_handler.collector._messages.Request`,
+lets :class:`~eventlog_handler.collector._endpoints.Api` answer it, writes the answer and records
 it. It never lets an exception escape (a bug answers 500, a closed store 503), logs nothing to
 stderr unless asked to, and takes care of request bodies it did not read: the connection is
 then closed after the answer, and a body of reasonable size is drained first so the client can
@@ -40,11 +40,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from eventlog_handler.collector.auth import HostPolicy
-from eventlog_handler.collector.endpoints import Api
-from eventlog_handler.collector.messages import Request, Response, problem_response
-from eventlog_handler.collector.problems import HttpError, problem_body
-from eventlog_handler.collector.storage import StorageClosed
+from eventlog_handler.collector._auth import HostPolicy
+from eventlog_handler.collector._endpoints import Api
+from eventlog_handler.collector._messages import Request, Response, problem_response
+from eventlog_handler.collector._problems import HttpError, problem_body
+from eventlog_handler.collector._storage import StorageClosed
 
 __all__ = [
     "CollectorHTTPServer",

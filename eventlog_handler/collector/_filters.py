@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from eventlog_handler.collector.problems import HttpError
+from eventlog_handler.collector._problems import HttpError
 
 __all__ = ["FILTER_HELP", "EventQuery", "parse_filter", "parse_sort"]
 

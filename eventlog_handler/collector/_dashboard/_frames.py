@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from eventlog_handler.collector.dashboard.layout import clip, e
+from eventlog_handler.collector._dashboard._layout import clip, e
 
 __all__ = ["FRAMES_KEY", "culprit", "frames_html", "why_grouped"]
 

@@ -5,7 +5,7 @@
    is answered 413. A body that does not decode is answered 400 (the service answers 202 and
    loses it; a development tool says so).
 2. :func:`read_events` reads the text as the service does: JSON (one object or an array of
-   objects) goes through :class:`~eventlog_handler.collector.normalize.Normalizer`; anything
+   objects) goes through :class:`~eventlog_handler.collector._normalize.Normalizer`; anything
    else (plain text, JSON that does not parse, JSON of another shape, fields of the wrong types)
    becomes one log event per non-blank line. Bytes that are not UTF-8 are read with
    replacement characters. Only an empty body is refused (411); an empty array ``[]`` is
@@ -23,8 +23,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from eventlog_handler.collector.normalize import FieldTypeError, NormalizedEvent, Normalizer
-from eventlog_handler.collector.problems import HttpError
+from eventlog_handler.collector._normalize import FieldTypeError, NormalizedEvent, Normalizer
+from eventlog_handler.collector._problems import HttpError
 
 __all__ = ["Received", "body_items", "decode_body", "read_events"]
 

@@ -22,16 +22,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from eventlog_handler.collector.endpoints import DEFAULT_MAX_BODY_BYTES, Api
-from eventlog_handler.collector.filters import EventQuery, parse_filter
-from eventlog_handler.collector.server import (
+from eventlog_handler.collector._endpoints import DEFAULT_MAX_BODY_BYTES, Api
+from eventlog_handler.collector._filters import EventQuery, parse_filter
+from eventlog_handler.collector._server import (
     CollectorHTTPServer,
     Limits,
     RequestInfo,
     RequestRecord,
 )
-from eventlog_handler.collector.storage import Identity, StackQuery, Storage
-from eventlog_handler.collector.throttle import Throttle
+from eventlog_handler.collector._storage import Identity, StackQuery, Storage
+from eventlog_handler.collector._throttle import Throttle
 
 logger = logging.getLogger("eventlog_handler.collector")
 

@@ -9,7 +9,7 @@ last seen) are updated once per request. A ``fixed`` stack that receives an even
 was fixed becomes ``regressed``.
 
 Reading an event applies the service's rules again to its part of the body, with its time of
-receipt (:class:`~eventlog_handler.collector.normalize.Normalizer`), which gives the event as
+receipt (:class:`~eventlog_handler.collector._normalize.Normalizer`), which gives the event as
 it was stored. Listings are newest first by event date; :meth:`EventStore.page_events` pages
 with a cursor (an event id), so any number of events can be walked without an offset.
 """
@@ -22,30 +22,30 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from eventlog_handler.collector.accounts import clean_text, dumps
-from eventlog_handler.collector.eventreads import EventPage
-from eventlog_handler.collector.formats import format_utc_ts, utc_now
-from eventlog_handler.collector.ingest import Received, body_items
-from eventlog_handler.collector.normalize import (
+from eventlog_handler.collector._accounts import clean_text, dumps
+from eventlog_handler.collector._eventreads import EventPage
+from eventlog_handler.collector._formats import format_utc_ts, utc_now
+from eventlog_handler.collector._ingest import Received, body_items
+from eventlog_handler.collector._normalize import (
     INVALID_REFERENCE_ID,
     KNOWN_FIELDS,
     FieldTypeError,
     NormalizedEvent,
     Normalizer,
 )
-from eventlog_handler.collector.sessions import (
+from eventlog_handler.collector._sessions import (
     apply_session_events,
     record_heartbeat,
     split_session_events,
 )
-from eventlog_handler.collector.stacking import (
+from eventlog_handler.collector._stacking import (
     StackBasis,
     signature_of,
     stack_id_for,
     stack_title,
 )
-from eventlog_handler.collector.stackreads import STACK_STATUSES, StackQuery, StackReads
-from eventlog_handler.collector.storebase import (
+from eventlog_handler.collector._stackreads import STACK_STATUSES, StackQuery, StackReads
+from eventlog_handler.collector._storebase import (
     _CACHE_SIZE,
     _CHUNK,
     _ENCODE,
@@ -160,7 +160,7 @@ def _wire(event: NormalizedEvent) -> dict[str, Any]:
 
 
 class EventStore(StackReads):
-    """Events and stacks; mixed into :class:`~eventlog_handler.collector.storage.Storage`.
+    """Events and stacks; mixed into :class:`~eventlog_handler.collector._storage.Storage`.
     Writing is here; reading in :class:`~.eventreads.EventReads` and
     :class:`~.stackreads.StackReads`."""
 
@@ -191,7 +191,7 @@ class EventStore(StackReads):
         """Store events received at ``received``; returns how many were stored and how many
         were discarded as duplicates: an event whose ``reference_id`` was already received in
         the project within 24 hours (``invalid-reference-id`` never is a duplicate). The
-        sessions are kept up to date (:mod:`~eventlog_handler.collector.sessions`); a
+        sessions are kept up to date (:mod:`~eventlog_handler.collector._sessions`); a
         session's heartbeat events and the ends of no known session are not stored.
 
         ``body`` is the request body the events were read from (each event's ``index`` is its
@@ -510,7 +510,7 @@ class EventStore(StackReads):
     ) -> bool:
         """A session heartbeat of the project (a session id or a user's identity), received at
         ``received_ts``; ``close`` ends the session. Whether an open session took it (see
-        :mod:`~eventlog_handler.collector.sessions`)."""
+        :mod:`~eventlog_handler.collector._sessions`)."""
         with self._transaction() as db:
             return record_heartbeat(
                 db, self._project_seq(db, project_id), identifier, received_ts, close

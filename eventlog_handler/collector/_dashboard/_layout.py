@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlencode
 
-from eventlog_handler.collector.messages import Response, html_response
+from eventlog_handler.collector._messages import Response, html_response
 
 __all__ = [
     "Page",

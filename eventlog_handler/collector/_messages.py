@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any
 
-from eventlog_handler.collector.problems import HttpError, problem_body
+from eventlog_handler.collector._problems import HttpError, problem_body
 
 __all__ = [
     "Request",

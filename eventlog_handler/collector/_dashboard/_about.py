@@ -3,7 +3,7 @@ on purpose."""
 
 from __future__ import annotations
 
-from eventlog_handler.collector.dashboard.layout import clip, e
+from eventlog_handler.collector._dashboard._layout import clip, e
 
 __all__ = ["DIFFERENCES", "about_body"]
 

@@ -26,17 +26,17 @@ import time
 from collections.abc import Mapping
 from urllib.parse import parse_qs
 
-from eventlog_handler.collector.accounts import TokenRecord
-from eventlog_handler.collector.dashboard.about import about_body
-from eventlog_handler.collector.dashboard.event_detail import event_body
-from eventlog_handler.collector.dashboard.events import (
+from eventlog_handler.collector._accounts import TokenRecord
+from eventlog_handler.collector._dashboard._about import about_body
+from eventlog_handler.collector._dashboard._event_detail import event_body
+from eventlog_handler.collector._dashboard._events import (
     DEFAULT_ROWS,
     MAX_ROWS,
     event_query,
     event_summary,
     events_body,
 )
-from eventlog_handler.collector.dashboard.layout import (
+from eventlog_handler.collector._dashboard._layout import (
     Page,
     clip,
     first,
@@ -45,21 +45,21 @@ from eventlog_handler.collector.dashboard.layout import (
     page,
     redirect,
 )
-from eventlog_handler.collector.dashboard.sessions import sessions_body
-from eventlog_handler.collector.dashboard.settings import settings_body
-from eventlog_handler.collector.dashboard.sparkline import WINDOWS
-from eventlog_handler.collector.dashboard.stacks import (
+from eventlog_handler.collector._dashboard._sessions import sessions_body
+from eventlog_handler.collector._dashboard._settings import settings_body
+from eventlog_handler.collector._dashboard._sparkline import WINDOWS
+from eventlog_handler.collector._dashboard._stacks import (
     spark_start,
     stack_body,
     stacks_body,
 )
-from eventlog_handler.collector.events_api import EventsApi
-from eventlog_handler.collector.eventstore import STACK_STATUSES
-from eventlog_handler.collector.filters import EventQuery, parse_filter
-from eventlog_handler.collector.messages import Request, Response, json_response
-from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.sessions import SESSION_START
-from eventlog_handler.collector.storage import StackQuery, Storage
+from eventlog_handler.collector._events_api import EventsApi
+from eventlog_handler.collector._eventstore import STACK_STATUSES
+from eventlog_handler.collector._filters import EventQuery, parse_filter
+from eventlog_handler.collector._messages import Request, Response, json_response
+from eventlog_handler.collector._problems import HttpError
+from eventlog_handler.collector._sessions import SESSION_START
+from eventlog_handler.collector._storage import StackQuery, Storage
 
 __all__ = ["DEFAULT_REFRESH", "Dashboard"]
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from eventlog_handler.collector.database import Database
-from eventlog_handler.collector.formats import format_utc, new_object_id, new_token_key, utc_now
+from eventlog_handler.collector._database import Database
+from eventlog_handler.collector._formats import format_utc, new_object_id, new_token_key, utc_now
 
 __all__ = ["ADMIN_EMAIL", "Accounts", "Identity", "TokenRecord", "UserRecord"]
 

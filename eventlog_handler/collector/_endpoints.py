@@ -1,7 +1,7 @@
 """The collector's routes: the service's API v2 and the dashboard pages.
 
-:class:`Api` matches a :class:`~eventlog_handler.collector.messages.Request` to a route, finds
-who sent it (:mod:`~eventlog_handler.collector.auth`: 401 for unknown, disabled or expired
+:class:`Api` matches a :class:`~eventlog_handler.collector._messages.Request` to a route, finds
+who sent it (:mod:`~eventlog_handler.collector._auth`: 401 for unknown, disabled or expired
 credentials, 403 for a missing scope), applies the throttle (429; never to heartbeats and
 configuration reads, as on the service) and calls the endpoint. Endpoints raise
 :class:`HttpError` for every refusal, so each answer that is not a success carries an RFC 7807
@@ -15,17 +15,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eventlog_handler.collector.accounts import TokenRecord
-from eventlog_handler.collector.auth import Credentials, read_credentials
-from eventlog_handler.collector.dashboard import Dashboard
-from eventlog_handler.collector.events_api import EventsApi
-from eventlog_handler.collector.formats import utc_now
-from eventlog_handler.collector.http_helpers import DECOMPRESSION_FACTOR
-from eventlog_handler.collector.messages import Request, Response, problem_response
-from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.projects_api import ProjectsApi, check_guard
-from eventlog_handler.collector.storage import Storage
-from eventlog_handler.collector.throttle import LoginGuard, Throttle
+from eventlog_handler.collector._accounts import TokenRecord
+from eventlog_handler.collector._auth import Credentials, read_credentials
+from eventlog_handler.collector._dashboard import Dashboard
+from eventlog_handler.collector._events_api import EventsApi
+from eventlog_handler.collector._formats import utc_now
+from eventlog_handler.collector._http_helpers import DECOMPRESSION_FACTOR
+from eventlog_handler.collector._messages import Request, Response, problem_response
+from eventlog_handler.collector._problems import HttpError
+from eventlog_handler.collector._projects_api import ProjectsApi, check_guard
+from eventlog_handler.collector._storage import Storage
+from eventlog_handler.collector._throttle import LoginGuard, Throttle
 
 __all__ = ["DECOMPRESSION_FACTOR", "DEFAULT_MAX_BODY_BYTES", "Api", "Route"]
 

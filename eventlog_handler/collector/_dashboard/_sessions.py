@@ -1,13 +1,13 @@
 """The sessions list: each session start event with its user, start, duration, heartbeats and
 end (or "active"), newest first, with cursor paging (see
-:mod:`~eventlog_handler.collector.sessions` for what the collector keeps of a session)."""
+:mod:`~eventlog_handler.collector._sessions` for what the collector keeps of a session)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from eventlog_handler.collector.dashboard.events import (
+from eventlog_handler.collector._dashboard._events import (
     DEFAULT_ROWS,
     MAX_ROWS,
     data_of,
@@ -15,7 +15,7 @@ from eventlog_handler.collector.dashboard.events import (
     pager,
     search_help,
 )
-from eventlog_handler.collector.dashboard.layout import (
+from eventlog_handler.collector._dashboard._layout import (
     clip,
     e,
     first,
@@ -24,8 +24,8 @@ from eventlog_handler.collector.dashboard.layout import (
     options,
     relative_time,
 )
-from eventlog_handler.collector.eventstore import EventPage
-from eventlog_handler.collector.formats import DateFormatError, parse_date
+from eventlog_handler.collector._eventstore import EventPage
+from eventlog_handler.collector._formats import DateFormatError, parse_date
 
 __all__ = ["format_duration", "session_rows", "sessions_body"]
 

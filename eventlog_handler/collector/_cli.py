@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from eventlog_handler.collector.app import Collector
+from eventlog_handler.collector._app import Collector
 
 __all__ = ["DEFAULT_DB", "DEFAULT_PORT", "add_serve_arguments", "main", "run_serve"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from eventlog_handler.collector.dashboard.layout import e
+from eventlog_handler.collector._dashboard._layout import e
 
 __all__ = ["WINDOWS", "sparkline"]
 

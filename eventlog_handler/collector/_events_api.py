@@ -3,7 +3,7 @@ heartbeats, stacks and user descriptions.
 
 Submitting answers as the service does: 202 for a POST (200 for ``GET .../submit``), once the
 events are read; they are stored right after the answer is sent, on the same thread
-(:mod:`~eventlog_handler.collector.pending`: every read waits for that, so events can be read as
+(:mod:`~eventlog_handler.collector._pending`: every read waits for that, so events can be read as
 soon as the answer arrives). Besides the service's headers, the answer carries two of the
 collector's own, ``X-Events-Accepted`` (events read from the body) and ``X-Events-Discarded``
 (dropped by the service's rules: too old, a type too long), which make tests and debugging
@@ -23,12 +23,12 @@ from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from eventlog_handler.collector.accounts import TokenRecord
-from eventlog_handler.collector.auth import QUERY_TOKEN_NAMES
-from eventlog_handler.collector.eventstore import kept_body
-from eventlog_handler.collector.filters import EventQuery, parse_filter, parse_sort
-from eventlog_handler.collector.formats import DateFormatError, parse_date
-from eventlog_handler.collector.http_helpers import (
+from eventlog_handler.collector._accounts import TokenRecord
+from eventlog_handler.collector._auth import QUERY_TOKEN_NAMES
+from eventlog_handler.collector._eventstore import kept_body
+from eventlog_handler.collector._filters import EventQuery, parse_filter, parse_sort
+from eventlog_handler.collector._formats import DateFormatError, parse_date
+from eventlog_handler.collector._http_helpers import (
     DECOMPRESSION_FACTOR,
     MAXIMUM_SKIP,
     content_length,
@@ -41,13 +41,13 @@ from eventlog_handler.collector.http_helpers import (
     read_body,
     token_project,
 )
-from eventlog_handler.collector.ingest import Received, decode_body, read_events
-from eventlog_handler.collector.messages import Request, Response, empty_response, json_response
-from eventlog_handler.collector.normalize import NormalizedEvent, Normalizer, is_valid_reference_id
-from eventlog_handler.collector.pending import PendingStores
-from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.sessions import SESSION_START
-from eventlog_handler.collector.storage import Storage, StorageClosed
+from eventlog_handler.collector._ingest import Received, decode_body, read_events
+from eventlog_handler.collector._messages import Request, Response, empty_response, json_response
+from eventlog_handler.collector._normalize import NormalizedEvent, Normalizer, is_valid_reference_id
+from eventlog_handler.collector._pending import PendingStores
+from eventlog_handler.collector._problems import HttpError
+from eventlog_handler.collector._sessions import SESSION_START
+from eventlog_handler.collector._storage import Storage, StorageClosed
 
 __all__ = ["EVENT_MEDIA_TYPES", "EventsApi", "IngestNote"]
 
@@ -308,7 +308,7 @@ class EventsApi:
 
         ``id`` is a session id, or the identity of the user of an open session; the session
         counts the heartbeat and its last activity becomes now; ``close=true`` ends it (see
-        :mod:`~eventlog_handler.collector.sessions`). Without ``id``, or for no open session,
+        :mod:`~eventlog_handler.collector._sessions`). Without ``id``, or for no open session,
         nothing changes and the answer is 200 all the same, as on the service; a token of no
         project gets 400."""
         assert token is not None

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eventlog_handler.collector.accounts import clean_text, dumps
-from eventlog_handler.collector.filters import EventQuery
-from eventlog_handler.collector.storebase import (
+from eventlog_handler.collector._accounts import clean_text, dumps
+from eventlog_handler.collector._filters import EventQuery
+from eventlog_handler.collector._storebase import (
     _FROM,
     _ROW,
     _ROW_COLUMNS,

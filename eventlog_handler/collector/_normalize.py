@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from eventlog_handler.collector.formats import (
+from eventlog_handler.collector._formats import (
     DateFormatError,
     event_date_timestamp,
     format_event_date,
     parse_date,
 )
-from eventlog_handler.collector.stacking import StackBasis, stack_basis
+from eventlog_handler.collector._stacking import StackBasis, stack_basis
 
 __all__ = [
     "INVALID_REFERENCE_ID",

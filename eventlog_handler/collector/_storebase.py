@@ -1,7 +1,7 @@
 """The collector's store of events and stacks, the parts every side of it shares: event ids,
 the caches of project and stack ids, and reading a kept request body back.
 
-:class:`~eventlog_handler.collector.eventstore.EventStore` writes; :mod:`.eventreads` lists and
+:class:`~eventlog_handler.collector._eventstore.EventStore` writes; :mod:`.eventreads` lists and
 reads events; :mod:`.stackreads` lists and changes stacks.
 """
 
@@ -15,16 +15,16 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from eventlog_handler.collector.database import Database
-from eventlog_handler.collector.formats import format_utc_ts
-from eventlog_handler.collector.ingest import Received, body_items
-from eventlog_handler.collector.normalize import (
+from eventlog_handler.collector._database import Database
+from eventlog_handler.collector._formats import format_utc_ts
+from eventlog_handler.collector._ingest import Received, body_items
+from eventlog_handler.collector._normalize import (
     FieldTypeError,
     Normalizer,
     submission_client,
 )
-from eventlog_handler.collector.sessions import SESSION_START, session_fields
-from eventlog_handler.collector.stacking import (
+from eventlog_handler.collector._sessions import SESSION_START, session_fields
+from eventlog_handler.collector._stacking import (
     StackBasis,
 )
 

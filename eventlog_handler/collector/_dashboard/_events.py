@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from eventlog_handler.collector.dashboard.layout import (
+from eventlog_handler.collector._dashboard._layout import (
     clip,
     e,
     first,
@@ -15,10 +15,10 @@ from eventlog_handler.collector.dashboard.layout import (
     relative_time,
     url,
 )
-from eventlog_handler.collector.eventstore import EventPage
-from eventlog_handler.collector.filters import FILTER_HELP, EventQuery, parse_filter
-from eventlog_handler.collector.formats import DateFormatError, parse_date
-from eventlog_handler.collector.normalize import error_chain
+from eventlog_handler.collector._eventstore import EventPage
+from eventlog_handler.collector._filters import FILTER_HELP, EventQuery, parse_filter
+from eventlog_handler.collector._formats import DateFormatError, parse_date
+from eventlog_handler.collector._normalize import error_chain
 
 __all__ = [
     "DEFAULT_ROWS",

@@ -6,9 +6,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from eventlog_handler.collector.dashboard.events import event_rows, pager, search_help
-from eventlog_handler.collector.dashboard.frames import culprit, why_grouped
-from eventlog_handler.collector.dashboard.layout import (
+from eventlog_handler.collector._dashboard._events import event_rows, pager, search_help
+from eventlog_handler.collector._dashboard._frames import culprit, why_grouped
+from eventlog_handler.collector._dashboard._layout import (
     clip,
     e,
     first,
@@ -17,8 +17,8 @@ from eventlog_handler.collector.dashboard.layout import (
     relative_time,
     url,
 )
-from eventlog_handler.collector.dashboard.sparkline import WINDOWS, sparkline
-from eventlog_handler.collector.eventstore import EventPage
+from eventlog_handler.collector._dashboard._sparkline import WINDOWS, sparkline
+from eventlog_handler.collector._eventstore import EventPage
 
 __all__ = ["SORTS", "STATUS_TABS", "stack_body", "stacks_body", "status_form"]
 

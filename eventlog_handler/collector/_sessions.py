@@ -24,8 +24,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from eventlog_handler.collector.formats import format_utc_ts
-from eventlog_handler.collector.normalize import NormalizedEvent, is_valid_reference_id
+from eventlog_handler.collector._formats import format_utc_ts
+from eventlog_handler.collector._normalize import NormalizedEvent, is_valid_reference_id
 
 __all__ = [
     "SESSION_END",

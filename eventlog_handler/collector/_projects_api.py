@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from eventlog_handler.collector.accounts import TokenRecord
-from eventlog_handler.collector.formats import DateFormatError, parse_date
-from eventlog_handler.collector.http_helpers import (
+from eventlog_handler.collector._accounts import TokenRecord
+from eventlog_handler.collector._formats import DateFormatError, parse_date
+from eventlog_handler.collector._http_helpers import (
     MAXIMUM_SKIP,
     int_arg,
     json_document,
@@ -16,10 +16,10 @@ from eventlog_handler.collector.http_helpers import (
     read_body,
     token_project,
 )
-from eventlog_handler.collector.messages import Request, Response, empty_response, json_response
-from eventlog_handler.collector.problems import HttpError
-from eventlog_handler.collector.storage import Storage
-from eventlog_handler.collector.throttle import LoginGuard
+from eventlog_handler.collector._messages import Request, Response, empty_response, json_response
+from eventlog_handler.collector._problems import HttpError
+from eventlog_handler.collector._storage import Storage
+from eventlog_handler.collector._throttle import LoginGuard
 
 __all__ = ["TOKEN_SCOPES", "ProjectsApi"]
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from eventlog_handler.collector.eventreads import EventReads
-from eventlog_handler.collector.filters import EventQuery
-from eventlog_handler.collector.formats import format_utc, utc_now
-from eventlog_handler.collector.storebase import _CHUNK
+from eventlog_handler.collector._eventreads import EventReads
+from eventlog_handler.collector._filters import EventQuery
+from eventlog_handler.collector._formats import format_utc, utc_now
+from eventlog_handler.collector._storebase import _CHUNK
 
 STACK_STATUSES = ("open", "fixed", "regressed", "ignored")
 
