@@ -17,8 +17,14 @@ has not started, it sends ``SIGTERM`` again to the main thread itself, which int
 wait and runs the handler. The watcher serves only a handler that ends in the default action
 (a program's own Python handler has that race without this package too), and is only started
 where no wakeup descriptor was set. A library that sets its own later (asyncio, trio, Twisted)
-takes it over and is told that none was set, as it would be without this package. A forked
-child does not share the parent's descriptor: it starts over without one.
+takes it over and is told that none was set, as it would be without this package; when it
+lets it go, the watcher's is set again. A forked child does not share the parent's descriptor:
+it starts over without one. The package's threads block every signal (:func:`block_signals`),
+so the kernel gives a process's signals to the program's threads.
+
+The byte in the pipe does not say which handler the main thread will run: a program that puts
+a handler of its own in place for a moment, gets ``SIGTERM`` then, and puts the flush back
+within a few milliseconds, would be nudged into the flush as if the signal were still pending.
 """
 
 from __future__ import annotations
@@ -27,14 +33,16 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 Handler = Callable[[int, "FrameType | None"], None]
 
-#: The attribute of a handler made here that ends the process by the default action: the
-#: event set when its flush starts (the watcher reads it; a child replaces such a handler).
+#: The attribute of a handler made here that ends the process by the default action: a list
+#: whose one item says whether its flush has started (the watcher reads it; a child replaces
+#: such a handler). A list, not a lock-based event: a fork can't leave it locked.
 FLUSH_MARK = "_eventlog_handler_flush"
 
 #: Seconds the watcher gives the main thread to start the handler before it signals again.
@@ -73,14 +81,26 @@ def terminate_gracefully(flush: Callable[[], object]) -> bool:
     return True
 
 
+def block_signals() -> None:
+    """Keep signals away from the calling thread (one of this package's threads): the kernel
+    then hands a process's signals to the program's threads, and a program that blocks
+    ``SIGTERM`` to ``sigwait`` for it gets it."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+
+
 def _flush_then(flush: Callable[[], object], previous: Any) -> Handler:
     ends = previous in (signal.SIG_DFL, None)  # None: a handler not set from Python
-    started = threading.Event()
+    started = [False]
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        if started.is_set():
-            return  # the watcher's nudge, or a second SIGTERM, while the flush runs
-        started.set()
+        if started[0]:
+            # The watcher's nudge, or a second SIGTERM, while the flush runs: not flushed
+            # again, but the program's own handler hears every signal.
+            if not ends and callable(previous):
+                previous(signum, frame)
+            return
+        started[0] = True
         try:
             flush()
         finally:
@@ -88,7 +108,7 @@ def _flush_then(flush: Callable[[], object], previous: Any) -> Handler:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGTERM)
             else:
-                started.clear()
+                started[0] = False
         if callable(previous):
             previous(signum, frame)
 
@@ -99,7 +119,7 @@ def _flush_then(flush: Callable[[], object], previous: Any) -> Handler:
 
 def _watch() -> None:
     """Start this process's watcher thread (see the module docstring), where the wakeup
-    descriptor is free."""
+    descriptor is free. Never raises: without a watcher the handler still works."""
     global _pipe
     if not hasattr(signal, "pthread_kill"):
         return
@@ -107,34 +127,51 @@ def _watch() -> None:
         with contextlib.suppress(ValueError, OSError):
             current = _original_set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
             if current not in (-1, _pipe[1]):
-                _original_set_wakeup_fd(current)  # somebody else's: leave it to them
+                _restore(current)
         return
-    reader, writer = os.pipe()
     try:
+        reader, writer = os.pipe()
+    except OSError:
+        return
+    previous: int | None = None
+    with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread
         os.set_blocking(writer, False)
         previous = _original_set_wakeup_fd(writer, warn_on_full_buffer=False)
-    except (ValueError, OSError):
-        os.close(reader)
-        os.close(writer)
-        return
-    if previous != -1:  # somebody else's: leave it to them
-        _original_set_wakeup_fd(previous)
+    if previous != -1:  # not allowed here, or somebody else's: leave it to them
+        if previous is not None:
+            _restore(previous)
         os.close(reader)
         os.close(writer)
         return
     _pipe = (reader, writer)
     signal.set_wakeup_fd = _set_wakeup_fd
-    main = threading.main_thread().ident
-    thread = threading.Thread(
-        target=_watcher, args=(reader, main), name="eventlog-handler-sigterm", daemon=True
-    )
-    thread.start()
+    try:
+        threading.Thread(
+            target=_watcher,
+            args=(reader, threading.main_thread().ident),
+            name="eventlog-handler-sigterm",
+            daemon=True,
+        ).start()
+    except RuntimeError:  # no thread can start now (the interpreter is exiting)
+        _release(forked=True)  # no watcher reads the pipe: both ends closed here
+
+
+def _restore(fd: int) -> None:
+    """Put back the wakeup descriptor somebody else had set. Whether they wanted a warning
+    when it is full is not known: not, which is what trio asks (asyncio's pipe being full
+    only means signals were coalesced)."""
+    with contextlib.suppress(ValueError, OSError):
+        _original_set_wakeup_fd(fd, warn_on_full_buffer=False)
 
 
 def _set_wakeup_fd(fd: int, /, *, warn_on_full_buffer: bool = True) -> int:
     """:func:`signal.set_wakeup_fd`, to which the watcher's descriptor is invisible: a library
-    that sets its own (asyncio, trio, Twisted) takes it over, and is told that none was set,
-    as it would have been without this package (trio warns of a collision otherwise)."""
+    that sets its own (asyncio, trio, Twisted) takes it over and is told that none was set, as
+    it would be without this package (trio warns of a collision otherwise); when it lets its
+    own go (``-1``), the watcher's is set again."""
+    if _pipe is not None and fd == -1:
+        previous = _original_set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
+        return -1 if previous == _pipe[1] else previous
     previous = _original_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
     if _pipe is not None and previous == _pipe[1] and fd != previous:
         return -1
@@ -142,6 +179,7 @@ def _set_wakeup_fd(fd: int, /, *, warn_on_full_buffer: bool = True) -> int:
 
 
 def _watcher(reader: int, main: int | None) -> None:
+    block_signals()
     try:
         while main is not None:
             caught = os.read(reader, 64)
@@ -150,7 +188,13 @@ def _watcher(reader: int, main: int | None) -> None:
             if signal.SIGTERM not in caught:
                 continue
             started = getattr(signal.getsignal(signal.SIGTERM), FLUSH_MARK, None)
-            while started is not None and not started.wait(NUDGE_AFTER):
+            while started is not None and not started[0]:
+                time.sleep(NUDGE_AFTER)
+                if (
+                    started[0]
+                    or getattr(signal.getsignal(signal.SIGTERM), FLUSH_MARK, None) is not started
+                ):
+                    break
                 signal.pthread_kill(main, signal.SIGTERM)
     except Exception:  # pragma: no cover - a watcher that fails leaves the handler as it is
         pass
@@ -174,7 +218,7 @@ def _release(forked: bool) -> None:
     with contextlib.suppress(ValueError, OSError):
         current = _original_set_wakeup_fd(-1)
         if current != writer:
-            _original_set_wakeup_fd(current)  # set by somebody else since: theirs
+            _restore(current)  # set by somebody else since: theirs
     # The watcher reads the end of the pipe once its writer is closed, and closes the reader
     # itself. A forked child has no watcher: it closes both, so that a signal it catches can't
     # make the parent's watcher nudge the parent (the child's own flush starts its own).

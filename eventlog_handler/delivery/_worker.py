@@ -34,6 +34,7 @@ from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._pipeline import Pipeline
 from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._server_settings import CONFIG_TIMEOUT, SettingsFetch
+from eventlog_handler.delivery._sigterm import block_signals
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
 from eventlog_handler.delivery._stderr import say
@@ -110,6 +111,7 @@ class Worker:
     # -- the loop -----------------------------------------------------------------------------
 
     def _run(self) -> None:
+        block_signals()  # a program's signals go to its own threads (sigwait included)
         ledger = self.ledger
         ident = threading.get_ident()
         self.ident = ident

@@ -92,8 +92,9 @@ def remove_sigterm_flush() -> bool:
     global _installed, _previous
     if _installed is None or threading.current_thread() is not threading.main_thread():
         return False
-    if signal.getsignal(signal.SIGTERM) is not _installed:
+    if signal.getsignal(signal.SIGTERM) is not _installed:  # replaced since: theirs stays
         _installed = None
+        sigterm.stop_watching()
         return False
     signal.signal(signal.SIGTERM, signal.SIG_DFL if _previous is None else _previous)
     sigterm.stop_watching()

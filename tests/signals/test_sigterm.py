@@ -46,6 +46,29 @@ def start_program(
     )
 
 
+def run_to_end(
+    server: FaultServer, before: str = "", wait: str = "", timeout: float = 20.0
+) -> tuple[int, str, str]:
+    """PROGRAM with the default options, to its end: its exit status, stdout and stderr."""
+    process = start_program(server, None, before, wait)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+    return process.returncode, stdout, stderr
+
+
+#: A thread that takes SIGTERM itself half a second after it starts (``take_it``), while the
+#: main thread is inside a blocking C call.
+TAKE_IT = (
+    "import threading\n"
+    "def take_it():\n"
+    "    time.sleep(0.5)\n"
+    "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
+    "    time.sleep(60)\n"
+)
+
+
 def run_until_sigterm(
     server: FaultServer, flag: bool, before: str = "", wait: str = "time.sleep(60)"
 ) -> subprocess.Popen[str]:
@@ -143,20 +166,9 @@ def test_sigterm_caught_while_the_main_thread_is_blocked_in_c_still_flushes_and_
     # for the main thread. Python's default would have ended the process at once; with the
     # flush installed in its place the process must still end, not sleep out its 60 seconds.
     # Here a thread takes the signal itself while the main thread is inside time.sleep(60).
-    before = (
-        "import threading\n"
-        "def take_it():\n"
-        "    time.sleep(0.5)\n"
-        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
-        "    time.sleep(60)\n"
-    )
     wait = "threading.Thread(target=take_it, daemon=True).start()\ntime.sleep(60)"
-    process = start_program(server, None, before, wait)
-    try:
-        process.wait(20)
-    finally:
-        process.kill()
-    assert process.returncode == -signal.SIGTERM
+    returncode, _, _ = run_to_end(server, TAKE_IT, wait)
+    assert returncode == -signal.SIGTERM
     assert sorted(e["message"] for e in server.accepted) == sorted(
         f"pending {i}" for i in range(25)
     )
@@ -181,16 +193,58 @@ def test_a_forked_child_ended_by_sigterm_leaves_its_parent_running(server: Fault
         logging.getLogger("svc").info("parent still running")
         """
     )
-    process = start_program(server, None, wait=wait)
-    try:
-        stdout, stderr = process.communicate(timeout=30)
-    finally:
-        process.kill()
-    assert process.returncode == 0, stderr
+    returncode, stdout, stderr = run_to_end(server, wait=wait)
+    assert returncode == 0, stderr
     assert f"child ended by {-signal.SIGTERM}" in stdout
     messages = [e["message"] for e in server.accepted]
     assert "parent still running" in messages
     assert "child logged" in messages
     assert sorted(m for m in messages if m.startswith("pending")) == sorted(
         f"pending {i}" for i in range(25)
+    )
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+def test_the_watch_goes_on_after_an_event_loop_used_the_wakeup_descriptor(
+    server: FaultServer,
+) -> None:
+    # asyncio takes the wakeup descriptor for its signal handlers and sets it to -1 when the
+    # loop closes; the flush's watcher must be watching again afterwards.
+    wait = textwrap.dedent(
+        """
+        loop = asyncio.new_event_loop()
+        loop.add_signal_handler(signal.SIGUSR1, lambda: None)
+        loop.close()
+        threading.Thread(target=take_it, daemon=True).start()
+        time.sleep(60)
+        """
+    )
+    returncode, _, _ = run_to_end(server, "import asyncio\n" + TAKE_IT, wait)
+    assert returncode == -signal.SIGTERM
+    assert len(server.accepted) == 25
+
+
+@pytest.mark.skipif(not hasattr(signal, "sigwait"), reason="needs sigwait")
+def test_a_program_that_sigwaits_for_sigterm_gets_it(server: FaultServer) -> None:
+    # A program may block SIGTERM and take it with sigwait. The package's threads (the worker,
+    # the watcher) started before the program blocked it: they must not take it instead.
+    wait = textwrap.dedent(
+        """
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        import threading
+        threading.Thread(
+            target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGTERM)), daemon=True
+        ).start()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            pass  # busy with other work when SIGTERM comes
+        print("sigwait got", signal.sigwait({signal.SIGTERM}), flush=True)
+        logging.getLogger("svc").warning("stopping")
+        """
+    )
+    returncode, stdout, stderr = run_to_end(server, wait=wait)
+    assert returncode == 0, stderr
+    assert f"sigwait got {signal.SIGTERM.value}" in stdout
+    assert sorted(e["message"] for e in server.accepted) == sorted(
+        [*(f"pending {i}" for i in range(25)), "stopping"]
     )
