@@ -4,8 +4,9 @@ What the caller's thread left for later happens here: formatting a message whose
 immutable scalars, the date, the reference id, the level name, normalized tags, the user with
 its data exclusions, and ``data`` made JSON-safe with the exclusions applied. The result is the
 same dict :func:`eventlog_handler.wire._events.log_event` builds; :func:`finish_batch` is the one
-builder, with a fast path for the common case (a flat ``data`` of plain values) chosen per
-entry, and what a batch shares worked out once.
+builder of a log entry's event. How ``data`` is made safe is chosen per entry (:func:`flat_data`
+for the common case, a flat dict of plain values; :func:`general_data` for anything else), and
+what a batch shares is worked out once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from eventlog_handler.wire._events import (
     MAX_SOURCE,
     MAX_TAGS,
     format_date,
-    log_event,
     new_reference_id,
     normalize_tags,
     user_with_exclusions,
@@ -30,7 +30,14 @@ from eventlog_handler.wire._events import (
 from eventlog_handler.wire._extras import RESERVED_ATTRS, SPECIAL_EXTRAS, sort_extras
 from eventlog_handler.wire._frames import FRAMES_KEY, CallSite, is_ref, resolve
 from eventlog_handler.wire._grouping import error_stack, log_stack
-from eventlog_handler.wire._jsonsafe import MAX_ITEMS, MAX_STRING, is_excluded, safe_str, truncate
+from eventlog_handler.wire._jsonsafe import (
+    MAX_ITEMS,
+    MAX_STRING,
+    is_excluded,
+    safe_str,
+    to_jsonable,
+    truncate,
+)
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._stacking import STACK_KEY
 
@@ -110,29 +117,11 @@ def with_environment(event: dict[str, Any], environment: str) -> dict[str, Any]:
     return event
 
 
-def _general(
-    entry: Entry,
-    message: Any,
-    data: dict[str, Any],
-    user: dict[str, Any] | None,
-    tags: Iterable[Any],
-    stack: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """The event through the general builder (data that is not flat plain values)."""
-    event = log_event(
-        message,
-        date=entry.created,
-        user=user,
-        level=level_name(entry.levelno),
-        source=entry.source,
-        tags=tags,
-        data=data,
-        exclusions=entry.settings.data_exclusions,
-    )
-    if stack is not None:
-        event.setdefault("data", {})["@stack"] = stack
-        event["reference_id"] = event.pop("reference_id")
-    return event
+def general_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str, Any] | None:
+    """``data`` made JSON-safe with the exclusions applied, whatever it holds (what
+    :func:`flat_data` leaves): nested values, long strings and lists cut to their limits."""
+    converted = to_jsonable(dict(data), exclusions)
+    return converted if type(converted) is dict and converted else None
 
 
 def _user(user: Mapping[str, Any], exclusions: tuple[str, ...]) -> Any:
@@ -190,10 +179,9 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
 
     A ready event (an error, a structlog event, one from the spool) is completed
     (:func:`complete`). A log entry is built here: extras sorted out if they hold special keys
-    (``tags``, ``@user``, ``stack``, known keys), the message formatted, flat data masked
-    (:func:`flat_data`; anything else goes to the general builder,
-    :func:`~eventlog_handler.wire._events.log_event`), with what a batch shares worked out
-    once: the formatted second of the date, the reference id's prefix and the level names.
+    (``tags``, ``@user``, ``stack``, known keys), the message formatted, data made safe
+    (:func:`flat_data`, else :func:`general_data`), with what a batch shares worked out once:
+    the formatted second of the date, the reference id's prefix and the level names.
     """
     events: list[dict[str, Any]] = []
     append = events.append
@@ -241,11 +229,7 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
         if data and ready != JSON_READY:
             clean = flat_data(data, exclusions)
             if clean is None:
-                general = _general(entry, message, data, user, tags, stack)
-                if environment is not None:
-                    general = with_environment(general, environment)
-                append(general)
-                continue
+                clean = general_data(data, exclusions)
         if type(message) is not str:
             message = safe_str(message)
         if len(message) > MAX_MESSAGE:

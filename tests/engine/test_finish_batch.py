@@ -89,9 +89,11 @@ def test_the_standard_library_encoder_gives_the_same_json(monkeypatch: Any) -> N
 def test_the_fast_path_builds_what_the_general_builder_builds(
     specs: list[Any], with_context: bool, tagged: bool
 ) -> None:
-    """The fast path of :func:`finish_batch` (flat data of plain values) writes the log event
-    out by hand; the general builder is :func:`~eventlog_handler.wire._events.log_event`. Both
-    give the same event for the same record."""
+    """:func:`finish_batch` makes an entry's data safe the fast way (flat data of plain values,
+    :func:`~eventlog_handler.delivery._finish.flat_data`) or the general way
+    (:func:`~eventlog_handler.delivery._finish.general_data`, what
+    :func:`~eventlog_handler.wire._events.log_event` uses): both give the same event for the
+    same record."""
     from eventlog_handler.delivery import _finish
 
     chosen = TAGGED if tagged else SETTINGS
@@ -108,19 +110,52 @@ def test_the_fast_path_builds_what_the_general_builder_builds(
         for scope in reversed(scopes):
             scope.reset()
     fast = finish_batch([pair[0] for pair in pairs])
-    real = (_finish.flat_data, _finish.JSON_READY, _finish._general)
+    real = (_finish.flat_data, _finish.JSON_READY, _finish.general_data)
     built: list[Any] = []
 
-    def general_builder(*args: Any) -> dict[str, Any]:
+    def general_data(*args: Any) -> Any:
         built.append(args)
         return real[2](*args)
 
-    try:  # every entry to the general builder: nothing is flat, nothing is ready
+    try:  # every entry the general way: nothing is flat, nothing is ready
         _finish.flat_data = lambda data, exclusions: None  # type: ignore[assignment]
         _finish.JSON_READY = object()  # type: ignore[assignment,misc]
-        _finish._general = general_builder
+        _finish.general_data = general_data
         general = finish_batch([pair[1] for pair in pairs])
     finally:
-        _finish.flat_data, _finish.JSON_READY, _finish._general = real  # type: ignore[misc]
-    assert len(built) == len(specs)  # the general builder made every event
+        _finish.flat_data, _finish.JSON_READY, _finish.general_data = real  # type: ignore[misc]
+    assert len(built) == len(specs)  # the general way made every event's data
     assert without_ids(fast) == without_ids(general)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records, st.booleans())
+def test_an_entry_is_the_event_log_event_builds(spec: Any, nested: bool) -> None:
+    """The wire form of a log event is :func:`~eventlog_handler.wire._events.log_event`'s: the
+    worker's builder gives that event for a record, with flat data or nested data."""
+    from eventlog_handler.wire._events import log_event
+    from eventlog_handler.wire._extras import sort_extras
+    from eventlog_handler.wire._levels import level_name
+
+    level, template, args, extras, name, created = spec
+    record = record_of(spec)
+    record.__dict__["order"] = {"id": 7, "lines": [1, 2]} if nested else 7
+    (built,) = finish_batch([capture_record(record, TAGGED)])
+    data, user, tags, stack = sort_extras({**extras, "order": record.__dict__["order"]})
+    try:
+        message = template % tuple(args)
+    except Exception:
+        return  # a message that does not format: data of its own (tested elsewhere)
+    expected = log_event(
+        message,
+        date=created,
+        user=user,
+        level=level_name(level),
+        source=name,
+        tags=(*TAGGED.tags, *tags),
+        data=data,
+        exclusions=TAGGED.data_exclusions,
+    )
+    if stack is not None:
+        expected.setdefault("data", {})["@stack"] = stack
+    assert without_ids([built]) == without_ids([expected])
