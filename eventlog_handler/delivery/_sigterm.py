@@ -86,7 +86,15 @@ def block_signals() -> None:
     then hands a process's signals to the program's threads, and a program that blocks
     ``SIGTERM`` to ``sigwait`` for it gets it."""
     with contextlib.suppress(AttributeError, ValueError, OSError):
-        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _FAULTS)
+
+
+#: Signals a thread's own fault raises (``faulthandler`` reports them): never blocked.
+_FAULTS = frozenset(
+    getattr(signal, name)
+    for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGTRAP", "SIGSYS")
+    if hasattr(signal, name)
+)
 
 
 def _flush_then(flush: Callable[[], object], previous: Any) -> Handler:
