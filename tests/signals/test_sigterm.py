@@ -238,7 +238,7 @@ def test_a_program_that_sigwaits_for_sigterm_gets_it(server: FaultServer) -> Non
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             pass  # busy with other work when SIGTERM comes
-        print("sigwait got", signal.sigwait({signal.SIGTERM}), flush=True)
+        print("sigwait got", int(signal.sigwait({signal.SIGTERM})), flush=True)
         logging.getLogger("svc").warning("stopping")
         """
     )
