@@ -26,6 +26,7 @@ from eventlog_handler.delivery._courtesy import Courtesy
 from eventlog_handler.delivery._intake import BUSY, Intake
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS, Action, RetryPolicy
+from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
 from eventlog_handler.delivery._stderr import redact, say
 from eventlog_handler.settings import DEFAULT_SERVER_URL, Settings, mask_secret
@@ -34,7 +35,6 @@ from eventlog_handler.wire._jsonsafe import safe_str
 
 if TYPE_CHECKING:
     from eventlog_handler.api._client import Client
-    from eventlog_handler.delivery._spooling import SpoolTraffic
 
 #: While a failure lasts, the outage line is repeated at most this often.
 OUTAGE_REPEAT = 300.0
@@ -52,6 +52,7 @@ class Delivery:
         policy: RetryPolicy,
         client: Callable[[float | None], Client],
         config_seen: Callable[[int], None],
+        spooling: SpoolTraffic | None,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -62,8 +63,8 @@ class Delivery:
         self.client = client
         #: Called with the settings' version an answer names.
         self.config_seen = config_seen
-        #: The engine's spool traffic, if it has a spool (set once both exist).
-        self.spooling: SpoolTraffic | None = None
+        #: The engine's spool traffic, if it has a spool: where events wait out an outage.
+        self.spooling = spooling
         #: In-memory parts being delivered (what the exit path may still save to the spool).
         self.current: deque[Part] = deque()
         self._refused_said = False
@@ -100,11 +101,11 @@ class Delivery:
 
     def send_parts(self, parts: deque[Part], client: Client | None = None) -> bool:
         """:meth:`deliver` in-memory parts, where the exit path can find them."""
-        self.current = parts
+        outer, self.current = self.current, parts
         try:
             return self.deliver(parts, client)
         finally:
-            self.current = deque()
+            self.current = outer  # a send within a pause (see there) ends in the outer one
 
     # -- any part -----------------------------------------------------------------------------
 
@@ -266,7 +267,10 @@ class Delivery:
             assert self.spooling is not None
             given_back = False
             try:
-                given_back = not self.spooling.spill_entries(spill)
+                left = self.spooling.spill_entries(spill)
+                given_back = left is None
+                if left:  # what a full disk had no room for is sent from memory
+                    self.send_parts(left)
             finally:
                 if not given_back:  # on disk now (give_back moved the bytes to the buffer)
                     with ledger.lock:

@@ -133,9 +133,6 @@ class Engine:
         )
         rollup = Rollup(settings.rollup_window, settings.memory_budget // 8)
         self.pipeline = pipeline = Pipeline(settings, ledger, rollup, self._server, self.sessions)
-        self.delivery = delivery = Delivery(
-            settings, ledger, intake, state, self.policy, self.client, self.server_settings.seen
-        )
         if (
             settings.spool_path
             and self._spool is None
@@ -154,15 +151,24 @@ class Engine:
                 )
         self.spooling: SpoolTraffic | None = None
         if self._spool is not None:
-            self.spooling = delivery.spooling = SpoolTraffic(
+            self.spooling = SpoolTraffic(
                 self._spool,
                 settings,
                 ledger,
                 intake,
                 state,
-                delivery,
                 lambda entries: pipeline.run(entries, rollup=False),
             )
+        self.delivery = delivery = Delivery(
+            settings,
+            ledger,
+            intake,
+            state,
+            self.policy,
+            self.client,
+            self.server_settings.seen,
+            self.spooling,
+        )
         self.worker = worker = Worker(
             settings,
             ledger,

@@ -218,7 +218,9 @@ class Lifecycle:
             if ledger.posting and current:
                 current = current[1:]  # on the wire: its outcome is the service's to tell
         if entries:
-            spooling.spill_entries(entries)
+            left = spooling.spill_entries(entries)
+            if left:  # what a full disk had no room for: one try from memory
+                self.delivery.send_parts(left)
         waiting: deque[Part] = deque(part for part in current if part.origin is None)
         if waiting:
             spooling.spill_parts(waiting)

@@ -41,11 +41,11 @@ from eventlog_handler.wire._jsonsafe import safe_str
 
 
 class Sending(Protocol):
-    """What the spool traffic asks of the delivery (:class:`~._delivery.Delivery`)."""
+    """What sending from disk asks of the delivery (:class:`~._delivery.Delivery`), which the
+    worker passes to :meth:`SpoolTraffic.work`: the delivery holds the spool traffic (it
+    spills during an outage), so the spool traffic is handed the delivery where it sends."""
 
     def deliver(self, parts: deque[Part]) -> bool: ...
-
-    def send_parts(self, parts: deque[Part]) -> bool: ...
 
     def settle_part(self, part: Part, reason: str | None) -> None: ...
 
@@ -77,7 +77,6 @@ class SpoolTraffic:
         ledger: Ledger,
         intake: Intake,
         state: RunState,
-        delivery: Sending,
         finish: Callable[[list[Entry]], tuple[list[dict[str, Any]], list[float], Any]],
     ) -> None:
         self.spool = spool
@@ -85,7 +84,6 @@ class SpoolTraffic:
         self.ledger = ledger
         self.intake = intake
         self.state = state
-        self.delivery = delivery
         #: Finished events for entries, without the roll-up: one event per entry.
         self.finish = finish
         self.orphans: list[SpoolFile] = []
@@ -129,7 +127,7 @@ class SpoolTraffic:
 
     # -- sending from disk --------------------------------------------------------------------
 
-    def work(self) -> None:
+    def work(self, delivery: Sending) -> None:
         """Look for files of ended processes now and then; send spooled events when due."""
         now = time.monotonic()
         if now >= self.next_scan:
@@ -140,19 +138,18 @@ class SpoolTraffic:
                 self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
         self._say_quarantined()
         for orphan in list(self.orphans):
-            if not self.send_file(orphan):
+            if not self.send_file(orphan, delivery):
                 return
             orphan.close()
             self.orphans.remove(orphan)
         own = self.spool.own_file
         due = own is not None and self.ledger.spooled and self.due_at(now) <= now
-        if due and own is not None and self.send_file(own):
+        if due and own is not None and self.send_file(own, delivery):
             with self.ledger.lock:
                 self.due = math.inf
 
-    def send_file(self, file: SpoolFile) -> bool:
+    def send_file(self, file: SpoolFile, delivery: Sending) -> bool:
         """Send a spool file's events, oldest first; ``False`` if the service failed."""
-        delivery = self.delivery
         oldest_allowed = time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS
         while file.count > 0 and not self.intake.finished:
             try:
@@ -208,12 +205,12 @@ class SpoolTraffic:
 
     def spill_events(
         self, events: list[dict[str, Any]], created: list[float], weights: list[int] | None
-    ) -> bool:
-        """Move finished in-flight events from memory to this process's spool file; what the
-        disk has no room for is delivered from memory, like any batch. ``False``: the spool
-        can't be used now (nothing was done)."""
+    ) -> deque[Part] | None:
+        """Move finished in-flight events from memory to this process's spool file. ``None``:
+        the spool can't be used now (nothing was done). Else what the disk had no room for
+        (empty when all was written): still in flight, for the caller to send from memory."""
         if not self.accepting():
-            return False
+            return None
         fitted = [fit(event) for event in events]
         part = Part(
             [pair[0] for pair in fitted],
@@ -222,17 +219,20 @@ class SpoolTraffic:
             weights=weights,
         )
         parts = deque([part])
-        if not self.spill_parts(parts) and parts:  # the disk is full (or failing)
-            self.delivery.send_parts(parts)
-        return True
+        self.spill_parts(parts)  # what a full (or failing) disk did not take stays in parts
+        return parts
 
-    def spill_entries(self, entries: list[Entry]) -> bool:
-        """Finish in-flight entries and write them to the spool; if it can't take them, they
-        go back to the front of the buffer (the roll-up is left out: one event per entry) and
-        ``False`` is returned."""
+    def spill_entries(self, entries: list[Entry]) -> deque[Part] | None:
+        """Finish in-flight entries and write them to the spool (the roll-up is left out: one
+        event per entry); what the disk had no room for is returned, as by
+        :meth:`spill_events`. ``None``: the spool can't take them now, and they went back to
+        the front of the buffer."""
         events, created, _ = self.finish(entries)
-        if not events or self.spill_events(events, created, None):
-            return True
+        if not events:
+            return deque()
+        left = self.spill_events(events, created, None)
+        if left is not None:
+            return left
         now = time.monotonic()
         ready = [
             Entry(self.settings, event, 0, None, None, None, when, now, is_error=is_error(event))
@@ -242,7 +242,7 @@ class SpoolTraffic:
             entry.size = entry_size(entry)
         with self.ledger.lock:
             self.intake.give_back(ready)
-        return False
+        return None
 
     def spill_parts(self, parts: deque[Part]) -> bool:
         """Write in-memory parts to the spool; they stop being in flight and become spooled.

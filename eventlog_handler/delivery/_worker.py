@@ -120,7 +120,7 @@ class Worker:
             while not self.state.over(time.monotonic()):
                 self.server_settings.refresh(self._fetch_settings)
                 if self.spooling is not None:
-                    self.spooling.work()
+                    self.spooling.work(self.delivery)
                 batch = self._next()
                 if batch is None:
                     return
@@ -217,10 +217,10 @@ class Worker:
         if not events:
             return
         spooling = self.spooling
-        if (
-            spooling is not None
-            and spooling.should_spill()
-            and spooling.spill_events(events, created, weights)
-        ):
-            return
+        if spooling is not None and spooling.should_spill():
+            left = spooling.spill_events(events, created, weights)
+            if left is not None:  # on disk, but for what a full disk had no room for
+                if left:
+                    self.delivery.send_parts(left)
+                return
         self.delivery.send_events(events, created, weights)

@@ -106,7 +106,7 @@ def test_events_being_written_to_disk_count_against_the_memory_budget(tmp_path: 
     write = spooling.spill_entries
     seen: list[tuple[int, int]] = []  # (bytes counted in flight, bytes of the entries written)
 
-    def watched(entries: list[Any]) -> bool:
+    def watched(entries: list[Any]) -> Any:
         seen.append((engine.ledger.in_flight_bytes, sum(entry.size for entry in entries)))
         return write(entries)
 
