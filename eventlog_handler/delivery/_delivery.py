@@ -138,6 +138,7 @@ class Delivery:
                         self._failing(error)
                     with self.ledger.lock:
                         self.ledger.retries += 1
+                        self._to_disk_if_closing()
                     attempt += 1
                     self.intake.retrying = True
                     spooling = self.spooling
@@ -189,6 +190,18 @@ class Delivery:
             with ledger.lock:
                 ledger.posting = 0
                 intake.posting_since = None
+
+    def _to_disk_if_closing(self) -> None:
+        """The exit flush began before the service failed, and there is a spool: no more
+        tries, the exit's deadline is now and what is left goes to disk (the rule the exit
+        applies when it begins during a failure). Else the exit would retry until its deadline
+        (``shutdown_timeout``) for nothing. The lock is held."""
+        state = self.state
+        if state.closing and self.spooling is not None:
+            now = time.monotonic()
+            if state.deadline is None or state.deadline > now:
+                state.deadline = now
+                self.ledger.changed.notify_all()
 
     def settle_part(self, part: Part, reason: str | None) -> None:
         """Record the outcome of a part: in flight from memory, or rows of a spool file."""

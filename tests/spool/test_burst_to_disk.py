@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.support.constants import REPO
@@ -129,3 +130,33 @@ def test_the_exit_waits_for_a_write_to_a_slow_disk_instead_of_dropping_it(
     assert books["dropped"]["shutdown"] == 0, (books, said)
     assert books["spooled"] == count, (books, said)
     assert f"{count} event(s) kept in the spool" in said
+
+
+#: A program that logs a few lines and ends at once, before its first request has failed.
+QUICK_EXIT = (
+    AFTER_EXIT
+    + """
+import logging, sys
+import eventlog_handler
+logging.getLogger().addHandler(logging.NullHandler())
+handle = eventlog_handler.setup(spool_path=sys.argv[1], shutdown_timeout=30)
+log = logging.getLogger("quick")
+for i in range(int(sys.argv[2])):
+    log.warning("line %d", i)
+"""
+)
+
+
+def test_an_exit_that_begins_before_the_service_fails_goes_to_disk_without_waiting(
+    tmp_path: Path,
+) -> None:
+    """The exit began while the service's failure was not known yet. When the first request
+    fails, what is left goes to disk and the program ends: it does not retry a service that
+    is down until ``shutdown_timeout`` (30 s here; it did, and each retry failed)."""
+    count = 300
+    started = time.monotonic()
+    books, said = burst_at_a_dead_service(QUICK_EXIT, tmp_path / "spool", count)
+    took = time.monotonic() - started
+    assert books["spooled"] == count, (books, said)
+    assert f"{count} event(s) kept in the spool" in said
+    assert took < 15, f"the program took {took:.1f} s to end (shutdown_timeout=30)"
