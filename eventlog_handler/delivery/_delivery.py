@@ -138,7 +138,10 @@ class Delivery:
                         self._failing(error)
                     with self.ledger.lock:
                         self.ledger.retries += 1
-                        self._to_disk_if_closing()
+                        if self.state.closing and (
+                            decision.action is Action.REFUSED or self.spooling is not None
+                        ):
+                            self._end_exit_sending()
                     attempt += 1
                     self.intake.retrying = True
                     spooling = self.spooling
@@ -191,17 +194,17 @@ class Delivery:
                 ledger.posting = 0
                 intake.posting_since = None
 
-    def _to_disk_if_closing(self) -> None:
-        """The exit flush began before the service failed, and there is a spool: no more
-        tries, the exit's deadline is now and what is left goes to disk (the rule the exit
-        applies when it begins during a failure). Else the exit would retry until its deadline
-        (``shutdown_timeout``) for nothing. The lock is held."""
+    def _end_exit_sending(self) -> None:
+        """A request failed during the exit flush, and retrying within the exit's deadline
+        can't help: the service refused the key or the URL (a configuration error no retry
+        mends), or there is a spool (what is left goes to disk: the rule the exit applies when
+        it begins during a failure). The exit's deadline becomes now, so the program ends at
+        once instead of retrying until ``shutdown_timeout``. The lock is held."""
         state = self.state
-        if state.closing and self.spooling is not None:
-            now = time.monotonic()
-            if state.deadline is None or state.deadline > now:
-                state.deadline = now
-                self.ledger.changed.notify_all()
+        now = time.monotonic()
+        if state.deadline is None or state.deadline > now:
+            state.deadline = now
+            self.ledger.changed.notify_all()
 
     def settle_part(self, part: Part, reason: str | None) -> None:
         """Record the outcome of a part: in flight from memory, or rows of a spool file."""
@@ -333,11 +336,15 @@ class Delivery:
         else:
             what = f"refused the events ({status})"
         detail = self.redact(safe_str(error))
-        retry = self.policy.refused_delay
-        say(
-            f"eventlog_handler: {url} {what}: {detail}. Events are kept "
-            f"(up to {settings.queue_size}) and retried every {retry:g} s or more; {check}."
-        )
+        if self.state.closing:  # the exit's own line says what could not be sent
+            fate = "C" + check[1:]
+        else:
+            retry = self.policy.refused_delay
+            fate = (
+                f"Events are kept (up to {settings.queue_size}) and retried every {retry:g} s "
+                f"or more; {check}"
+            )
+        say(f"eventlog_handler: {url} {what}: {detail}. {fate}.")
 
     def _failing(self, error: errors.EventLogError) -> None:
         now = time.monotonic()

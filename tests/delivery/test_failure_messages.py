@@ -4,7 +4,10 @@ its own process against a loopback server that answers wrongly, observed on its 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+
+import pytest
 
 from tests.support.faultserver import FaultServer, Reply
 from tests.support.processes import run_program
@@ -69,3 +72,35 @@ def test_events_whose_connection_was_reset_after_sending_are_of_unknown_outcome(
     assert any(seen.status == "reset" for seen in server.requests)
     assert "5 event(s) were on their way" in stderr, stderr
     assert "could not be sent" not in stderr, stderr
+
+
+#: A script that logs a few lines and ends, with a long exit deadline.
+QUICK_SCRIPT = """
+import logging
+import eventlog_handler
+eventlog_handler.setup(shutdown_timeout=30)
+log = logging.getLogger("app")
+for i in range(5):
+    log.warning("event %d", i)
+"""
+
+
+@pytest.mark.parametrize("status", [401, 404])
+def test_a_refused_key_or_url_does_not_hold_the_exit(
+    server: FaultServer, tmp_path: Path, status: int
+) -> None:
+    """A script run with a wrong key (or URL) ends at once: no retry within the exit's
+    deadline can be accepted (it retried until ``shutdown_timeout``, 30 s here). Stderr names
+    the cause and counts what was not sent, without promising a retry the ended process
+    won't make."""
+    server.default = status
+    started = time.monotonic()
+    code, stderr, _ = run_program(QUICK_SCRIPT, server.url, tmp_path)
+    took = time.monotonic() - started
+    assert code == 0, stderr
+    said = [line for line in stderr.splitlines() if line.startswith("eventlog_handler")]
+    assert len(said) == 2, said
+    assert f"({status})" in said[0] or f"answered {status}" in said[0], said
+    assert "retried" not in said[0], said
+    assert "5 event(s) could not be sent" in said[1], said
+    assert took < 15, f"the script took {took:.1f} s to end (shutdown_timeout=30)"
