@@ -18,6 +18,11 @@ uses and nothing else, and none reaches the others through the engine:
 :mod:`._state`             flushing, closing and the exit deadline, shared by the parts
 =========================  =====================================================================
 
+The parts are built bottom up, each after what it uses: the spool traffic before the delivery,
+which holds it (it spills during an outage); where the spool traffic sends from disk, the worker
+hands it the delivery for that call. The intake alone is given two callables after the worker
+and the spool exist (start the worker; whether the disk takes events now).
+
 The path of an event: ``EventLogHandler.emit`` →
 :func:`~eventlog_handler.capture._records.capture_record` → :meth:`Engine.submit` →
 :meth:`Intake.put <._intake.Intake.put>` (the buffer) → the worker (a batch is due) →
