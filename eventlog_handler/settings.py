@@ -289,7 +289,14 @@ def url_password(url: str) -> str | None:
 
 
 def shown_url(url: str) -> str:
-    """``url`` as it may be printed: a password in it masked (``https://ci:[excluded]@host``)."""
+    """``url`` as it may be printed: a password in it masked (``https://ci:[excluded]@host``),
+    and the values of a query and a fragment (``?api_key=[excluded]``), which a URL copied from
+    a browser or another tool may carry."""
+    head, mark, query = url.partition("?")
+    if not mark:
+        head, mark, query = url.partition("#")
+    if mark:
+        url = head + mark + _masked_query(query)
     password = url_password(url)
     if not password:
         return url
@@ -297,6 +304,16 @@ def shown_url(url: str) -> str:
     userinfo, at, rest = tail.rpartition("@")
     user = userinfo.partition(":")[0]
     return f"{head}{sep}{user}:{MASK}{at}{rest}" if at else url.replace(password, MASK)
+
+
+def _masked_query(text: str) -> str:
+    """A query (and fragment) with every value masked, the names kept."""
+    query, hash_mark, fragment = text.partition("#")
+    pairs = []
+    for pair in query.split("&") if query else []:
+        key, equals, _ = pair.partition("=")
+        pairs.append(f"{key}={MASK}" if equals else MASK)
+    return "&".join(pairs) + (f"{hash_mark}{MASK}" if hash_mark and fragment else hash_mark)
 
 
 def validate_server_url(name: str, value: Any) -> str:
@@ -431,10 +448,10 @@ def _path(name: str, value: Any) -> str:
     text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
     if not text or not str(text).strip():
         raise ValueError(f"eventlog_handler: setting {name!r} must be a directory path")
-    path = os.path.abspath(os.path.expanduser(str(text)))
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"eventlog_handler: setting {name!r}: {path} is not a directory")
-    return path
+    # Whether the directory can be used (a file in its place, no permission, a read-only
+    # disk) is checked when the engine starts: said once on stderr, and the engine runs
+    # memory-only (the path often comes from the environment of a machine).
+    return os.path.abspath(os.path.expanduser(str(text)))
 
 
 def _version(name: str, value: Any) -> str:

@@ -61,6 +61,8 @@ class Spool:
         ``None`` when it can."""
         directory = self.directory
         try:
+            if directory.exists() and not directory.is_dir():
+                return "a file is in its place, not a directory"
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             if not directory.is_dir():
                 return "it is not a directory"

@@ -61,6 +61,24 @@ def test_a_password_in_the_server_url_is_never_printed(tmp_path: Path) -> None:
     assert "Pa55-w0rd-secret" not in json.dumps(stats_of(stdout))
 
 
+@pytest.mark.parametrize(
+    "url_tail", ["/?api_key=Qu3ry-s3cret-value", "/?token=Qu3ry-s3cret-value#Qu3ry-s3cret-value"]
+)
+def test_a_secret_in_the_server_urls_query_is_never_printed(tmp_path: Path, url_tail: str) -> None:
+    """A URL copied with its key in the query (as some tools take it) is refused, naming the
+    variable, with the query's values masked; the program runs on."""
+    with FaultServer() as down:
+        url = down.url + url_tail
+    status, stderr, stdout = run_program(PROGRAM, url, tmp_path)
+    assert status == 0, stderr
+    said = [line for line in stderr.splitlines() if line.startswith("eventlog_handler")]
+    assert len(said) == 1, said
+    assert "EVENTLOG_SERVER_URL" in said[0] and "query" in said[0], said
+    assert "[excluded]" in said[0], said
+    assert "Qu3ry-s3cret-value" not in stderr
+    assert "Qu3ry-s3cret-value" not in json.dumps(stats_of(stdout))
+
+
 def test_events_whose_connection_was_reset_after_sending_are_of_unknown_outcome(
     server: FaultServer, tmp_path: Path
 ) -> None:

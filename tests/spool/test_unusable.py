@@ -58,3 +58,27 @@ def test_a_spool_directory_open_to_others_is_tightened(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(spool.stat().st_mode) == 0o700
     assert "kept in the spool" in done.stderr
+
+
+def test_a_spool_path_from_the_environment_that_is_a_file_is_said_once(tmp_path: Path) -> None:
+    """``EVENTLOG_SPOOL_PATH`` names a file: the program runs on, memory-only, and says so
+    once (it ended with a ValueError from ``setup()``)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with FaultServer() as down:
+        url = down.url
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM.replace("spool_path=sys.argv[1], ", ""), "unused"],
+        env=child_env(url, EVENTLOG_SPOOL_PATH=str(blocker)),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "spool directory" in line]
+    assert len(lines) == 1, done.stderr
+    assert str(blocker) in lines[0] and "not a directory" in lines[0], lines
+    assert "memory only" in lines[0]
+    assert done.stdout.strip() == "0"
+    assert "100 event(s) could not be sent" in done.stderr
