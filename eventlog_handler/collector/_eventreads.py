@@ -68,7 +68,16 @@ class EventReads(StoreBase):
         if query.levels:
             any_of("level", [level.lower() for level in query.levels])
         if query.sources:
-            any_of("source", query.sources)
+            exact = [source for source in query.sources if not source.endswith("*")]
+            prefixes = [source.rstrip("*") for source in query.sources if source.endswith("*")]
+            either: list[str] = []
+            if exact:
+                either.append(f"e.source IN ({','.join('?' * len(exact))})")
+                params.extend(exact)
+            for prefix in prefixes:  # source:shop.* (a range, so the index serves it)
+                either.append("(e.source >= ? AND e.source < ?)")
+                params.extend((prefix, prefix + "\U0010ffff"))
+            clauses.append("(" + " OR ".join(either) + ")")
         if query.reference_ids:
             any_of("reference_id", query.reference_ids)
             clauses.append("e.reference_id <> ''")  # the index holds only these

@@ -7,7 +7,7 @@ The filter language is a small subset of the service's: whitespace-separated ter
 ``type:error``     the event type (exact)
 ``level:error``    ``data["@level"]`` (case-insensitive)
 ``project:ID``     the project id
-``source:NAME``    the source / logger name (exact)
+``source:NAME``    the source / logger name (exact; ``source:shop.*`` for a prefix)
 ``reference:ID``   the ``reference_id`` (also ``reference_id:ID``)
 ``tag:NAME``       events carrying that tag
 ``stack:ID``       the events of one stack
@@ -46,7 +46,7 @@ _FIELDS = {
 FILTER_HELP = (
     ("type:error", "events of a type (error, log, usage, ...)"),
     ("level:warn", "log events of a level (trace, debug, info, warn, error, fatal)"),
-    ("source:app.db", "events from one source (the logger name), exactly"),
+    ("source:app.db", "events from one source (the logger name); source:app.* by prefix"),
     ("tag:checkout", "events carrying a tag"),
     ("user:u-42", "events of one user (the @user identity)"),
     ("reference:ID", "the event with that reference id"),

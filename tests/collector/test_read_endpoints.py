@@ -81,6 +81,11 @@ def test_pagination_follows_link_headers_across_pages(client: Client, collector:
         ("level:Info", {1, 2, 4, 5}),
         ("type:error type:log", set(range(7))),
         ("source:app.db", {1, 3, 5}),
+        ("source:app.*", set(range(7))),  # a prefix, as the service's wildcard
+        ("source:app.w*", {0, 2, 4, 6}),
+        ("source:app.db source:app.w*", set(range(7))),
+        ("source:app", set()),  # exact without the star
+        ("source:db*", set()),
         ("tag:even", {0, 2, 4, 6}),
         ("reference:seed-ref-0004", {4}),
         ('"event 05"', {5}),
