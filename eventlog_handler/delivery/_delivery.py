@@ -28,8 +28,8 @@ from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS, Action, RetryPolicy
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
-from eventlog_handler.delivery._stderr import redact, say
-from eventlog_handler.settings import DEFAULT_SERVER_URL, Settings, mask_secret
+from eventlog_handler.delivery._stderr import redact, say, shown_server
+from eventlog_handler.settings import Settings, mask_secret
 from eventlog_handler.wire._events import MAX_AGE_SECONDS
 from eventlog_handler.wire._jsonsafe import safe_str
 
@@ -374,15 +374,9 @@ class Delivery:
         ledger = self.ledger
         with ledger.lock:
             waiting = len(self.intake.buffer) + ledger.in_flight + ledger.spooled
-        hint = ""
-        if settings.server_url == DEFAULT_SERVER_URL:
-            hint = (
-                " (the default: the local collector; set EVENTLOG_SERVER_URL or server_url "
-                "to send elsewhere)"
-            )
         kept = "kept on disk and in memory" if self.spooling else "kept in memory"
         say(
-            f"eventlog_handler: cannot deliver events to {settings.shown_url}{hint} for "
+            f"eventlog_handler: cannot deliver events to {shown_server(settings)} for "
             f"{now - since:.0f} s: {ledger.last_error}. {waiting} event(s) waiting, {kept} "
             f"(up to {settings.queue_size} in memory); retrying."
         )

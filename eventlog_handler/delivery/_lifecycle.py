@@ -34,7 +34,7 @@ from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._sessions import Sessions
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
-from eventlog_handler.delivery._stderr import say
+from eventlog_handler.delivery._stderr import say, shown_server
 from eventlog_handler.delivery._worker import SENDER_THREADS, Worker
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._jsonsafe import safe_str
@@ -196,7 +196,8 @@ class Lifecycle:
         if unsent:
             detail = f" (last error: {last_error})" if last_error else ""
             say(
-                f"eventlog_handler: {unsent} event(s) could not be sent to {server} "
+                f"eventlog_handler: {unsent} event(s) could not be sent to "
+                f"{shown_server(self.settings)} "
                 f"before exit{detail}"
             )
         if on_wire:

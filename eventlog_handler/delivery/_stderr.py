@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from eventlog_handler.settings import Settings, mask_secret
+from eventlog_handler.settings import DEFAULT_SERVER_URL, Settings, mask_secret
 
 
 def say(message: str) -> None:
@@ -25,6 +25,17 @@ def redact(text: str, *secrets: str | None) -> str:
         if secret:
             text = text.replace(secret, mask_secret(secret))
     return text
+
+
+def shown_server(settings: Settings) -> str:
+    """The server as a line names it; the default one said to be the default (a deploy that
+    forgot ``EVENTLOG_SERVER_URL`` is noticed)."""
+    if settings.server_url != DEFAULT_SERVER_URL:
+        return settings.shown_url
+    return (
+        f"{settings.shown_url} (the default: the local collector; set EVENTLOG_SERVER_URL or "
+        f"server_url to send elsewhere)"
+    )
 
 
 _SAID: set[str] = set()

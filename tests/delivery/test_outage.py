@@ -105,3 +105,22 @@ def test_the_default_server_is_named_as_such(monkeypatch: pytest.MonkeyPatch) ->
     engine.shutdown(0.1)
     assert lines, "nothing was said about the outage"
     assert "EVENTLOG_SERVER_URL" in lines[0] and DEFAULT_SERVER_URL in lines[0]
+
+
+def test_the_exit_line_names_the_default_server_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A short script never reaches the outage notice: its exit line carries the hint.
+    port = free_port()
+    settings = Settings.from_options({"api_key": API_KEY}, environ={})
+    assert settings.server_url == DEFAULT_SERVER_URL
+
+    def client(settings: Settings, timeout: float | None) -> transport.Client:
+        return transport.Client(f"http://127.0.0.1:{port}", API_KEY, timeout=2)
+
+    lines: list[str] = []
+    monkeypatch.setattr("eventlog_handler.delivery._lifecycle.say", lines.append)
+    engine = transport.Engine(settings, client_factory=client)
+    engine.enqueue({"type": "log", "message": "x", "reference_id": "abcdef0123456789-2"})
+    assert engine.shutdown(0.3) == 1
+    [line] = [line for line in lines if "could not be sent" in line]
+    assert "the default" in line and "EVENTLOG_SERVER_URL" in line, line
+    assert DEFAULT_SERVER_URL in line, line
