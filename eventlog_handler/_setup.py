@@ -55,8 +55,14 @@ class EventLogSetup:
         self.quieted: list[str] = []
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else "active"
-        return f"<EventLogSetup {self.handler.settings.shown_url} {state}>"
+        settings = self.handler.settings
+        if self.closed:
+            state = "closed"
+        elif settings.problem is not None:
+            state = "unconfigured: nothing is sent"  # the problem was said on stderr
+        else:
+            state = "active"
+        return f"<EventLogSetup {settings.shown_url} {state}>"
 
     @property
     def engine(self) -> Engine:

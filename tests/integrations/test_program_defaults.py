@@ -105,6 +105,7 @@ def test_no_api_key_runs_on_and_says_so_once(tmp_path: Path) -> None:
         for i in range(10):
             log.warning("event %d", i)
         assert handle.stats()["dropped"]["unconfigured"] == 10, handle.stats()
+        assert "unconfigured" in repr(handle) and "active" not in repr(handle), repr(handle)
         """,
         env,
         tmp_path,
