@@ -133,3 +133,28 @@ def test_quick_run_reports_every_case(tmp_path: Path) -> None:
     # eventlog-handler itself is always installed: it must have every figure.
     for case, variant in FIGURES:
         assert "na" not in results[(case, "eventlog", variant)], (case, variant)
+
+
+def test_the_caller_tail_tool_reports_both_peers() -> None:
+    """``benchmarks/caller_tail.py`` runs; figures are checked for presence, not value."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "caller_tail.py"),
+            "--rounds",
+            "1",
+            "--calls",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == {"stdlib", "eventlog"}, done.stdout
+    for cells in rows.values():
+        numbers = [float(cell) for cell in cells[1:] if cell not in ("us", "%")]
+        assert len(numbers) == 5 and all(_is_number(value) for value in numbers), cells
