@@ -138,14 +138,19 @@ class Delivery:
                         self._failing(error)
                     with self.ledger.lock:
                         self.ledger.retries += 1
-                        if self.state.closing and (
-                            decision.action is Action.REFUSED or self.spooling is not None
-                        ):
-                            self._end_exit_sending()
                     attempt += 1
                     self.intake.retrying = True
                     spooling = self.spooling
-                    if spooling is not None and part.origin is None and spooling.spill_parts(parts):
+                    spilled = (
+                        spooling is not None and part.origin is None and spooling.spill_parts(parts)
+                    )
+                    with self.ledger.lock:
+                        if self.state.closing and (
+                            decision.action is Action.REFUSED
+                            or (spooling is not None and spooling.accepting())
+                        ):
+                            self._end_exit_sending()
+                    if spilled:
                         self.pause(decision.delay)
                         return False
                     if not self.pause(decision.delay):
@@ -197,9 +202,11 @@ class Delivery:
     def _end_exit_sending(self) -> None:
         """A request failed during the exit flush, and retrying within the exit's deadline
         can't help: the service refused the key or the URL (a configuration error no retry
-        mends), or there is a spool (what is left goes to disk: the rule the exit applies when
-        it begins during a failure). The exit's deadline becomes now, so the program ends at
-        once instead of retrying until ``shutdown_timeout``. The lock is held."""
+        mends), or the spool takes events now (what is left goes to disk: the rule the exit
+        applies when it begins during a failure; a full or failing disk does not end it, and
+        the events are retried from memory until the deadline). The exit's deadline becomes
+        now, so the program ends at once instead of retrying until ``shutdown_timeout``. The
+        lock is held."""
         state = self.state
         now = time.monotonic()
         if state.deadline is None or state.deadline > now:

@@ -207,7 +207,10 @@ class Lifecycle:
             )
 
     def keep_on_disk(self) -> int:
-        """Write what is still pending in memory to the spool; return how many are on disk."""
+        """Write what is still pending in memory to the spool; return how many are on disk.
+
+        What the disk has no room for stays in flight and is counted at exit (the deadline has
+        passed, or the service is failing: no more tries)."""
         spooling = self.spooling
         if spooling is None:
             return 0
@@ -218,10 +221,13 @@ class Lifecycle:
             current = list(self.delivery.current)
             if ledger.posting and current:
                 current = current[1:]  # on the wire: its outcome is the service's to tell
+            worker_gone = self.worker.thread is None
         if entries:
-            left = spooling.spill_entries(entries)
-            if left:  # what a full disk had no room for: one try from memory
-                self.delivery.send_parts(left)
+            spooling.spill_entries(entries)
+        if worker_gone and self.rollup.held:  # the worker's own state, now that it has ended
+            events, created, counts = self.pipeline.pending_rollups(True)
+            if events:
+                spooling.spill_events(events, created, counts)
         waiting: deque[Part] = deque(part for part in current if part.origin is None)
         if waiting:
             spooling.spill_parts(waiting)
@@ -246,13 +252,18 @@ class Lifecycle:
                         break
                     ledger.in_flight += len(batch)
                     previous, state.deadline = state.deadline, deadline
+                ended = False
                 try:
                     events, created, weights = self.pipeline.run(batch, rollup=False)
                     self.delivery.send_events(events, created, weights, self.client(remaining))
                 finally:
                     with ledger.lock:
-                        state.deadline = previous
-                if ledger.in_flight:
+                        # The delivery ended the exit's sending early (a refusal, a failure
+                        # with a spool): that stands; what is left goes to disk or is counted.
+                        ended = state.deadline is not None and state.deadline < deadline
+                        if not ended:
+                            state.deadline = previous
+                if ended or ledger.in_flight:
                     break
             remaining = deadline - time.monotonic()
             if self.errands.queue and remaining > 0.05:

@@ -1,0 +1,115 @@
+"""When the exit flush stops retrying a failing service early, and what becomes of the events.
+
+A failure during the exit ends its sending at once only where retrying can't help: the service
+refused the key or URL, or the spool takes what is left. A spool whose disk is full does not end
+it (the events are retried from memory until the deadline, as without a spool), and whatever
+ends it, nothing is lost uncounted: the events are on disk, delivered, or counted at exit.
+The service is a stand-in client (its answers scripted), the spool a real directory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventlog_handler.api import _errors as errors
+from eventlog_handler.api._answers import SubmitResult
+from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.settings import Settings
+from tests.support.accounting import accounted
+from tests.support.constants import API_KEY
+
+
+@pytest.fixture(autouse=True)
+def fresh_engines() -> Iterator[None]:
+    transport._forget_engines_for_tests()
+    yield
+    transport._forget_engines_for_tests()
+
+
+class ScriptedService:
+    """Answers posts from a script: an exception to raise, or ``None`` for 202."""
+
+    def __init__(self, *answers: Exception | None, latency: float = 0.0) -> None:
+        self.answers = list(answers)
+        self.latency = latency
+        self.posts: list[int] = []
+
+    def post_payload(self, payload: bytes, gzipped: bool, count: int = 1) -> SubmitResult:
+        self.posts.append(count)
+        time.sleep(self.latency)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if answer is not None:
+            raise answer
+        return SubmitResult(202, count, len(payload))
+
+    def get_config(self, version: int | None = None) -> None:
+        return None
+
+
+def engine_for(service: ScriptedService, spool: Path, **options: Any) -> transport.Engine:
+    settings = Settings.from_options(
+        {"api_key": API_KEY, "server_url": "http://127.0.0.1:9", "spool_path": str(spool)}
+        | options,
+        environ={},
+    )
+    return transport.Engine(settings, client_factory=lambda settings, timeout: service)
+
+
+def log(engine: transport.Engine, message: str, index: int) -> None:
+    engine.enqueue({"type": "log", "message": message, "reference_id": f"abcdef0123456789-{index}"})
+
+
+def test_a_failure_at_exit_with_a_full_disk_is_retried_from_memory(tmp_path: Path) -> None:
+    """The disk was just found full: the spool takes nothing, so one 503 at exit does not end
+    the sending; the retry delivers (a spool that can't be written is no worse than none)."""
+    service = ScriptedService(errors.ServiceUnavailableError(503), None)
+    engine = engine_for(service, tmp_path / "spool")
+    assert engine.spooling is not None
+    engine.spooling._full_until = time.monotonic() + 3600  # found full a moment ago
+    for index in range(5):
+        log(engine, f"event {index}", index)
+    assert engine.shutdown(10) == 0
+    stats = engine.stats()
+    assert stats["delivered"] == 5 and stats["dropped_total"] == 0, stats
+    assert len(service.posts) == 2
+
+
+def test_a_failure_at_exit_keeps_the_held_roll_ups_on_disk(tmp_path: Path) -> None:
+    """Identical events held by the roll-up when a failure at exit ends the sending go to disk
+    with the rest, their counts with them, rather than being counted as lost."""
+    service = ScriptedService(None, errors.ServiceUnavailableError(503), None)
+    engine = engine_for(service, tmp_path / "spool", flush_interval=0.05)
+    for index in range(5):
+        log(engine, "the same line", index)
+    deadline = time.monotonic() + 10
+    while engine.stats()["delivered"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert engine.stats()["delivered"] == 1  # the first went; the others are held
+    for index in range(3):
+        log(engine, f"other {index}", 10 + index)
+    assert engine.shutdown(10) == 0
+    stats = engine.stats()
+    assert stats["dropped_total"] == 0, stats
+    assert stats["delivered"] + stats["spooled"] == 8 == accounted(stats), stats
+
+
+def test_the_exiting_thread_stops_at_a_refusal_and_spools_the_rest(tmp_path: Path) -> None:
+    """The worker can't run at exit (the interpreter is going down), so the exiting thread
+    sends; a refusal ends that too: one request, the rest on disk, not one request per batch."""
+    service = ScriptedService(errors.AuthenticationError(401), latency=0.2)
+    engine = engine_for(service, tmp_path / "spool", batch_size=10)
+    engine.close(1.0)  # the worker stopped...
+    engine.worker.start = lambda: False  # type: ignore[method-assign]  # ...and can't start
+    for index in range(100):
+        log(engine, f"event {index}", index)
+    started = time.monotonic()
+    assert engine.shutdown(10) == 0
+    assert time.monotonic() - started < 5
+    stats = engine.stats()
+    assert len(service.posts) == 1
+    assert stats["spooled"] == 100 == accounted(stats), stats
