@@ -208,8 +208,12 @@ class Settings:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """What must never be printed: the API key and a password in the server URL."""
+        """What must never be printed: the API key, and a password in the server URL (or a
+        token in its place: a user without a password, ``https://TOKEN@host``)."""
         password = url_password(self.server_url)
+        if password is None:
+            token = url_user(self.server_url)
+            password = token if token and len(token) >= 8 else None
         return tuple(item for item in (self.api_key, password) if item)
 
     def __repr__(self) -> str:
@@ -288,6 +292,14 @@ def url_password(url: str) -> str | None:
         return None
 
 
+def url_user(url: str) -> str | None:
+    """The user in ``url``'s ``user[:password]@`` part, if any."""
+    try:
+        return urlsplit(url).username or None
+    except ValueError:
+        return None
+
+
 def shown_url(url: str) -> str:
     """``url`` as it may be printed: a password in it masked (``https://ci:[excluded]@host``),
     and the values of a query and a fragment (``?api_key=[excluded]``), which a URL copied from
@@ -299,7 +311,11 @@ def shown_url(url: str) -> str:
         url = head + mark + _masked_query(query)
     password = url_password(url)
     if not password:
-        return url
+        if url_user(url) is None:
+            return url
+        head, sep, tail = url.partition("://")
+        _, at, rest = tail.rpartition("@")
+        return f"{head}{sep}{MASK}{at}{rest}" if at else url  # a token as the user
     head, sep, tail = url.partition("://")
     userinfo, at, rest = tail.rpartition("@")
     user = userinfo.partition(":")[0]

@@ -61,6 +61,18 @@ def test_a_password_in_the_server_url_is_never_printed(tmp_path: Path) -> None:
     assert "Pa55-w0rd-secret" not in json.dumps(stats_of(stdout))
 
 
+def test_a_token_as_the_server_urls_user_is_never_printed(tmp_path: Path) -> None:
+    """``https://TOKEN@host`` (a DSN's form): the user is a secret, masked like a password."""
+    with FaultServer() as down:
+        host = down.url.removeprefix("http://")
+    status, stderr, stdout = run_program(PROGRAM, f"http://Us3r-t0ken-s3cret@{host}", tmp_path)
+    assert status == 0, stderr
+    assert "cannot deliver events to http://[excluded]@" in stderr
+    assert "could not be sent" in stderr
+    assert "Us3r-t0ken-s3cret" not in stderr
+    assert "Us3r-t0ken-s3cret" not in json.dumps(stats_of(stdout))
+
+
 @pytest.mark.parametrize(
     "url_tail", ["/?api_key=Qu3ry-s3cret-value", "/?token=Qu3ry-s3cret-value#Qu3ry-s3cret-value"]
 )
