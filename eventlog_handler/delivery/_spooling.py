@@ -262,7 +262,7 @@ class SpoolTraffic:
         total = sum(row[3] for row in rows)
         try:
             own = self.spool.own()
-            rows = self._bound(rows)  # what it drops is settled as spool_full
+            rows, dropped = self._bound(rows)  # dropped: incoming weight with no room
             written = own.append((row[0], row[1], row[2]) for row in rows)
         except (OSError, sqlite3.Error) as exc:
             self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
@@ -285,6 +285,7 @@ class SpoolTraffic:
         ledger = self.ledger
         with ledger.lock:
             ledger.in_flight = max(0, ledger.in_flight - (total - unwritten))
+            ledger.dropped["spool_full"] += dropped  # settled only now that the write is done
             ledger.spooled += stored
             delay = self.settings.error_delay if has_error else self.settings.flush_interval
             if stored:
@@ -315,11 +316,13 @@ class SpoolTraffic:
                 f"queue_full)."
             )
 
-    def _bound(self, rows: list[_Row]) -> list[_Row]:
+    def _bound(self, rows: list[_Row]) -> tuple[list[_Row], int]:
         """Make room for ``rows`` within ``spool_max_bytes`` for the whole directory, and drop
         rows past the 3-day window. Logs go first, the oldest first (those on disk, then the
-        incoming ones); errors only when there is no log left. Returns the rows to write; the
-        ones it drops are settled here (``spool_full``)."""
+        incoming ones); errors only when there is no log left. Returns the rows to write and
+        the weight of the incoming ones it left out, which the caller settles (``spool_full``)
+        once the write is done (if it fails, they are still in flight); rows it evicted from
+        the disk are settled here."""
         own = self.spool.own()
         limit = self.settings.spool_max_bytes
         dropped = 0
@@ -346,12 +349,12 @@ class SpoolTraffic:
                 rows = [row for row in rows if id(row) in kept]
         except (OSError, sqlite3.Error) as exc:
             self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
-            return rows
+            return rows, 0
         with self.ledger.lock:
             self.ledger.spooled = max(0, self.ledger.spooled - expired - sum(evicted))
             self.ledger.dropped["expired"] += expired
-            self.ledger.dropped["spool_full"] += sum(evicted) + dropped
-        return rows
+            self.ledger.dropped["spool_full"] += sum(evicted)
+        return rows, dropped
 
     def _bound_disk(self, own: SpoolFile) -> None:
         """After a write: if the files really take more than the bound, evict old logs in

@@ -113,3 +113,39 @@ def test_the_exiting_thread_stops_at_a_refusal_and_spools_the_rest(tmp_path: Pat
     stats = engine.stats()
     assert len(service.posts) == 1
     assert stats["spooled"] == 100 == accounted(stats), stats
+
+
+def test_a_failed_write_counts_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spool's bound leaves some incoming events out (no room), then the write itself
+    fails: those events are still in memory, so they are not also counted as dropped
+    (``spool_full``) — each event has one outcome."""
+    from eventlog_handler.delivery._spool_file import SpoolFile
+
+    service = ScriptedService(errors.ServiceUnavailableError(503))
+    engine = engine_for(service, tmp_path / "spool", spool_max_bytes=100_000, batch_size=100)
+    write = SpoolFile.append
+    failures = []
+
+    def failing_once(self: SpoolFile, rows: Any) -> int:
+        rows = list(rows)
+        if not failures:  # the first write: more than fits, so the bound left some out
+            failures.append(len(rows))
+            raise OSError(5, "Input/output error")
+        return write(self, rows)
+
+    monkeypatch.setattr(SpoolFile, "append", failing_once)
+    filler = "x" * 2_000
+    for index in range(300):  # ~600 KB of events for a 100 KB spool: the bound drops some
+        log(engine, f"event {index} {filler}", index)
+    deadline = time.monotonic() + 20
+    while not failures and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert failures, "the write never failed (the case is not exercised)"
+    assert engine.spooling is not None
+    engine.spooling._full_until = 0.0  # the backoff after a failed write is over
+    engine.shutdown(5.0)  # the service still fails: what is left goes to disk
+    stats = engine.stats()
+    assert stats["dropped"]["spool_full"] > 0, stats  # the bound did leave events out
+    assert stats["captured"] == 300 == accounted(stats), stats
