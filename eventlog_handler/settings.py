@@ -212,7 +212,7 @@ class Settings:
         token in its place: a user without a password, ``https://TOKEN@host``)."""
         password = url_password(self.server_url)
         if password is None:
-            token = url_user(self.server_url)
+            token = url_password(self.server_url, "username")
             password = token if token and len(token) >= 8 else None
         return tuple(item for item in (self.api_key, password) if item)
 
@@ -284,18 +284,10 @@ class Settings:
         return cls(**values)
 
 
-def url_password(url: str) -> str | None:
-    """The password in ``url``'s ``user:password@`` part, if any."""
+def url_password(url: str, part: str = "password") -> str | None:
+    """The password (or, with ``part="username"``, the user) in ``url``'s ``user:password@``."""
     try:
-        return urlsplit(url).password or None
-    except ValueError:
-        return None
-
-
-def url_user(url: str) -> str | None:
-    """The user in ``url``'s ``user[:password]@`` part, if any."""
-    try:
-        return urlsplit(url).username or None
+        return getattr(urlsplit(url), part) or None
     except ValueError:
         return None
 
@@ -311,7 +303,7 @@ def shown_url(url: str) -> str:
         url = head + mark + _masked_query(query)
     password = url_password(url)
     if not password:
-        if url_user(url) is None:
+        if url_password(url, "username") is None:
             return url
         head, sep, tail = url.partition("://")
         _, at, rest = tail.rpartition("@")

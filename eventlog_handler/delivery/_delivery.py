@@ -115,7 +115,9 @@ class Delivery:
         client = client or self.client(None)
         attempt = 0
         while parts:
-            if self.intake.finished:
+            if self.intake.finished or self.state.over(time.monotonic()):
+                # Past the exit's deadline the exiting thread writes the parts not yet posted
+                # to the spool (or counts them): posting one now would send it twice.
                 return False
             part = parts[0]
             payload, gzipped = compress(part.body())

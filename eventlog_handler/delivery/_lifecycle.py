@@ -134,11 +134,13 @@ class Lifecycle:
             with ledger.lock:
                 if intake.finished:
                     return 0
-                # The service is failing and there is a spool: no more tries, everything goes
+                # The service is failing and the spool takes events: no more tries, everything goes
                 # to disk now. The worker ends after the step it is in (a write to the spool,
                 # a batch being built), which the wait below lets it finish: only then is what
                 # it holds on disk or back where this thread finds it.
-                to_disk = self.spooling is not None and intake.retrying
+                to_disk = (
+                    self.spooling is not None and intake.retrying and self.spooling.accepting()
+                )
                 state.closing = True
                 state.deadline = time.monotonic() if to_disk else deadline
                 ledger.changed.notify_all()
@@ -266,7 +268,7 @@ class Lifecycle:
                 if ended or ledger.in_flight:
                     break
             remaining = deadline - time.monotonic()
-            if self.errands.queue and remaining > 0.05:
+            if self.errands.queue and remaining > 0.05 and not state.over(time.monotonic()):
                 self.errands.work(lambda: self.client(remaining), hurried=True)
         finally:
             SENDER_THREADS.discard(ident)

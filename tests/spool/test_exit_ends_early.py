@@ -149,3 +149,30 @@ def test_a_failed_write_counts_nothing_twice(
     stats = engine.stats()
     assert stats["dropped"]["spool_full"] > 0, stats  # the bound did leave events out
     assert stats["captured"] == 300 == accounted(stats), stats
+
+
+def test_a_post_under_way_at_the_deadline_is_not_followed_by_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exit's deadline passes while the worker posts the first of several parts; the
+    exiting thread writes the others to the spool. The worker, its post answered, must not
+    post them too (they would arrive twice: now and from the spool at the next start)."""
+    from eventlog_handler.delivery._spool_file import SpoolFile
+
+    service = ScriptedService(None, latency=1.0)  # healthy, slow
+    engine = engine_for(service, tmp_path / "spool", max_raw_batch_bytes=10_000, batch_size=100)
+    write = SpoolFile.append
+
+    def slow_disk(self: SpoolFile, rows: Any) -> int:
+        time.sleep(0.8)
+        return write(self, list(rows))
+
+    monkeypatch.setattr(SpoolFile, "append", slow_disk)
+    for index in range(20):  # 20 events of 2 KB: several parts of at most 10 KB
+        log(engine, f"event {index} " + "x" * 2_000, index)
+    time.sleep(0.2)  # the first part is on the wire
+    engine.shutdown(0.5)
+    time.sleep(2.0)  # the worker's post is answered meanwhile
+    stats = engine.stats()
+    assert stats["captured"] == 20 == accounted(stats), (stats, service.posts)
+    assert stats["delivered"] + stats["spooled"] <= 20, stats
