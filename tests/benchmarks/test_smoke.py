@@ -157,4 +157,4 @@ def test_the_caller_tail_tool_reports_both_peers() -> None:
     assert set(rows) == {"stdlib", "eventlog"}, done.stdout
     for cells in rows.values():
         numbers = [float(cell) for cell in cells[1:] if cell not in ("us", "%")]
-        assert len(numbers) == 5 and all(_is_number(value) for value in numbers), cells
+        assert len(numbers) == 6 and all(_is_number(value) for value in numbers), cells
