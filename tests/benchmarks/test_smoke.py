@@ -37,21 +37,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def test_quick_run_reports_every_case(tmp_path: Path) -> None:
-    figures = tmp_path / "figures.json"
-    report = tmp_path / "results.txt"
+def run_tool(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a benchmark script to its end; it must succeed."""
     done = subprocess.run(
-        [
-            sys.executable,
-            str(RUNNER),
-            "--quick",
-            "--jobs",
-            "4",
-            "--json",
-            str(figures),
-            "--output",
-            str(report),
-        ],
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -59,6 +48,15 @@ def test_quick_run_reports_every_case(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_quick_run_reports_every_case(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    report = tmp_path / "results.txt"
+    done = run_tool(
+        RUNNER, "--quick", "--jobs", "4", "--json", str(figures), "--output", str(report)
+    )
     table = done.stdout
     assert report.read_text() == table
 
@@ -137,22 +135,7 @@ def test_quick_run_reports_every_case(tmp_path: Path) -> None:
 
 def test_the_caller_tail_tool_reports_both_peers() -> None:
     """``benchmarks/caller_tail.py`` runs; figures are checked for presence, not value."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "caller_tail.py"),
-            "--rounds",
-            "1",
-            "--calls",
-            "300",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(REPO),
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_tool(REPO / "benchmarks" / "caller_tail.py", "--rounds", "1", "--calls", "300")
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[2:]}
     assert set(rows) == {"stdlib", "eventlog"}, done.stdout
     for cells in rows.values():

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,22 +83,24 @@ def test_an_outage_and_its_end_are_said_while_the_program_runs(tmp_path: Path) -
     assert lines[-1] == "MARK delivered 8", text
 
 
-def test_the_default_server_is_named_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A deploy that forgot EVENTLOG_SERVER_URL sends to the local collector's address: the
-    # line says so. (The client goes to a closed port; the settings keep the default URL.)
+def engine_at_the_default_server(**options: Any) -> transport.Engine:
+    """An engine whose settings keep the default URL, its client going to a closed port."""
     port = free_port()
-    settings = Settings.from_options(
-        {"api_key": API_KEY, "outage_notice": 0.2, "retry_initial": 0.05, "max_backoff": 0.1},
-        environ={},
-    )
+    settings = Settings.from_options({"api_key": API_KEY, **options}, environ={})
     assert settings.server_url == DEFAULT_SERVER_URL
 
     def client(settings: Settings, timeout: float | None) -> transport.Client:
         return transport.Client(f"http://127.0.0.1:{port}", API_KEY, timeout=2)
 
+    return transport.Engine(settings, client_factory=client)
+
+
+def test_the_default_server_is_named_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A deploy that forgot EVENTLOG_SERVER_URL sends to the local collector's address: the
+    # line says so.
     lines: list[str] = []
     monkeypatch.setattr("eventlog_handler.delivery._delivery.say", lines.append)
-    engine = transport.Engine(settings, client_factory=client)
+    engine = engine_at_the_default_server(outage_notice=0.2, retry_initial=0.05, max_backoff=0.1)
     engine.enqueue({"type": "log", "message": "x", "reference_id": "abcdef0123456789-1"})
     deadline = time.monotonic() + 10
     while not lines and time.monotonic() < deadline:
@@ -109,16 +112,9 @@ def test_the_default_server_is_named_as_such(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_exit_line_names_the_default_server_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
     # A short script never reaches the outage notice: its exit line carries the hint.
-    port = free_port()
-    settings = Settings.from_options({"api_key": API_KEY}, environ={})
-    assert settings.server_url == DEFAULT_SERVER_URL
-
-    def client(settings: Settings, timeout: float | None) -> transport.Client:
-        return transport.Client(f"http://127.0.0.1:{port}", API_KEY, timeout=2)
-
     lines: list[str] = []
     monkeypatch.setattr("eventlog_handler.delivery._lifecycle.say", lines.append)
-    engine = transport.Engine(settings, client_factory=client)
+    engine = engine_at_the_default_server()
     engine.enqueue({"type": "log", "message": "x", "reference_id": "abcdef0123456789-2"})
     assert engine.shutdown(0.3) == 1
     [line] = [line for line in lines if "could not be sent" in line]
