@@ -27,10 +27,11 @@ What a record becomes:
   its own (:mod:`eventlog_handler.wire._stacking`).
 
 Capture (:func:`capture_record`) runs on the thread that logs and copies only what could change
-after the call returns. For a log record whose arguments and ``extra=`` values are immutable
-scalars (strings, numbers, booleans, ``None``), that is nothing: the message is formatted and
-the data made JSON-safe on the delivery worker (:mod:`eventlog_handler.delivery._finish`). Errors are
-built at once, while their traceback exists.
+after the call returns. For a log record whose ``extra=`` values are immutable scalars
+(strings, numbers, booleans, ``None``), that is the formatted message and a shallow copy of the
+extras: they are sorted out and made JSON-safe on the delivery worker
+(:mod:`eventlog_handler.delivery._finish`). Errors are built at once, while their traceback
+exists.
 """
 
 from __future__ import annotations
@@ -295,10 +296,11 @@ def capture_record(
     """Snapshot ``record`` for the worker (see the module docstring). May raise only on a
     broken record; the handler catches that.
 
-    The common case, a log record whose template is a string and whose arguments and
-    ``extra=`` values are immutable scalars, costs a shallow copy of the extras: the message
-    is formatted and the extras sorted out on the worker (:func:`~eventlog_handler.delivery._finish.finish`).
-    Everything else is snapshotted here (:func:`capture_full`).
+    The common case, a log record whose template is a string and whose ``extra=`` values are
+    immutable scalars, costs formatting the message (as ``QueueHandler.prepare`` does) and a
+    shallow copy of the extras, which are sorted out on the worker
+    (:func:`~eventlog_handler.delivery._finish.built`). Everything else is snapshotted here
+    (:func:`capture_full`).
     """
     msg = record.msg
     levelno = record.levelno
@@ -310,15 +312,14 @@ def capture_record(
         or record.stack_info
     ):
         return capture_full(record, settings, formatter)
-    args: Any = record.args
+    args = record.args
     if args:
         if type(args) is not tuple:
             return capture_full(record, settings, formatter)
-        for arg in args:
-            if type(arg) not in _SCALARS:
-                return capture_full(record, settings, formatter)
-    else:
-        args = None
+        try:
+            msg = msg % args  # as record.getMessage(), for a str template
+        except Exception:
+            return capture_full(record, settings, formatter)  # said in data there
     attributes = record.__dict__
     data: dict[str, Any] | None = None
     if len(attributes) > _RECORD_ATTRIBUTE_COUNT:
@@ -334,7 +335,6 @@ def capture_record(
         levelno,
         record.name,
         msg,
-        args,
         record.created,
         time.monotonic(),
         data,
@@ -383,31 +383,14 @@ def capture_full(
             levelno,
             record.name,
             None,
-            None,
             record.created,
             time.monotonic(),
             is_error=True,
             exc=exc if settings.before_send is not None else None,
         )
-    args: Any = record.args
     message: Any = msg
-    if formatter is None and type(msg) is str and args:
-        deferrable = type(args) is tuple  # a mapping of arguments could change: format now
-        if deferrable:
-            for arg in args:
-                if type(arg) not in _SCALARS:
-                    deferrable = False
-                    break
-        if not deferrable:
-            message, failure = record_message(record)
-            args = None
-            if failure:
-                data = {**(data or {}), **failure}
-    elif formatter is None and type(msg) is str:
-        args = None
-    else:
+    if formatter is not None or type(msg) is not str or record.args:
         message, failure = record_message(record, formatter)
-        args = None
         if failure:
             data = {**(data or {}), **failure}
     if record.stack_info:
@@ -434,7 +417,6 @@ def capture_full(
         levelno,
         record.name,
         message,
-        args,
         record.created,
         time.monotonic(),
         data,
@@ -485,7 +467,6 @@ def _capture_structlog_record(
         event,
         record.levelno,
         record.name,
-        None,
         None,
         record.created,
         time.monotonic(),

@@ -266,7 +266,6 @@ class Engine:
                 0,
                 event.get("source"),
                 None,
-                None,
                 time.time() if created is None else created,
                 time.monotonic(),
                 is_error=is_error,

@@ -1,9 +1,8 @@
 """On the worker: an :class:`~eventlog_handler.delivery._buffer.Entry` becomes the wire form of its event.
 
-What the caller's thread left for later happens here: formatting a message whose arguments are
-immutable scalars, the date, the reference id, the level name, normalized tags, the user with
+What the caller's thread left for later happens here: the date, the reference id, the level name, normalized tags, the user with
 its data exclusions, and ``data`` made JSON-safe with the exclusions applied. The result is the
-same dict :func:`eventlog_handler.wire._events.log_event` builds; :func:`finish_batch` is the one
+same dict :func:`eventlog_handler.wire._events.log_event` builds; :func:`built` is the one
 builder of a log entry's event. How ``data`` is made safe is chosen per entry (:func:`flat_data`
 for the common case, a flat dict of plain values; :func:`general_data` for anything else), and
 what a batch shares is worked out once.
@@ -11,7 +10,7 @@ what a batch shares is worked out once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from eventlog_handler.delivery._buffer import JSON_READY, RAW, Entry
@@ -49,8 +48,13 @@ _LAST_USER: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
 
 def finish(entry: Entry) -> dict[str, Any]:
-    """The wire event of ``entry``: :func:`finish_batch` of one."""
-    return finish_batch((entry,))[0]
+    """The wire event of ``entry``: :func:`built` of one."""
+    return next(built((entry,)))[1]
+
+
+def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
+    """The wire events of ``entries`` (see :func:`built`)."""
+    return [event for _, event in built(entries)]
 
 
 def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -174,17 +178,19 @@ def flat_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str, An
     return data
 
 
-def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
-    """The wire events of ``entries``: the one builder of log events on the worker.
+def built(entries: Iterable[Entry]) -> Iterator[tuple[Entry, dict[str, Any]]]:
+    """Each of ``entries`` with its wire event: the one builder of log events on the worker.
 
     A ready event (an error, a structlog event, one from the spool) is completed
     (:func:`complete`). A log entry is built here: extras sorted out if they hold special keys
-    (``tags``, ``@user``, ``stack``, known keys), the message formatted, data made safe
+    (``tags``, ``@user``, ``stack``, known keys), data made safe
     (:func:`flat_data`, else :func:`general_data`), with what a batch shares worked out once:
     the formatted second of the date, the reference id's prefix and the level names.
+
+    A generator, so that an entry taken off its list as it is built
+    (:meth:`~eventlog_handler.delivery._pipeline.Pipeline.run`) is freed once its event is
+    done, not with the whole batch: the garbage collector counts what stays alive.
     """
-    events: list[dict[str, Any]] = []
-    append = events.append
     id_head, counter = new_reference_id.head, new_reference_id.counter
     second, date_head, date_tail = -1, "", ""
     special = _SPECIAL
@@ -200,7 +206,7 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
             own_tags, exclusions = settings.tags, settings.data_exclusions
             environment = settings.environment
         if entry.event is not None:
-            append(complete(entry.event, settings))
+            yield entry, complete(entry.event, settings)
             continue
         message = entry.message
         data = entry.data
@@ -214,15 +220,6 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
                 user = own_user
             if extra_tags:
                 tags = (*tags, *extra_tags)
-        if entry.args is not None:
-            try:
-                message = message % entry.args
-            except Exception as exc:
-                data = dict(data) if data else {}
-                data["@message_args"] = list(entry.args)
-                data["@format_error"] = f"{type(exc).__name__}: {safe_str(exc)}"
-                message = safe_str(message)
-                ready = RAW
         if own_tags:
             tags = (*own_tags, *tags)
         clean: dict[str, Any] | None = data or None
@@ -267,8 +264,7 @@ def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
         event["reference_id"] = id_head + hex(next(counter))[2:]
         if environment is not None:
             event = with_environment(event, environment)
-        append(event)
-    return events
+        yield entry, event
 
 
 #: Extras that make the builder sort a raw entry's extras out first.

@@ -2,7 +2,7 @@
 
 In order:
 
-1. :func:`~eventlog_handler.delivery._finish.finish` builds the wire event;
+1. :func:`~eventlog_handler.delivery._finish.built` builds the wire event;
 2. ``@version`` is added (``Settings.version``, ``EVENTLOG_VERSION`` or the version of the
    distribution that owns ``__main__``), and with sessions, ``@ref:session`` (the session open
    when the event was captured; a value the program set is kept); the marks given as data,
@@ -24,12 +24,12 @@ outcome.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from eventlog_handler.delivery._buffer import Entry
 from eventlog_handler.delivery._courtesy import Courtesy
-from eventlog_handler.delivery._finish import finish, finish_batch
+from eventlog_handler.delivery._finish import built
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._server_settings import ServerSettings
@@ -93,6 +93,12 @@ class Pipeline:
     def run(self, entries: list[Entry], rollup: bool = True) -> Batch:
         """The events to send for ``entries`` (taken, in flight), plus roll-ups now due.
 
+        ``entries`` ends empty: each entry is taken off the list as its event is built, and
+        freed once that event is done. Kept to the end of the batch, 500 entries and their
+        arguments stayed alive while as many events were made, and the garbage collector,
+        which runs after about 700 new objects that are still alive, ran on the logging
+        threads about twice as often as the caller's own objects make it.
+
         ``rollup=False`` (the exit path, on a thread that is not the worker) leaves the roll-up
         alone: every event is returned."""
         events: list[dict[str, Any]] = []
@@ -103,27 +109,14 @@ class Pipeline:
         roll = self.rollup if rollup else None
         now = time.monotonic()
         filtered = failed = held = 0
-        built: list[dict[str, Any] | None]
-        try:
-            built = list(finish_batch(entries))
-        except Exception as exc:  # a bug must not lose the batch: build them one by one
-            self.ledger.last_error = f"building events: {type(exc).__name__}: {safe_str(exc)}"
-            built = []
-            for entry in entries:
-                try:
-                    built.append(finish(entry))
-                except Exception:
-                    built.append(None)
         courtesy = Courtesy(lambda: self.ledger.captured)
         sessions = self.sessions
-        for entry, event in zip(entries, built, strict=True):
+        entries.reverse()  # taken from the end, in order
+        for entry, event in self._built(entries):
             courtesy()  # a long batch (errors cost more): logging threads don't wait for it
-            if event is None:
+            if entry is None or event is None:
                 failed += 1
                 continue
-            # A message formatted on this thread from scalars: the scrubber looks at its
-            # template and arguments (unless ``before_send`` puts another message in).
-            formatted = event.get("message") if entry.args is not None else None
             if version is not None:
                 data = event.get("data")
                 if data is None:
@@ -142,10 +135,7 @@ class Pipeline:
                     continue
                 event = changed
             try:
-                if formatted is not None and event.get("message") is formatted:
-                    event = scrub(event, entry.message, entry.args)
-                else:
-                    event = scrub(event)
+                event = scrub(event)
             except Exception as exc:  # pragma: no cover - the scrubber never raises
                 self.ledger.last_error = f"scrubbing: {type(exc).__name__}: {safe_str(exc)}"
             if (
@@ -173,6 +163,19 @@ class Pipeline:
             if failed:
                 self.ledger.settle(failed, "rejected")
         return events, created, weights
+
+    def _built(
+        self, entries: list[Entry]
+    ) -> Iterator[tuple[Entry, dict[str, Any]] | tuple[None, None]]:
+        """:func:`~eventlog_handler.delivery._finish.built` for the reversed ``entries``, each
+        popped as it is built; ``(None, None)`` for an entry whose building failed (a bug must
+        not lose the batch: the rest are built)."""
+        while entries:
+            try:
+                yield from built(_popped(entries))
+            except Exception as exc:
+                self.ledger.last_error = f"building events: {type(exc).__name__}: {safe_str(exc)}"
+                yield None, None
 
     def pending_rollups(self, everything: bool) -> Batch:
         """Roll-ups to send now: those due, or (``everything``: flush and exit) all of them."""
@@ -216,6 +219,13 @@ class Pipeline:
             f"eventlog_handler: before_send {what}; the event was sent unchanged "
             f"(counted in stats()['hook_errors'], said once)."
         )
+
+
+def _popped(entries: list[Entry]) -> Iterator[Entry]:
+    """The items of ``entries`` from the last, each taken off the list as it is handed out."""
+    pop = entries.pop
+    while entries:
+        yield pop()
 
 
 def _stamp_session(event: dict[str, Any], session_id: str | None) -> None:

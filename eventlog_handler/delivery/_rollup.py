@@ -108,10 +108,14 @@ class Rollup:
         self._current: dict[int, float] = {}
         self._previous: dict[int, float] = {}
         self._rotate_at = 0.0
-        #: A cheaper first look: each message seen, its window's end and its first event (until
-        #: a second event with that message makes the full comparison worth its cost).
-        self._messages: dict[Any, tuple[float, dict[str, Any] | None]] = {}
-        self._old_messages: dict[Any, tuple[float, dict[str, Any] | None]] = {}
+        #: A cheaper first look: each message seen, with its window's end, and its first event
+        #: (until a second event with that message makes the full comparison worth its cost).
+        #: Two dicts rather than one of pairs: a pair per event would be one more object alive,
+        #: and the garbage collector runs after every ~700 of those.
+        self._messages: dict[Any, float] = {}
+        self._firsts: dict[Any, dict[str, Any]] = {}
+        self._old_messages: dict[Any, float] = {}
+        self._old_firsts: dict[Any, dict[str, Any]] = {}
         self._generation_bytes = 0
         self._old_generation_bytes = 0
         #: The windows that have counted duplicates (what ``due`` and ``take_due`` look at),
@@ -130,6 +134,7 @@ class Rollup:
     def _rotate(self, now: float) -> None:
         self._previous, self._current = self._current, {}
         self._old_messages, self._messages = self._messages, {}
+        self._old_firsts, self._firsts = self._firsts, {}
         self._old_generation_bytes, self._generation_bytes = self._generation_bytes, 0
         self._rotate_at = now + self.window
 
@@ -148,30 +153,33 @@ class Rollup:
         try:
             message = event.get("message")
             seen = self._messages.get(message)
+            firsts = self._firsts
             if seen is None:
                 seen = self._old_messages.get(message)
-            if seen is None or now >= seen[0]:
+                firsts = self._old_firsts
+            if seen is None or now >= seen:
                 # No event with this message in a window: not a duplicate (most events).
                 window_end = now + self.window
                 text = len(message) if type(message) is str else 64
+                self._messages[message] = window_end
                 if size <= SMALL_EVENT:
-                    self._messages[message] = (window_end, event)
+                    self._firsts[message] = event
                     self._generation_bytes += 120 + text + size
                 else:  # too large to keep: remember its digest now
-                    self._messages[message] = (window_end, None)
+                    self._firsts.pop(message, None)
                     self._current[hash(event_key(event))] = window_end
                     self._generation_bytes += 200 + text
                 return True
-            first = seen[1]
+            first = firsts.pop(message, None)
             if first is not None:  # a second one: from now on, compare them in full
-                self._messages[message] = (seen[0], None)
+                self._messages[message] = seen
                 first_digest = hash(event_key(first))
                 known = self._current.get(first_digest)
                 if known is None or known <= now:  # no window, or one that ended: this one
                     older = self._pending.get(first_digest)
                     if older is not None and older.ends <= now:
                         self._release(first_digest)
-                    self._current[first_digest] = seen[0]
+                    self._current[first_digest] = seen
                 self._generation_bytes += 80
             key = event_key(event)
             digest = hash(key)

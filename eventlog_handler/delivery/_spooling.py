@@ -235,7 +235,7 @@ class SpoolTraffic:
             return left
         now = time.monotonic()
         ready = [
-            Entry(self.settings, event, 0, None, None, None, when, now, is_error=is_error(event))
+            Entry(self.settings, event, 0, None, None, when, now, is_error=is_error(event))
             for event, when in zip(events, created, strict=True)
         ]
         for entry in ready:

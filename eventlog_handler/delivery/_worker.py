@@ -207,13 +207,10 @@ class Worker:
 
     def _process(self, batch: list[Entry]) -> None:
         pipeline = self.pipeline
-        events, created, weights = pipeline.run(batch) if batch else ([], [], None)
-        if not batch:  # woken for other work: roll-ups due, or all of them to flush or exit
-            more, when, counts = pipeline.pending_rollups(self.state.hurried)
-            if more:
-                weights = (weights or [1] * len(events)) + (counts or [])
-                events = events + more
-                created = created + when
+        if batch:
+            events, created, weights = pipeline.run(batch)  # empties ``batch``
+        else:  # woken for other work: roll-ups due, or all of them to flush or exit
+            events, created, weights = pipeline.pending_rollups(self.state.hurried)
         if not events:
             return
         spooling = self.spooling

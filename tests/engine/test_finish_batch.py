@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from eventlog_handler.capture._context import add_tags, set_user
@@ -109,6 +109,9 @@ def test_the_fast_path_builds_what_the_general_builder_builds(
     finally:
         for scope in reversed(scopes):
             scope.reset()
+    # A message that does not fit its arguments is said in data at capture, which makes the
+    # data JSON-safe there (with a ``stack`` extra): such an entry takes neither builder.
+    assume(all(pair[0].data_ready != _finish.JSON_READY for pair in pairs))
     fast = finish_batch([pair[0] for pair in pairs])
     real = (_finish.flat_data, _finish.JSON_READY, _finish.general_data)
     built: list[Any] = []

@@ -12,7 +12,7 @@ ROOM = 1 << 40  # no byte bound unless a test sets one
 
 
 def entry(name: str, *, error: bool = False, size: int = 0, at: float = 0.0) -> Entry:
-    made = Entry(SETTINGS, None, 40 if error else 20, name, name, None, at, at, is_error=error)
+    made = Entry(SETTINGS, None, 40 if error else 20, name, name, at, at, is_error=error)
     made.size = size
     return made
 
@@ -193,5 +193,5 @@ def test_entry_size_grows_with_what_the_entry_carries() -> None:
     big.message = "m" * 10_000
     big.data = {"blob": "d" * 5_000, "n": 1}
     assert entry_size(big) - entry_size(small) >= 15_000
-    event = Entry(SETTINGS, {"message": "x" * 2_000}, 40, None, None, None, 0, 0, is_error=True)
+    event = Entry(SETTINGS, {"message": "x" * 2_000}, 40, None, None, 0, 0, is_error=True)
     assert entry_size(event) > 2_000

@@ -56,7 +56,7 @@ def make_intake(**options: object) -> tuple[Intake, Condition]:
 
 
 def entry(intake: Intake, *, error: bool = False, at: float = 100.0, text: str = "m") -> Entry:
-    made = Entry(intake.settings, None, 40 if error else 20, "src", text, None, at, at)
+    made = Entry(intake.settings, None, 40 if error else 20, "src", text, at, at)
     made.is_error = error
     return made
 

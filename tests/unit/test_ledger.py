@@ -121,7 +121,7 @@ def test_identity_through_the_life_of_events() -> None:
             assert identity(ledger, len(buffer)), ledger.snapshot(len(buffer))
 
     def put(error: bool = False) -> None:
-        intake.put(Entry(settings, None, 20, "s", "m", None, 1.0, 1.0, is_error=error))
+        intake.put(Entry(settings, None, 20, "s", "m", 1.0, 1.0, is_error=error))
         check()
 
     for n in range(6):  # two over capacity: evicted as queue_full
