@@ -15,7 +15,9 @@ forgotten one starts a new window). Everything here runs on the delivery worker.
 Memory is bounded in bytes whatever the traffic (a constant message with varying data is the
 common case): a distinct event is remembered by a 64-bit digest of what makes it identical, not
 by its data; a message's first event is kept (to compare a second one with) only when it is
-small; and the events held for pending roll-ups (the last of each) take at most half of
+small, and only for the last :data:`FIRSTS` to twice as many distinct messages (a second event
+that comes later is compared from then on: it is sent, and its duplicates are counted); and
+the events held for pending roll-ups (the last of each) take at most half of
 ``max_bytes``: past that the oldest pending roll-up goes out early, with the count it has.
 """
 
@@ -33,6 +35,11 @@ _SKIPPED_DATA = frozenset({"@trace", "@environment"})
 
 #: A message's first event is kept for a later comparison only up to this many bytes.
 SMALL_EVENT = 4_096
+#: First events kept, in two generations of this many each. Few, so that they are freed soon
+#: after they are sent, as a batch's events are: kept for :data:`MAX_KEYS` messages, they
+#: made the garbage collector run about a third more often on the logging threads (a freed
+#: object counts against the next collection; freed all at once, most don't).
+FIRSTS = 256
 
 
 class _Seen:
@@ -153,24 +160,31 @@ class Rollup:
         try:
             message = event.get("message")
             seen = self._messages.get(message)
-            firsts = self._firsts
             if seen is None:
                 seen = self._old_messages.get(message)
-                firsts = self._old_firsts
             if seen is None or now >= seen:
                 # No event with this message in a window: not a duplicate (most events).
                 window_end = now + self.window
                 text = len(message) if type(message) is str else 64
                 self._messages[message] = window_end
+                if seen is not None:  # the first of a window that ended is not this one's
+                    self._old_firsts.pop(message, None)
                 if size <= SMALL_EVENT:
-                    self._firsts[message] = event
+                    firsts = self._firsts
+                    if len(firsts) >= FIRSTS:
+                        self._old_firsts, firsts = firsts, {}
+                        self._firsts = firsts
+                    firsts[message] = event
                     self._generation_bytes += 120 + text + size
                 else:  # too large to keep: remember its digest now
                     self._firsts.pop(message, None)
+                    self._old_firsts.pop(message, None)
                     self._current[hash(event_key(event))] = window_end
                     self._generation_bytes += 200 + text
                 return True
-            first = firsts.pop(message, None)
+            first = self._firsts.pop(message, None)
+            if first is None:
+                first = self._old_firsts.pop(message, None)
             if first is not None:  # a second one: from now on, compare them in full
                 self._messages[message] = seen
                 first_digest = hash(event_key(first))

@@ -245,3 +245,38 @@ def test_memory_of_distinct_events_is_bounded(monkeypatch: pytest.MonkeyPatch) -
     assert len(rollup._messages) + len(rollup._old_messages) <= 100
     # A message forgotten two generations ago is sent again as a first event.
     assert rollup.admit(event("m0"), 102.0) is True
+
+
+def test_first_events_are_kept_for_the_last_few_hundred_messages_only() -> None:
+    """A message's first event is kept for the last FIRSTS to 2 x FIRSTS distinct messages: a
+    duplicate within them is counted from the second occurrence; one that comes after more
+    distinct messages than that is sent, and its own duplicates are counted from then on."""
+    first = _rollup.FIRSTS
+    rollup = Rollup(window=1_000.0)
+    assert rollup.admit(event("storm"), 100.0)
+    for n in range(first - 1):  # within the kept ones
+        assert rollup.admit(event(f"m{n}"), 100.0)
+    assert rollup.admit(event("storm"), 100.1) is False
+    assert rollup.admit(event("later"), 100.2)
+    for n in range(2 * first):  # past them: "later"'s first event is no longer kept
+        assert rollup.admit(event(f"n{n}"), 100.2)
+    assert len(rollup._firsts) + len(rollup._old_firsts) <= 2 * first
+    assert rollup.admit(event("later"), 100.3) is True  # compared from here on
+    assert rollup.admit(event("later"), 100.4) is False
+    assert rollup.admit(event("later", data={"other": 1}), 100.5) is True  # not identical
+    assert rollup.held == 2
+    counts = sorted(count for _, count in rollup.take_all())
+    assert counts == [1, 1]
+
+
+def test_a_first_event_of_a_window_that_ended_is_not_compared_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_rollup, "MAX_KEYS", 50)
+    rollup = Rollup(window=10.0)
+    assert rollup.admit(event("m", data={"v": 1}), 100.0)
+    for n in range(50):  # a full generation: "m" and its first event move to the older one
+        assert rollup.admit(event(f"x{n}"), 100.5)
+    assert rollup.admit(event("m", data={"v": 2}), 110.2)  # its window ended: a new one
+    assert rollup.admit(event("m", data={"v": 3}), 110.3)  # compared with v=2, not v=1
+    assert rollup.admit(event("m", data={"v": 1}), 110.4) is True  # v=1: no window of its own
