@@ -1,11 +1,12 @@
 """On the worker: an :class:`~eventlog_handler.delivery._buffer.Entry` becomes the wire form of its event.
 
-What the caller's thread left for later happens here: the date, the reference id, the level name, normalized tags, the user with
-its data exclusions, and ``data`` made JSON-safe with the exclusions applied. The result is the
-same dict :func:`eventlog_handler.wire._events.log_event` builds; :func:`built` is the one
-builder of a log entry's event. How ``data`` is made safe is chosen per entry (:func:`flat_data`
-for the common case, a flat dict of plain values; :func:`general_data` for anything else), and
-what a batch shares is worked out once.
+What the caller's thread left for later happens here: the date, the reference id, the level
+name, normalized tags, the user with its data exclusions, and ``data`` made JSON-safe with the
+exclusions applied. The result is the same dict :func:`eventlog_handler.wire._events.log_event`
+builds, its fields put in by the same :func:`~eventlog_handler.wire._events.with_common`;
+:func:`built` is the one builder of a log entry's event. How ``data`` is made safe is chosen per
+entry (:func:`flat_data` for the common case, a flat dict of plain values; :func:`general_data`
+for anything else), and what a batch shares is worked out once.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from eventlog_handler.wire._events import (
     new_reference_id,
     normalize_tags,
     user_with_exclusions,
+    with_common,
 )
 from eventlog_handler.wire._extras import RESERVED_ATTRS, SPECIAL_EXTRAS, sort_extras
 from eventlog_handler.wire._frames import FRAMES_KEY, CallSite, is_ref, resolve
@@ -239,29 +241,28 @@ def built(entries: Iterable[Entry]) -> Iterator[tuple[Entry, dict[str, Any]]]:
             second, date_head, date_tail = whole, date[:20], date[27:]
         else:
             date = date_head + _FRACTION % fraction + date_tail
-        event: dict[str, Any] = {"type": "log", "message": message, "date": date}
-        if user:
-            event["@user"] = _user(user, exclusions)
         levelno = entry.levelno
         level = levels.get(levelno)
         if level is None:
             level = levels[levelno] = level_name(levelno)
-        event["@level"] = level
         source = entry.source
         if source:
             if type(source) is not str:
                 source = safe_str(source)
-            event["source"] = source if len(source) <= MAX_SOURCE else truncate(source, MAX_SOURCE)
-        if tags:
-            clean_tags = normalize_tags(tags)
-            if clean_tags:
-                event["tags"] = clean_tags
+            if len(source) > MAX_SOURCE:
+                source = truncate(source, MAX_SOURCE)
         if stack is not None:
             clean = dict(clean) if clean else {}
             clean["@stack"] = stack  # after the exclusions: its signature is not a secret
-        if clean:
-            event["data"] = clean
-        event["reference_id"] = id_head + hex(next(counter))[2:]
+        event = with_common(
+            {"type": "log", "message": message, "date": date},
+            _user(user, exclusions) if user else None,
+            source,
+            normalize_tags(tags) if tags else None,
+            clean,
+            level,
+            id_head + hex(next(counter))[2:],
+        )
         if environment is not None:
             event = with_environment(event, environment)
         yield entry, event

@@ -19,7 +19,7 @@ import pytest
 from tests.support.processes import marks, run_program
 
 PROGRAM = """
-import gc, logging, json
+import gc, logging, json, time
 import eventlog_handler
 from eventlog_handler.capture._records import capture_record
 from eventlog_handler.delivery._ledger import Ledger
@@ -52,7 +52,11 @@ def entries(count, first):
 
 # 1. The caller: 400 warnings the worker does not take (nothing is due for a minute).
 handler = eventlog_handler.EventLogHandler(
-    api_key="k" * 40, server_url="http://127.0.0.1:9", flush_interval=60, shutdown_timeout=0.1
+    api_key="k" * 40,
+    server_url="http://127.0.0.1:9",
+    flush_interval=60,
+    shutdown_timeout=0.1,
+    server_settings=False,  # no request of the worker's own during the measure
 )
 logger = logging.getLogger("objects_alive")
 logger.propagate = False
@@ -60,6 +64,7 @@ logger.setLevel(logging.DEBUG)
 logger.addHandler(handler)
 for index in range(50):  # caches and the worker's start
     logger.warning("user %s did %d things", "ann", index, extra={"a": 1, "b": "two"})
+time.sleep(0.5)  # the worker started and sleeps: nothing is due for a minute
 
 def calls():
     for index in range(400):
