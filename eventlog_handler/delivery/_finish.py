@@ -54,11 +54,6 @@ def finish(entry: Entry) -> dict[str, Any]:
     return next(built((entry,)))[1]
 
 
-def finish_batch(entries: Iterable[Entry]) -> list[dict[str, Any]]:
-    """The wire events of ``entries`` (see :func:`built`)."""
-    return [event for _, event in built(entries)]
-
-
 def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """A ready event with what the caller's thread left for the worker: frame references
     resolved (:func:`eventlog_handler.wire._frames.resolve`: paths, ``in_app``, source

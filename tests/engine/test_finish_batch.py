@@ -10,11 +10,17 @@ from hypothesis import strategies as st
 
 from eventlog_handler.capture._context import add_tags, set_user
 from eventlog_handler.capture._records import capture_record
-from eventlog_handler.delivery._finish import finish, finish_batch
+from eventlog_handler.delivery._finish import built as build_events
+from eventlog_handler.delivery._finish import finish
 from eventlog_handler.settings import Settings
 
 SETTINGS = Settings(api_key="k" * 40)
 TAGGED = Settings(api_key="k" * 40, tags=("web",))
+
+
+def finish_batch(entries: list[Any]) -> list[dict[str, Any]]:
+    """The worker's builder over a batch."""
+    return [event for _, event in build_events(entries)]
 
 scalars = st.one_of(
     st.none(),
