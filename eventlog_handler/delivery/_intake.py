@@ -115,8 +115,8 @@ class Intake:
                     ledger.changed.notify_all()
             if not self.worker_running:
                 self.start_worker()
-            pushback = (size > self.high_water or buffer.bytes > self.high_bytes) and (
-                not self.retrying or self.spilling()
+            pushback = (size > self.high_water or buffer.bytes > self.high_bytes) and self._holds(
+                time.monotonic()
             )
         if pushback:
             self._wait_for_worker()
@@ -134,13 +134,31 @@ class Intake:
         roll-ups, leave less; past the room the oldest logs would be evicted)."""
         return min(self.full_bytes, self.room() - self.headroom)
 
+    def _holds(self, now: float) -> bool:
+        """Whether a logging thread past the high water waits for the worker now (the lock is
+        held). Not without a worker, nor in the pause after a wait that brought no progress,
+        nor while the service fails (unless the spool takes events), nor while the worker waits
+        for the network: its request on the wire for long, or the buffer still short of
+        :attr:`full_water` and :meth:`full_room`. Looked at in :meth:`put` itself: in a flood,
+        most calls past the high water find the worker's request on the wire, and going on at
+        once without taking the lock again halves what they cost there."""
+        if now < self._pushback_off_until or not self.worker_running:
+            return False
+        if self.retrying and not self.spilling():
+            return False
+        since = self.posting_since
+        if since is None:
+            return True
+        buffer = self.buffer
+        return now - since <= STUCK_AFTER and (
+            len(buffer) >= self.full_water or buffer.bytes >= self.full_room()
+        )
+
     def _wait_for_worker(self) -> None:
         """Let the worker take a batch before this thread logs more (see the module docstring)."""
         ledger = self.ledger
         with ledger.lock:
             start = time.monotonic()
-            if start < self._pushback_off_until or not self.worker_running:
-                return
             self.waiting += 1
             try:
                 if self.wake_at != BUSY:
@@ -154,15 +172,8 @@ class Intake:
                     and self.worker_running
                 ):
                     now = time.monotonic()
-                    since = self.posting_since
-                    if (self.retrying and not self.spilling()) or (
-                        since is not None
-                        and (
-                            now - since > STUCK_AFTER
-                            or (len(buffer) < self.full_water and buffer.bytes < self.full_room())
-                        )
-                    ):
-                        return  # the worker waits for the network: so does nobody else
+                    if not self._holds(now):
+                        return  # e.g. the worker waits for the network: so does nobody else
                     if now - start > PUSHBACK_WAIT:
                         self._pushback_off_until = now + PUSHBACK_PAUSE
                         return

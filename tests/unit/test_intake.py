@@ -366,6 +366,25 @@ def test_while_a_request_is_on_the_wire_logging_goes_on_below_full_water() -> No
     assert len(intake.buffer) == 80
 
 
+def test_below_full_water_a_put_during_a_young_post_goes_on_without_the_wait(
+    no_pushback: list[Intake],
+) -> None:
+    """What the wait would decide at once (the worker is on the network) is decided in the
+    put itself, under the lock it holds: no second look under the lock per call."""
+    intake, _ = make_intake()
+    fill(intake, 80)  # past high water (75), below full water (90)
+    intake.posting_since = time.monotonic()
+    intake.put(entry(intake))
+    assert no_pushback == []
+    fill(intake, 10)  # full water: the post no longer lets it go on
+    intake.put(entry(intake))
+    assert no_pushback == [intake]
+    intake.posting_since = time.monotonic() - 1.0  # on the wire past STUCK_AFTER
+    intake.put(entry(intake))
+    assert no_pushback == [intake]
+    assert len(intake.buffer) == 93
+
+
 def test_a_young_post_does_not_turn_back_pressure_into_eviction() -> None:
     """The batch on the wire holds part of the budget: the room left for the buffer is less
     than full_bytes. Logging threads wait for the worker before the room is reached, rather
