@@ -22,6 +22,7 @@ def finish_batch(entries: list[Any]) -> list[dict[str, Any]]:
     """The worker's builder over a batch."""
     return [event for _, event in build_events(entries)]
 
+
 scalars = st.one_of(
     st.none(),
     st.booleans(),
