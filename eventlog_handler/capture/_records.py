@@ -70,7 +70,8 @@ _RECORD_ATTRIBUTES = list(vars(logging.LogRecord("", logging.INFO, "", 0, "", No
 _RECORD_ATTRIBUTE_COUNT = len(_RECORD_ATTRIBUTES)
 _LAST_RECORD_ATTRIBUTE = _RECORD_ATTRIBUTES[-1]
 
-#: Types whose values can't change after the call: formatting them can wait for the worker.
+#: Types whose values can't change after the call: extras of these types are copied as they
+#: are and made JSON-safe on the worker.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
@@ -313,13 +314,8 @@ def capture_record(
     ):
         return capture_full(record, settings, formatter)
     args = record.args
-    if args:
-        if type(args) is not tuple:
-            return capture_full(record, settings, formatter)
-        try:
-            msg = msg % args  # as record.getMessage(), for a str template
-        except Exception:
-            return capture_full(record, settings, formatter)  # said in data there
+    if args and type(args) is not tuple:
+        return capture_full(record, settings, formatter)
     attributes = record.__dict__
     data: dict[str, Any] | None = None
     if len(attributes) > _RECORD_ATTRIBUTE_COUNT:
@@ -329,6 +325,11 @@ def capture_record(
         for value in data.values():
             if type(value) not in _SCALARS:
                 return capture_full(record, settings, formatter)
+    if args:
+        try:
+            msg = msg % args  # as record.getMessage(), for a str template
+        except Exception:
+            return capture_full(record, settings, formatter)  # said in data there
     return Entry(
         settings,
         None,

@@ -31,7 +31,7 @@ RAW, SORTED, JSON_READY = 0, 1, 2
 class Entry:
     """One captured event (see the module docstring).
 
-    ``message`` is formatted: formatting it on the worker would keep the arguments' tuple
+    A log entry's ``message`` is formatted: formatting it on the worker would keep the arguments' tuple
     alive with the entry, one more object for the garbage collector to count (it runs after
     every ~700 of them, on whichever thread allocates next). ``data`` is ``None``, or a dict
     whose state ``data_ready`` tells: :data:`RAW` (the record's extras, immutable scalars,

@@ -171,10 +171,13 @@ class Pipeline:
         popped as it is built; ``(None, None)`` for an entry whose building failed (a bug must
         not lose the batch: the rest are built)."""
         while entries:
+            left = len(entries)
             try:
                 yield from built(_popped(entries))
             except Exception as exc:
                 self.ledger.last_error = f"building events: {type(exc).__name__}: {safe_str(exc)}"
+                if len(entries) == left:  # it failed before taking one: that one goes
+                    entries.pop()
                 yield None, None
 
     def pending_rollups(self, everything: bool) -> Batch:
