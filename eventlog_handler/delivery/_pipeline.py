@@ -36,6 +36,7 @@ from eventlog_handler.delivery._server_settings import ServerSettings
 from eventlog_handler.delivery._sessions import SESSION_TYPES, Sessions
 from eventlog_handler.delivery._stderr import say
 from eventlog_handler.settings import Settings
+from eventlog_handler.wire._events import MAX_MESSAGE
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._scrub import Scrubber
@@ -105,7 +106,13 @@ class Pipeline:
         created: list[float] = []
         version = self.version
         hook = self.settings.before_send
-        scrub = self.scrubber().flat_event
+        scrubber = self.scrubber()
+        scrub = scrubber.flat_event
+        # The messages of log entries are those of their events (a hook may change them; a
+        # long one is cut, with a mark): looked at for secrets all together, not one by one.
+        plain = hook is None and scrubber.plain_texts(
+            [entry.message for entry in entries], MAX_MESSAGE
+        )
         roll = self.rollup if rollup else None
         now = time.monotonic()
         filtered = failed = held = 0
@@ -135,7 +142,7 @@ class Pipeline:
                     continue
                 event = changed
             try:
-                event = scrub(event)
+                event = scrub(event, plain)
             except Exception as exc:  # pragma: no cover - the scrubber never raises
                 self.ledger.last_error = f"scrubbing: {type(exc).__name__}: {safe_str(exc)}"
             if (

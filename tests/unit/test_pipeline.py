@@ -17,7 +17,7 @@ from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._pipeline import Pipeline
 from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._server_settings import ServerSettings
-from eventlog_handler.settings import Settings
+from eventlog_handler.settings import MASK, Settings
 
 SETTINGS = Settings(api_key="k" * 40, version="1.0")
 
@@ -67,3 +67,40 @@ def test_a_builder_that_fails_before_taking_an_entry_does_not_hold_the_worker(
     events, _, _ = run.run(batch)  # returns: each attempt gives one entry up
     assert events == [] and batch == []
     assert run.ledger.dropped["rejected"] == 3
+
+
+def messages_sent(texts: list[str], **options: Any) -> list[str]:
+    settings = Settings(api_key="k" * 40, version="1.0", **options)
+    batch = [
+        capture_record(
+            logging.LogRecord("app", logging.WARNING, __file__, 1, text, None, None), settings
+        )
+        for text in texts
+    ]
+    server = ServerSettings()
+    events, _, _ = Pipeline(settings, Ledger(), Rollup(0), lambda: server).run(batch)
+    return [event["message"] for event in events]
+
+
+def test_a_batch_of_plain_messages_is_sent_as_logged_and_one_secret_among_them_is_masked() -> None:
+    plain = [f"user ann did {index} things" for index in range(1_000, 1_400)]
+    assert messages_sent(plain) == plain
+    card = "paid with 4111 1111 1111 1111"
+    mixed = messages_sent([*plain[:5], card, "token=hunter2 kkkk", "k" * 40])
+    assert mixed[:5] == plain[:5]
+    assert mixed[5:] == [f"paid with {MASK}", f"token={MASK} kkkk", MASK]
+
+
+def test_a_message_cut_to_the_limit_and_a_hook_are_looked_at_alone() -> None:
+    long = "4111 1111 1111 1111 " + "x" * 3_000
+    sent = messages_sent(["fine", long])
+    assert sent[0] == "fine" and sent[1].startswith(f"{MASK} x") and "truncated" in sent[1]
+
+    def hook(event: dict[str, Any], hint: dict[str, Any]) -> dict[str, Any]:
+        event["message"] += " card 4111111111111111"
+        return event
+
+    assert messages_sent(["fine", "also fine"], before_send=hook) == [
+        f"fine card {MASK}",
+        f"also fine card {MASK}",
+    ]

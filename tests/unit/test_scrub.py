@@ -527,6 +527,53 @@ def test_property_flat_event_masks_what_the_message_search_masks(
         assert scrubber.flat_event(dict(event))["message"] == expected
 
 
+MESSAGE_PIECES = st.one_of(
+    TEMPLATE_PIECES.filter(lambda piece: "%" not in piece),
+    st.sampled_from(["\n", "0", "9", "4111111111111111", "4111-1111-1111-1111", "é", "٣"]),
+    st.integers(min_value=0, max_value=10**19).map(str),
+)
+
+
+@settings(PROFILE, max_examples=500)
+@given(texts=st.lists(st.lists(MESSAGE_PIECES, max_size=8).map("".join), max_size=6))
+def test_property_plain_texts_is_true_only_when_no_text_changes(texts: list[str]) -> None:
+    """A batch's messages looked at together are called plain only when searching each
+    alone masks nothing: the digits of a card number never reach across the newline that
+    joins two messages, nor across one inside a message."""
+    scrubber = Scrubber([API_KEY])
+    if scrubber.plain_texts(texts):
+        for text in texts:
+            assert Scrubber([API_KEY]).text(text) == text
+
+
+def test_plain_texts_tells_a_plain_batch_from_one_with_something_to_mask() -> None:
+    scrubber = Scrubber([API_KEY])
+    plain = [f"user ann did {n} things" for n in range(100_000, 100_500)]
+    assert scrubber.plain_texts(plain)
+    assert scrubber.plain_texts([])
+    # two messages of 7 digits each: 14 digits in the joined text, 7 in each line
+    assert scrubber.plain_texts(["order 1234567", "order 7654321"])
+    for odd in (
+        "paid with 4111 1111 1111 1111",  # a card number
+        "order 12345678901234",  # 14 digits: can't tell without the search
+        "retry=3",  # a separator
+        f"key {API_KEY}",  # a given secret
+        "Bearer abcdefgh12345678",
+        "café",  # not ASCII
+    ):
+        assert not scrubber.plain_texts([*plain[:3], odd]), odd
+    assert not scrubber.plain_texts(["fine", None])  # an error's entry has no message
+    assert not scrubber.plain_texts(["short", "x" * 30], longest=20)
+    assert scrubber.plain_texts(["short", "x" * 20], longest=20)
+
+
+def test_flat_event_leaves_a_message_known_plain_alone() -> None:
+    scrubber = Scrubber([API_KEY])
+    event = {"type": "log", "message": "user ann did 7 things", "source": "app"}
+    assert scrubber.flat_event(dict(event), True) == event
+    assert scrubber.flat_event(dict(event)) == event
+
+
 def test_flat_event_masks_data_like_event_does(scrub: Scrubber) -> None:
     data = {
         "password": "hunter2",  # an excluded name
