@@ -45,7 +45,14 @@ from typing import Any
 
 from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import mark_reported
-from eventlog_handler.capture._context import get_request, get_tags, get_user, note_reference
+from eventlog_handler.capture._context import (
+    _TAGS,
+    _USER,
+    get_request,
+    get_tags,
+    get_user,
+    note_reference,
+)
 from eventlog_handler.delivery._buffer import JSON_READY, RAW, SORTED, Entry
 from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.wire._events import (
@@ -287,6 +294,9 @@ def _extras(
 
 
 _MISSING = object()
+#: :func:`~eventlog_handler.capture._context.get_user` and ``get_tags`` on the log call's path:
+#: the context variables' own methods, without a Python frame.
+_context_user, _context_tags = _USER.get, _TAGS.get
 
 
 def capture_record(
@@ -340,8 +350,8 @@ def capture_record(
         time.monotonic(),
         data,
         RAW,
-        get_user(),
-        get_tags(),
+        _context_user(),
+        _context_tags(),
     )
 
 
