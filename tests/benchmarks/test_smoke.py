@@ -141,3 +141,25 @@ def test_the_caller_tail_tool_reports_both_peers() -> None:
     for cells in rows.values():
         numbers = [float(cell) for cell in cells[1:] if cell not in ("us", "%")]
         assert len(numbers) == 6 and all(_is_number(value) for value in numbers), cells
+
+
+def test_the_instruction_count_tool_does_the_work_it_counts() -> None:
+    """``benchmarks/instructions.py`` counts its child processes under valgrind; the children
+    run here without it: each loop must do the work it stands for (the counts themselves are
+    for the full run)."""
+    tool = REPO / "benchmarks" / "instructions.py"
+    said = {}
+    for part, loop in (
+        ("caller", "log"),
+        ("noop", "log"),
+        ("worker", "pipeline"),
+        ("worker", "post"),
+        ("worker", "none"),
+    ):
+        said[part, loop] = run_tool(tool, "--child", part, loop, "1000").stdout.split()
+    assert said["caller", "log"] == ["queued", "1000"]
+    assert said["noop", "log"] == ["queued", "0"]  # the package's handler is not attached
+    assert said["worker", "pipeline"] == ["built", "1000", "compressed", "0"]
+    assert said["worker", "post"][:3] == ["built", "1000", "compressed"]
+    assert int(said["worker", "post"][3]) > 1000  # two gzip'd bodies of 500 events
+    assert said["worker", "none"] == ["built", "0", "compressed", "0"]
