@@ -94,8 +94,8 @@ class Pipeline:
     def run(self, entries: list[Entry], rollup: bool = True) -> Batch:
         """The events to send for ``entries`` (taken, in flight), plus roll-ups now due.
 
-        ``entries`` ends empty: each entry is taken off the list as its event is built, and
-        freed once that event is done. Kept to the end of the batch, 500 entries and their
+        Each entry is taken off ``entries`` as its event is built (the list is empty once
+        the batch is made) and freed once that event is done. Kept to the end of the batch, 500 entries and their
         arguments stayed alive while as many events were made, and the garbage collector,
         which runs after about 700 new objects that are still alive, ran on the logging
         threads about twice as often as the caller's own objects make it.
