@@ -294,8 +294,8 @@ class Scrubber:
     def plain_texts(self, texts: list[Any], longest: int | None = None) -> bool:
         """Whether no text of ``texts`` holds anything to mask (:meth:`text` would return each
         unchanged), looked at all together: a batch's messages cost one join and a few scans
-        instead of a look at each. ``False`` also when one is not a string or is longer than
-        ``longest`` (the caller cuts those, with a mark), or when the look can't tell
+        instead of a look at each. ``False`` also when one is not exactly a ``str`` or is longer
+        than ``longest`` (the caller cuts those, with a mark), or when the look can't tell
         (non-ASCII text, a separator somewhere, a line with 13 digits or more): then each is
         looked at alone.
 
@@ -303,10 +303,11 @@ class Scrubber:
         scheme is in the joined text, and a card number (ASCII digits, spaces and dashes) lies
         within one line of it, which would hold 13 digits or more.
         """
-        try:
-            joined = "\n".join(texts)
-        except TypeError:  # a text that is not a string (e.g. an error's ready event: None)
+        if not _STR.issuperset(map(type, texts)):
+            # Not a string (an error's ready event: None), or a subclass of str: what is sent
+            # is its str(), which need not be the characters a join sees.
             return False
+        joined = "\n".join(texts)
         if not joined.isascii() or not self._plain(joined):
             return False
         if longest is not None and texts and max(map(len, texts)) > longest:
@@ -465,6 +466,7 @@ _INNER_SHAPES = {
 _MASKED, _KEY_TEXT = 1, 2
 
 _DIGITS = b"0123456789"
+_STR = frozenset({str})
 #: Every byte but the digits and the newline (:meth:`Scrubber.plain_texts` keeps those).
 _NOT_DIGIT_OR_NEWLINE = bytes(byte for byte in range(256) if byte not in b"0123456789\n")
 

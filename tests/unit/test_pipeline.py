@@ -18,6 +18,7 @@ from eventlog_handler.delivery._pipeline import Pipeline
 from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._server_settings import ServerSettings
 from eventlog_handler.settings import MASK, Settings
+from eventlog_handler.wire._scrub import Scrubber
 
 SETTINGS = Settings(api_key="k" * 40, version="1.0")
 
@@ -91,10 +92,27 @@ def test_a_batch_of_plain_messages_is_sent_as_logged_and_one_secret_among_them_i
     assert mixed[5:] == [f"paid with {MASK}", f"token={MASK} kkkk", MASK]
 
 
-def test_a_message_cut_to_the_limit_and_a_hook_are_looked_at_alone() -> None:
-    long = "4111 1111 1111 1111 " + "x" * 3_000
+def test_a_message_cut_to_the_limit_and_a_hook_are_looked_at_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    told: list[bool] = []
+    flat_event = Scrubber.flat_event
+
+    def spy(self: Scrubber, event: dict[str, Any], plain_message: bool = False) -> Any:
+        told.append(plain_message)
+        return flat_event(self, event, plain_message)
+
+    monkeypatch.setattr(Scrubber, "flat_event", spy)
+    assert messages_sent(["fine", "also fine"]) == ["fine", "also fine"]
+    assert told == [True, True]
+    told.clear()
+    long = "x" * 3_000  # nothing to mask, but cut with a mark that the batch look did not see
     sent = messages_sent(["fine", long])
-    assert sent[0] == "fine" and sent[1].startswith(f"{MASK} x") and "truncated" in sent[1]
+    assert told == [False, False] and "truncated" in sent[1]
+    told.clear()
+    card = "4111 1111 1111 1111 " + "x" * 3_000
+    sent = messages_sent(["fine", card])
+    assert sent[1].startswith(f"{MASK} x") and "truncated" in sent[1]
 
     def hook(event: dict[str, Any], hint: dict[str, Any]) -> dict[str, Any]:
         event["message"] += " card 4111111111111111"
