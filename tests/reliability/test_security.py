@@ -449,3 +449,58 @@ def test_secrets_inside_text_never_reach_the_spool(tmp_path: Path) -> None:
         assert_text_secrets_masked(stored.decode("utf-8", "replace"))
     finally:
         run.engine.shutdown(0.5)
+
+
+BATCH_CHILD = textwrap.dedent(
+    """
+    import logging
+    import eventlog_handler
+
+    class Shown(str):  # a str whose str() is not its characters
+        def __str__(self):
+            return "db password=pw-sly-0042"
+
+    class Message:
+        def __str__(self):
+            return Shown("hello")
+
+    eventlog_handler.setup()
+    log = logging.getLogger("shop")
+    for index in range(1500):
+        log.warning("order %d shipped to ann", index)
+        if index == 300:  # a batch is at most 500 events: these two never share one
+            log.warning("paid with 4111 1111 1111 1111")
+            log.warning("retry with token=tok-batch-77aa")
+        if index == 1200:
+            log.warning(Message())
+    """
+)
+
+
+def test_secrets_among_a_flood_of_plain_messages_never_reach_the_server(tmp_path: Path) -> None:
+    """The worker looks at a batch's messages for secrets all at once: a user's program logs
+    1,500 plain warnings with three secrets among them and exits; every plain message arrives
+    as logged, and no secret arrives."""
+    script = tmp_path / "app.py"
+    script.write_text(BATCH_CHILD)
+    with FaultServer() as server:
+        completed = subprocess.run(
+            [sys.executable, str(script)],
+            env=child_env(server.url),
+            cwd=str(REPO),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert completed.returncode == 0, completed.stderr
+        messages = [event["message"] for event in server.accepted]
+    assert len(messages) == 1503, completed.stderr
+    assert [m for m in messages if m.startswith("order ")] == [
+        f"order {index} shipped to ann" for index in range(1500)
+    ]
+    text = json.dumps(server.accepted)
+    for secret in ("4111 1111 1111 1111", "tok-batch-77aa", "pw-sly-0042"):
+        assert secret not in text, secret
+    assert f"paid with {MASK}" in messages
+    assert f"retry with token={MASK}" in messages
+    assert f"db password={MASK}" in messages
