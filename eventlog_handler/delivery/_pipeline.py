@@ -95,10 +95,10 @@ class Pipeline:
         """The events to send for ``entries`` (taken, in flight), plus roll-ups now due.
 
         Each entry is taken off ``entries`` as its event is built (the list is empty once
-        the batch is made) and freed once that event is done. Kept to the end of the batch, 500 entries and their
-        arguments stayed alive while as many events were made, and the garbage collector,
-        which runs after about 700 new objects that are still alive, ran on the logging
-        threads about twice as often as the caller's own objects make it.
+        the batch is made) and freed once that event is done. Kept to the end of the batch,
+        500 entries and their arguments stayed alive while as many events were made, and the
+        garbage collector, which runs after about 700 new objects that are still alive, ran
+        on the logging threads about twice as often as the caller's own objects make it.
 
         ``rollup=False`` (the exit path, on a thread that is not the worker) leaves the roll-up
         alone: every event is returned."""
