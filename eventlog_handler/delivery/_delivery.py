@@ -200,6 +200,8 @@ class Delivery:
             with ledger.lock:
                 ledger.posting = 0
                 intake.posting_since = None
+                if self.state.closing:  # the exit may wait to know this request's outcome
+                    ledger.changed.notify_all()
 
     def _end_exit_sending(self) -> None:
         """A request failed during the exit flush, and retrying within the exit's deadline

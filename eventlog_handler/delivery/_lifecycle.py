@@ -5,9 +5,9 @@
   interpreter shutdown), the calling thread sends (:meth:`Lifecycle.drain_here`).
 - :meth:`Lifecycle.shutdown` is the exit flush: everything pending gets ``shutdown_timeout``
   seconds to be sent. Then every event has exactly one outcome or is honestly pending: what
-  was never sent is dropped (``shutdown``), what is on the wire at the deadline stays
-  ``in_flight`` and is reported as "outcome unknown" (its answer may still arrive and count it
-  as delivered), and with a spool, what is pending is written to disk for the next start.
+  was never sent is dropped (``shutdown``), what is still on the wire :data:`ON_WIRE_GRACE`
+  seconds after the deadline stays ``in_flight`` and is reported as "outcome unknown" (its
+  answer may still arrive and count it as delivered), and with a spool, what is pending is written to disk for the next start.
   stderr says how many of each.
 - Fork: the child starts with an empty buffer, new counts, lock, session and worker, and never
   sends its parent's events. A :mod:`multiprocessing` child also flushes when it ends through
@@ -38,6 +38,10 @@ from eventlog_handler.delivery._stderr import say, shown_server
 from eventlog_handler.delivery._worker import SENDER_THREADS, Worker
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._jsonsafe import safe_str
+
+#: Seconds the exit waits past its deadline for a request on the wire to end (a request to a
+#: server that never answers is then reported as of unknown outcome).
+ON_WIRE_GRACE = 0.1
 
 
 class Lifecycle:
@@ -151,6 +155,15 @@ class Lifecycle:
                 if usable and not worker.is_current():
                     while worker.thread is not None and (to_disk or not self.idle()):
                         remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        ledger.changed.wait(timeout=remaining)
+                    # A request on the wire at the deadline: most end within moments (a
+                    # refused connection, an answer being read), and then their events are
+                    # known sent or not, rather than reported as of unknown outcome.
+                    grace_end = time.monotonic() + ON_WIRE_GRACE
+                    while ledger.posting and worker.thread is not None:
+                        remaining = grace_end - time.monotonic()
                         if remaining <= 0:
                             break
                         ledger.changed.wait(timeout=remaining)
