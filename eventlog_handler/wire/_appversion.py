@@ -182,6 +182,8 @@ TEST_TOOLS = frozenset({"pytest", "py.test", "_pytest", "tox", "nox", "pip", "se
 
 
 def _is_test_tool(main: ModuleType | None) -> bool:
+    if os.environ.get("PYTEST_XDIST_WORKER") and "_pytest" in sys.modules:
+        return True  # a pytest-xdist worker: its ``__main__`` is execnet's ``python -c``
     spec = getattr(main, "__spec__", None)
     name = getattr(spec, "name", None)
     if isinstance(name, str) and name.partition(".")[0] in TEST_TOOLS:
@@ -196,7 +198,7 @@ def _is_test_tool(main: ModuleType | None) -> bool:
 def _checkout_directories(main: ModuleType | None) -> list[str]:
     """Where the application's checkout may be: the directory of the file ``__main__`` runs
     (unless it is an installed tool's: a server or runner), then the working directory; none
-    under a test tool (:data:`TEST_TOOLS`)."""
+    under a test tool (:data:`TEST_TOOLS`, or a pytest-xdist worker)."""
     places: list[str] = []
     if _is_test_tool(main):
         return places

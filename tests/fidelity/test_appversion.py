@@ -162,6 +162,20 @@ def test_runners_are_not_the_application():
     assert appversion._detect(fake_main(file=pytest_command)) is None
 
 
+def test_a_pytest_xdist_worker_is_a_test_tool_and_its_checkout_no_version(monkeypatch):
+    """An xdist worker's ``__main__`` is execnet's ``python -c``: without the rule, tests run
+    with ``-n`` would send the commit of the working directory as ``@version`` where a plain
+    ``pytest`` run sends none. A program the tests start inherits the variable but does not
+    load pytest: it is not a test tool."""
+    command = fake_main()  # python -c
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    assert appversion._checkout_directories(command) == [os.getcwd()]
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    assert appversion._checkout_directories(command) == []
+    monkeypatch.delitem(sys.modules, "_pytest")
+    assert appversion._checkout_directories(command) == [os.getcwd()]
+
+
 def test_this_package_is_found_from_its_own_files():
     """Installed normally (its files in the RECORD) or editable (its source directory)."""
     package = Path(eventlog_handler.__file__).resolve().parent
