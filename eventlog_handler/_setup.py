@@ -208,6 +208,11 @@ def setup(
     and ``handler``.
     """
     global _CURRENT
+    if "hooks" in options:  # EventLogHandler's option; setup() installs the hooks itself
+        raise TypeError(
+            "eventlog_handler: setup() takes capture_exceptions=True/False for the exception "
+            "hooks, not hooks= (an EventLogHandler option)"
+        )
     level_number = check_level(level)
     handler = EventLogHandler(
         api_key, server_url, level_number, flush_timeout=flush_timeout, hooks=False, **options

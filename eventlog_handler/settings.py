@@ -9,6 +9,7 @@ the default. A malformed value raises :class:`ValueError` naming the setting.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import ipaddress
 import math
@@ -249,7 +250,7 @@ class Settings:
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(given) - known)
         if unknown:
-            raise TypeError(f"eventlog_handler: unknown option(s): {', '.join(unknown)}")
+            raise TypeError(f"eventlog_handler: unknown option(s): {_names(unknown, known)}")
         if "server_url" not in given and env.get(ENV_SERVER_URL):
             given["server_url"] = env[ENV_SERVER_URL]
         if "api_key" not in given and env.get(ENV_API_KEY):
@@ -363,6 +364,16 @@ def validate_token(name: str, value: Any) -> str:
             "and at least 10 characters"
         )
     return token
+
+
+def _names(unknown: list[str], known: set[str]) -> str:
+    """``unknown`` names, each with the known option it is closest to: ``flush_intervall (did
+    you mean flush_interval?)``."""
+    said = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        said.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return ", ".join(said)
 
 
 def _number(name: str, value: Any, *, minimum: float, integer: bool) -> Any:

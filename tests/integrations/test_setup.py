@@ -137,3 +137,14 @@ def test_setup_bad_settings(server: CaptureServer, monkeypatch: pytest.MonkeyPat
     with pytest.raises(ValueError, match="level"):
         setup(API_KEY, server.url, level="chatty")
     assert root_eventlog_handlers() == []
+
+
+def test_setup_names_a_misspelt_option_and_the_handlers_hooks_option(server: CaptureServer) -> None:
+    """A mistyped keyword is named with the option it is closest to; ``hooks=`` (the handler's
+    option, which setup() passes itself) is told apart instead of Python's "got multiple
+    values for keyword argument"; neither installs anything."""
+    with pytest.raises(TypeError, match=r"flush_intervall \(did you mean flush_interval\?\)"):
+        setup(API_KEY, server.url, flush_intervall=1)
+    with pytest.raises(TypeError, match=r"capture_exceptions=True/False .* not hooks="):
+        setup(API_KEY, server.url, hooks=False)
+    assert root_eventlog_handlers() == []
