@@ -192,13 +192,11 @@ class Settings:
     #: The deployment environment (``production``, ``staging``), sent as a tag and as
     #: ``data["environment"]``; by default ``EVENTLOG_ENVIRONMENT``.
     environment: str | None = None
-
     #: Send sessions as the official clients do: a session start, a heartbeat every
     #: ``heartbeat_interval`` seconds and an end (see :mod:`eventlog_handler.delivery._sessions`).
     sessions: bool = False
     #: Seconds between a session's heartbeats (any positive number).
     heartbeat_interval: float = 60.0
-
     #: Why nothing can be sent (a missing or malformed key or URL), or ``None``.
     problem: str | None = dataclasses.field(default=None, compare=False)
 
@@ -249,8 +247,10 @@ class Settings:
         given = {key: value for key, value in (options or {}).items() if value is not None}
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(given) - known)
-        if unknown:
-            raise TypeError(f"eventlog_handler: unknown option(s): {_names(unknown, known)}")
+        if unknown:  # each with the known option closest to it, if one is close
+            close = {n: difflib.get_close_matches(n, sorted(known), 1, 0.8) for n in unknown}
+            said = ", ".join(f"{n} (did you mean {c[0]}?)" if c else n for n, c in close.items())
+            raise TypeError(f"eventlog_handler: unknown option(s): {said}")
         if "server_url" not in given and env.get(ENV_SERVER_URL):
             given["server_url"] = env[ENV_SERVER_URL]
         if "api_key" not in given and env.get(ENV_API_KEY):
@@ -364,16 +364,6 @@ def validate_token(name: str, value: Any) -> str:
             "and at least 10 characters"
         )
     return token
-
-
-def _names(unknown: list[str], known: set[str]) -> str:
-    """``unknown`` names, each with the known option it is closest to: ``flush_intervall (did
-    you mean flush_interval?)``."""
-    said = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
-        said.append(f"{name} (did you mean {close[0]}?)" if close else name)
-    return ", ".join(said)
 
 
 def _number(name: str, value: Any, *, minimum: float, integer: bool) -> Any:
