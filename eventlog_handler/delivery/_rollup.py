@@ -23,9 +23,12 @@ the events held for pending roll-ups (the last of each) take at most half of
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any
+
+from eventlog_handler.wire._events import _orjson
 
 #: Distinct events remembered at most.
 MAX_KEYS = 2_000
@@ -54,11 +57,29 @@ class _Seen:
 
 
 def _freeze(value: Any) -> Any:
+    """A hashable form of a nested value that compares by value: its JSON with sorted keys
+    (the encoder runs in C: an error's frames and stack cost a few microseconds, where nested
+    tuples built in Python cost ten times that), else, for what JSON can't hold (keys that
+    are not strings, objects a ``before_send`` put in), nested tuples."""
+    try:
+        if _orjson is not None:
+            return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+        return _sorted_json(value)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return _tuples(value)
+
+
+_sorted_json = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, check_circular=False
+).encode
+
+
+def _tuples(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
-        return tuple(sorted((str(key), _freeze(item)) for key, item in value.items()))
+        return tuple(sorted((str(key), _tuples(item)) for key, item in value.items()))
     if kind is list or kind is tuple:
-        return tuple(_freeze(item) for item in value)
+        return tuple(_tuples(item) for item in value)
     return value
 
 

@@ -143,6 +143,32 @@ def test_nested_data_is_compared_by_value() -> None:
     assert rollup.admit(event(data={"a": {"b": [1, 3]}}), 100.2) is True
 
 
+@pytest.mark.parametrize("encoder", ["orjson", "json"])
+def test_nested_values_compare_by_value_whichever_encoder_and_whatever_they_hold(
+    encoder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nested data, a user and an error are keyed by their JSON with sorted keys (orjson when
+    installed, else the standard library's encoder); what JSON can't hold (a key that is not
+    a string, an object a ``before_send`` put in) falls back to nested tuples, compared by
+    value too."""
+    if encoder == "json":
+        monkeypatch.setattr(_rollup, "_orjson", None)
+    elif _rollup._orjson is None:
+        pytest.fail("the dev extra installs orjson")
+    frames = [{"filename": "shop/cart.py", "lineno": 12, "pre_context": ["a", "b"]}]
+    one = event(data={"@frames": frames, "order": {"b": 1, "a": [1, 2]}}, **{"@user": {"id": 1}})
+    same = event(data={"order": {"a": [1, 2], "b": 1}, "@frames": [dict(frames[0])]})
+    same["@user"] = {"id": 1}
+    assert event_key(one) == event_key(same)
+    assert event_key(one) != event_key(event(data={"@frames": frames, "order": {"a": [1, 3]}}))
+    odd = {"ids": {1: "one", 2: "two"}, "when": frozenset({3})}  # not JSON
+    assert event_key(event(data=odd)) == event_key(event(data=dict(odd)))
+    assert event_key(event(data=odd)) != event_key(event(data={**odd, "ids": {1: "uno"}}))
+    rollup = Rollup(window=10.0)
+    assert rollup.admit(one, 100.0, size=10_000)  # too large to keep: keyed at once
+    assert rollup.admit(same, 100.5, size=10_000) is False
+
+
 def test_each_distinct_event_has_its_own_roll_up() -> None:
     rollup = Rollup(window=10.0)
     a, b = event("a"), event("b")
