@@ -108,6 +108,23 @@ def test_a_repeated_text_is_scrubbed_the_same_and_the_memo_stays_bounded() -> No
     assert scrub.text("".join(list(trace))) == first
 
 
+def test_a_long_text_without_separators_is_remembered_with_its_result() -> None:
+    """A source line or trace line with no ``:`` or ``=`` still costs a card number search; it
+    repeats from event to event, so its result is remembered as well: a masked card number
+    stays masked, a clean text comes back as itself."""
+    scrub = Scrubber([API_KEY], DEFAULT_DATA_EXCLUSIONS)
+    paid = "    charge(card, 4111 1111 1111 1111)  # the test card"
+    first = scrub.text(paid)
+    assert "4111" not in first and MASK in first
+    assert scrub._memo[paid] == first
+    assert scrub.text("".join(list(paid))) == first  # an equal text built anew
+    line = "    for item in basket.items()"
+    assert scrub.text(line) is line and scrub._memo[line] is None
+    copy_of_line = "".join(list(line))
+    assert scrub.text(copy_of_line) is copy_of_line
+    assert scrub.text("short text") == "short text" and "short text" not in scrub._memo
+
+
 def test_names_are_matched_like_data_keys() -> None:
     custom = Scrubber([], ("ssn", "*_pin"))
     assert custom.text("ssn=123-45 card_pin=9999 password=kept") == (
