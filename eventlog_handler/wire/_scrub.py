@@ -341,8 +341,12 @@ class Scrubber:
             if depth > _MAX_DEPTH:
                 return MASK
             items: Any = value
+            text = self.text
             for index, item in enumerate(value):
-                scrubbed = self._any(item, copy, keyed, depth + 1)
+                if type(item) is str:  # lines of text (source, trace): one call each, not two
+                    scrubbed = text(item)
+                else:
+                    scrubbed = self._any(item, copy, keyed, depth + 1)
                 if scrubbed is not item:
                     if items is value and (copy or kind is tuple):
                         items = list(value)
