@@ -131,9 +131,14 @@ class Scrubber:
 
     # -- text ---------------------------------------------------------------------------------
 
-    def text(self, text: str) -> str:
-        """``text`` with its secrets masked (the same object when there is nothing to mask)."""
-        if len(text) < 13 and ":" not in text and "=" not in text:
+    def text(self, text: str, repeats: bool = False) -> str:
+        """``text`` with its secrets masked (the same object when there is nothing to mask).
+
+        Texts with ``:`` or ``=`` (the costly search) are remembered; with ``repeats`` (a
+        list's lines: an error's source lines and trace lines, which come again in event
+        after event) also those long enough for the card number search. Distinct texts, such
+        as ids in data, are not, so that they don't push the repeated ones out."""
+        if ":" not in text and "=" not in text and (not repeats or len(text) < 13):
             return self._search(text)  # a few substring checks: nothing worth remembering
         memo = self._memo
         known = memo.get(text, text)
@@ -344,7 +349,7 @@ class Scrubber:
             text = self.text
             for index, item in enumerate(value):
                 if type(item) is str:  # lines of text (source, trace): one call each, not two
-                    scrubbed = text(item)
+                    scrubbed = text(item, True)
                 else:
                     scrubbed = self._any(item, copy, keyed, depth + 1)
                 if scrubbed is not item:

@@ -108,21 +108,24 @@ def test_a_repeated_text_is_scrubbed_the_same_and_the_memo_stays_bounded() -> No
     assert scrub.text("".join(list(trace))) == first
 
 
-def test_a_long_text_without_separators_is_remembered_with_its_result() -> None:
+def test_a_repeated_line_without_separators_is_remembered_with_its_result() -> None:
     """A source line or trace line with no ``:`` or ``=`` still costs a card number search; it
-    repeats from event to event, so its result is remembered as well: a masked card number
-    stays masked, a clean text comes back as itself."""
+    comes again in event after event, so a list's lines are remembered with their result: a
+    masked card number stays masked, a clean line comes back as itself. A lone text without
+    separators (an id in data, mostly distinct) is not remembered: it would push the repeated
+    ones out."""
     scrub = Scrubber([API_KEY], DEFAULT_DATA_EXCLUSIONS)
     paid = "    charge(card, 4111 1111 1111 1111)  # the test card"
-    first = scrub.text(paid)
-    assert "4111" not in first and MASK in first
-    assert scrub._memo[paid] == first
-    assert scrub.text("".join(list(paid))) == first  # an equal text built anew
     line = "    for item in basket.items()"
-    assert scrub.text(line) is line and scrub._memo[line] is None
+    first = scrub.data({"pre_context": [paid, line]})
+    assert "4111" not in first["pre_context"][0] and MASK in first["pre_context"][0]
+    assert scrub._memo[paid] == first["pre_context"][0] and scrub._memo[line] is None
+    assert scrub.text("".join(list(paid)), True) == first["pre_context"][0]  # built anew
     copy_of_line = "".join(list(line))
-    assert scrub.text(copy_of_line) is copy_of_line
-    assert scrub.text("short text") == "short text" and "short text" not in scrub._memo
+    assert scrub.text(copy_of_line, True) is copy_of_line
+    assert scrub.text("short text", True) == "short text" and "short text" not in scrub._memo
+    request_id = "4b1d6f0e-93a2-4c57-8f0a-2d5e1c7b9a31"
+    assert scrub.text(request_id) is request_id and request_id not in scrub._memo
 
 
 def test_names_are_matched_like_data_keys() -> None:
