@@ -59,14 +59,28 @@ class _Seen:
 def _freeze(value: Any) -> Any:
     """A hashable form of a nested value that compares by value: its JSON with sorted keys
     (the encoder runs in C: an error's frames and stack cost a few microseconds, where nested
-    tuples built in Python cost ten times that), else, for what JSON can't hold (keys that
-    are not strings, objects a ``before_send`` put in), nested tuples."""
+    tuples built in Python cost ten times that), else, for what plain JSON can't hold (keys
+    that are not strings; the events here are JSON-ready, but a dict key may not be), nested
+    tuples, tagged so that they never equal a JSON text. orjson is kept to plain JSON: a date,
+    a dataclass or a subclass of ``str`` is refused rather than written as what it looks like.
+    """
     try:
         if _orjson is not None:
-            return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+            return _orjson.dumps(value, option=_ORJSON_OPTIONS)
         return _sorted_json(value)
     except (TypeError, ValueError, OverflowError, RecursionError):
-        return _tuples(value)
+        return (_TUPLES, _tuples(value))
+
+
+_TUPLES = "nested tuples"
+_ORJSON_OPTIONS = 0
+if _orjson is not None:
+    _ORJSON_OPTIONS = (
+        _orjson.OPT_SORT_KEYS
+        | _orjson.OPT_PASSTHROUGH_DATETIME
+        | _orjson.OPT_PASSTHROUGH_DATACLASS
+        | _orjson.OPT_PASSTHROUGH_SUBCLASS
+    )
 
 
 _sorted_json = json.JSONEncoder(

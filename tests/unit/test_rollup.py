@@ -4,6 +4,7 @@ goes out when the window ends."""
 
 from __future__ import annotations
 
+import datetime
 import math
 from typing import Any
 
@@ -164,6 +165,10 @@ def test_nested_values_compare_by_value_whichever_encoder_and_whatever_they_hold
     odd = {"ids": {1: "one", 2: "two"}, "when": frozenset({3})}  # not JSON
     assert event_key(event(data=odd)) == event_key(event(data=dict(odd)))
     assert event_key(event(data=odd)) != event_key(event(data={**odd, "ids": {1: "uno"}}))
+    when = datetime.datetime(2024, 1, 1, 12, 0)  # not JSON: never keyed as the text it writes
+    dated = event(data={"at": {"when": when}})
+    assert event_key(dated) == event_key(event(data={"at": {"when": when}}))
+    assert event_key(dated) != event_key(event(data={"at": {"when": when.isoformat()}}))
     rollup = Rollup(window=10.0)
     assert rollup.admit(one, 100.0, size=10_000)  # too large to keep: keyed at once
     assert rollup.admit(same, 100.5, size=10_000) is False
