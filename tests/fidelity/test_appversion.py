@@ -172,8 +172,14 @@ def test_a_pytest_xdist_worker_is_a_test_tool_and_its_checkout_no_version(monkey
     assert appversion._checkout_directories(command) == [os.getcwd()]
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     assert appversion._checkout_directories(command) == []
-    monkeypatch.delitem(sys.modules, "_pytest")
-    assert appversion._checkout_directories(command) == [os.getcwd()]
+    program = (  # a program started by the tests, with the variable in its environment
+        "import json, sys; from eventlog_handler.wire import _appversion as a; "
+        "print(json.dumps(a._checkout_directories(sys.modules['__main__'])))"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(child.stdout) == [os.getcwd()]
 
 
 def test_this_package_is_found_from_its_own_files():
