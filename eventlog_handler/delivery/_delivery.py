@@ -248,8 +248,16 @@ class Delivery:
         The pause ends early when the exit flush begins (one more try is worth it then), and
         never runs past the exit deadline. With a spool that has room, events that pile up
         meanwhile go to disk rather than waiting in memory; without one (or with a full disk)
-        they wait in the bounded buffer.
+        they wait in the bounded buffer. ``state.retry_at`` says when the retry comes (a
+        ``flush()`` whose deadline is before it has nothing to wait for).
         """
+        try:
+            return self._pause(delay)
+        finally:
+            with self.ledger.lock:
+                self.state.retry_at = None
+
+    def _pause(self, delay: float) -> bool:
         ledger, intake, state = self.ledger, self.intake, self.state
         was_closing = state.closing
         end = time.monotonic() + delay
@@ -260,6 +268,9 @@ class Delivery:
             with ledger.lock:
                 if state.deadline is not None:
                     end = min(end, state.deadline)
+                if state.retry_at != end:
+                    state.retry_at = end
+                    ledger.changed.notify_all()  # a flush() may have nothing to wait for
                 while not intake.finished:
                     if state.closing and not was_closing:
                         return True

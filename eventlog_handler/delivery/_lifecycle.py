@@ -89,7 +89,12 @@ class Lifecycle:
         )
 
     def flush(self, timeout: float) -> bool:
-        """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent."""
+        """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent.
+
+        Returns ``False`` at once when the delivery waits to retry a failure until after the
+        deadline: a key the service refused (retried every minute or more), or a long outage
+        (its backoff grown past ``timeout``). Nothing can be sent before then; the events wait
+        for the retry and the exit, as they would after the wait."""
         self.check_process()
         if threading.get_ident() in SENDER_THREADS:
             return False
@@ -109,6 +114,8 @@ class Lifecycle:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or worker.thread is None:
                         break
+                    if state.retry_at is not None and state.retry_at > deadline:
+                        break  # no try before the deadline
                     ledger.changed.wait(timeout=remaining)
                 return self.idle()
             finally:

@@ -9,7 +9,7 @@ class RunState:
     Read and written under the ledger's lock by the worker, the delivery and the lifecycle.
     """
 
-    __slots__ = ("closing", "deadline", "flushing")
+    __slots__ = ("closing", "deadline", "flushing", "retry_at")
 
     def __init__(self) -> None:
         #: How many ``flush()`` calls are waiting.
@@ -18,6 +18,8 @@ class RunState:
         self.closing = False
         #: Monotonic time by which sending must end (the exit flush's deadline), or ``None``.
         self.deadline: float | None = None
+        #: While the delivery waits to retry a failed request: when it tries again (monotonic).
+        self.retry_at: float | None = None
 
     def over(self, now: float) -> bool:
         """The exit flush's deadline has passed: the worker takes no more work."""

@@ -16,6 +16,7 @@ from eventlog_handler.delivery import _engine as transport
 from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
 from tests.support.faultserver import FaultServer, Reply
+from tests.support.processes import marks, run_program
 
 
 @pytest.fixture(autouse=True)
@@ -69,3 +70,53 @@ def test_after_the_key_is_fixed_the_kept_events_arrive(server: FaultServer) -> N
     assert handler.engine.flush(10), handler.stats()
     assert len(server.accepted) == 64
     assert [len(seen.events) for seen in server.requests][:2] == [64, 64]  # no bisection
+
+
+#: A program that logs a warning and flushes for 30 s, as a job does before it ends.
+FLUSH_PROGRAM = """
+import json, logging, time
+import eventlog_handler
+
+handle = eventlog_handler.setup(capture_exceptions=False)
+logging.getLogger("job").warning("job done")
+started = time.monotonic()
+sent = handle.flush(30)
+stats = handle.stats()
+print("MARK flush " + json.dumps({
+    "sent": sent,
+    "seconds": time.monotonic() - started,
+    "waiting": stats["queued"] + stats["in_flight"],
+    "dropped": sum(stats["dropped"].values()),
+}))
+"""
+
+
+@pytest.mark.parametrize("status", [401, 403, 400])
+def test_a_flush_does_not_wait_out_its_timeout_for_a_refused_key(
+    server: FaultServer, status: int, tmp_path: Any
+) -> None:
+    """A job that flushes before it ends, against a service that refuses its key: the flush
+    returns ``False`` as soon as the refusal is known (not after its 30 s), the event is kept
+    (not dropped) and, at the exit, counted as not sent, with the refusal said once."""
+    server.default = status
+    code, stderr, lines = run_program(FLUSH_PROGRAM, server.url, tmp_path, timeout=60)
+    assert code == 0, stderr
+    flush = marks(lines)["flush"]
+    assert flush["sent"] is False
+    assert flush["seconds"] < 10, flush  # generous: a 30 s wait is what this catches
+    assert flush["waiting"] == 1 and flush["dropped"] == 0, flush
+    assert sum("retried every 60 s or more" in line for line in stderr.splitlines()) == 1, stderr
+    assert "1 event(s) could not be sent" in stderr, stderr
+    assert API_KEY not in stderr
+
+
+def test_a_flush_during_a_failure_that_may_end_waits_for_it(server: FaultServer) -> None:
+    """A 503 is not a refusal: a flush keeps waiting, so the retry that succeeds is seen."""
+    server.script.extend([503, 503])
+    handler = EventLogHandler(API_KEY, server.url, flush_interval=0.05, error_delay=0.0)
+    logger = logging.getLogger("dlv.flaky")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.warning("after two failures")
+    assert handler.engine.flush(30) is True
+    assert [event["message"] for event in server.accepted] == ["after two failures"]
