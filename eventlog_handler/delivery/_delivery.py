@@ -251,11 +251,13 @@ class Delivery:
         they wait in the bounded buffer. ``state.retry_at`` says when the retry comes (a
         ``flush()`` whose deadline is before it has nothing to wait for).
         """
+        with self.ledger.lock:
+            outer = self.state.retry_at  # a pause within a pause (a send from a full disk's)
         try:
             return self._pause(delay)
         finally:
             with self.ledger.lock:
-                self.state.retry_at = None
+                self.state.retry_at = outer
 
     def _pause(self, delay: float) -> bool:
         ledger, intake, state = self.ledger, self.intake, self.state

@@ -91,10 +91,11 @@ class Lifecycle:
     def flush(self, timeout: float) -> bool:
         """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent.
 
-        Returns ``False`` at once when the delivery waits to retry a failure until after the
-        deadline: a key the service refused (retried every minute or more), or a long outage
-        (its backoff grown past ``timeout``). Nothing can be sent before then; the events wait
-        for the retry and the exit, as they would after the wait."""
+        Returns ``False`` as soon as the delivery is known to wait to retry a failure until
+        after the deadline: a key the service refused (retried every ``min(60 s,
+        max_backoff)``), or a long outage (its backoff grown past ``timeout``). Nothing can be
+        sent before then; the events wait for the retry and the exit, as they would after the
+        wait."""
         self.check_process()
         if threading.get_ident() in SENDER_THREADS:
             return False
@@ -129,7 +130,10 @@ class Lifecycle:
             self.worker.stop = True
             self.ledger.changed.notify_all()
             thread = self.worker.thread
-        if thread is not None and thread is not threading.current_thread():
+            # A worker waiting to retry after the deadline stops after that retry (it holds
+            # the events of the retry): waiting for it here would be waiting for nothing.
+            waiting = self.state.retry_at is not None and self.state.retry_at > deadline
+        if thread is not None and thread is not threading.current_thread() and not waiting:
             thread.join(max(0.0, deadline - time.monotonic()))
         return done
 

@@ -17,6 +17,7 @@ from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
 from tests.support.faultserver import FaultServer, Reply
 from tests.support.processes import marks, run_program
+from tests.support.waits import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -72,15 +73,16 @@ def test_after_the_key_is_fixed_the_kept_events_arrive(server: FaultServer) -> N
     assert [len(seen.events) for seen in server.requests][:2] == [64, 64]  # no bisection
 
 
-#: A program that logs a warning and flushes for 30 s, as a job does before it ends.
+#: A program that logs a warning and flushes (or closes) for 30 s, as a job does before it
+#: ends.
 FLUSH_PROGRAM = """
-import json, logging, time
+import json, logging, sys, time
 import eventlog_handler
 
 handle = eventlog_handler.setup(capture_exceptions=False)
 logging.getLogger("job").warning("job done")
 started = time.monotonic()
-sent = handle.flush(30)
+sent = getattr(handle, sys.argv[1])(30)
 stats = handle.stats()
 print("MARK flush " + json.dumps({
     "sent": sent,
@@ -91,15 +93,19 @@ print("MARK flush " + json.dumps({
 """
 
 
-@pytest.mark.parametrize("status", [401, 403, 400])
+@pytest.mark.parametrize(
+    ("status", "call"), [(401, "flush"), (403, "flush"), (400, "flush"), (401, "close")]
+)
 def test_a_flush_does_not_wait_out_its_timeout_for_a_refused_key(
-    server: FaultServer, status: int, tmp_path: Any
+    server: FaultServer, status: int, call: str, tmp_path: Any
 ) -> None:
-    """A job that flushes before it ends, against a service that refuses its key: the flush
-    returns ``False`` as soon as the refusal is known (not after its 30 s), the event is kept
-    (not dropped) and, at the exit, counted as not sent, with the refusal said once."""
+    """A job that flushes (or closes its handle) before it ends, against a service that
+    refuses its key: the call returns ``False`` as soon as the refusal is known (not after its
+    30 s), the event is kept (not dropped) and, at the exit, counted as not sent, with the
+    refusal said once."""
     server.default = status
-    code, stderr, lines = run_program(FLUSH_PROGRAM, server.url, tmp_path, timeout=60)
+    program = FLUSH_PROGRAM.replace("sys.argv[1]", repr(call))
+    code, stderr, lines = run_program(program, server.url, tmp_path, timeout=60)
     assert code == 0, stderr
     flush = marks(lines)["flush"]
     assert flush["sent"] is False
@@ -120,3 +126,23 @@ def test_a_flush_during_a_failure_that_may_end_waits_for_it(server: FaultServer)
     logger.warning("after two failures")
     assert handler.engine.flush(30) is True
     assert [event["message"] for event in server.accepted] == ["after two failures"]
+
+
+def test_a_flush_during_an_outage_whose_next_try_is_after_its_deadline_returns() -> None:
+    """A long outage: the next try is 30 s or more away (the backoff), the flush is for 20 s.
+    It returns ``False`` without waiting the 20 s; the event waits for that try."""
+    with FaultServer() as down:
+        down.default = 503
+        handler = EventLogHandler(
+            API_KEY, down.url, flush_interval=0.05, retry_initial=60.0, max_backoff=300.0
+        )
+        logger = logging.getLogger("dlv.outage")
+        logger.handlers[:] = [handler]
+        logger.propagate = False
+        logger.warning("during a long outage")
+        assert wait_until(lambda: len(down.requests) >= 1, 10)
+        started = time.monotonic()
+        assert handler.engine.flush(20) is False
+        assert time.monotonic() - started < 10  # generous: the 20 s wait is what it catches
+        stats = handler.stats()
+        assert stats["queued"] + stats["in_flight"] == 1 and stats["dropped_total"] == 0
