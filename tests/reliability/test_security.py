@@ -38,7 +38,7 @@ from eventlog_handler.wire import _events as events
 from tests.reliability.conftest import EXCEPTION_GROUP, FAST, HandlerRun, collect, settle
 from tests.support.constants import API_KEY, REPO
 from tests.support.faultserver import FaultServer, Reply
-from tests.support.processes import child_env
+from tests.support.processes import child_env, run_program
 from tests.support.waits import free_port
 
 SECRETS = ["hunter2-secret-value", "tok-3f9a7c-value", "sess-abc123-value", "pk-0091-value"]
@@ -481,20 +481,11 @@ def test_secrets_among_a_flood_of_plain_messages_never_reach_the_server(tmp_path
     """The worker looks at a batch's messages for secrets all at once: a user's program logs
     1,500 plain warnings with three secrets among them and exits; every plain message arrives
     as logged, and no secret arrives."""
-    script = tmp_path / "app.py"
-    script.write_text(BATCH_CHILD)
     with FaultServer() as server:
-        completed = subprocess.run(
-            [sys.executable, str(script)],
-            env=child_env(server.url),
-            cwd=str(REPO),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert completed.returncode == 0, completed.stderr
+        code, stderr, _ = run_program(BATCH_CHILD, server.url, tmp_path)
+        assert code == 0, stderr
         messages = [event["message"] for event in server.accepted]
-    assert len(messages) == 1503, completed.stderr
+    assert len(messages) == 1503, stderr
     assert [m for m in messages if m.startswith("order ")] == [
         f"order {index} shipped to ann" for index in range(1500)
     ]
