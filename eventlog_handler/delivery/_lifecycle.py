@@ -115,7 +115,7 @@ class Lifecycle:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or worker.thread is None:
                         break
-                    if state.retry_at is not None and state.retry_at > deadline:
+                    if state.retry_after(deadline):
                         break  # no try before the deadline
                     ledger.changed.wait(timeout=remaining)
                 return self.idle()
@@ -132,7 +132,7 @@ class Lifecycle:
             thread = self.worker.thread
             # A worker waiting to retry after the deadline stops after that retry (it holds
             # the events of the retry): waiting for it here would be waiting for nothing.
-            waiting = self.state.retry_at is not None and self.state.retry_at > deadline
+            waiting = self.state.retry_after(deadline)
         if thread is not None and thread is not threading.current_thread() and not waiting:
             thread.join(max(0.0, deadline - time.monotonic()))
         return done

@@ -21,6 +21,10 @@ class RunState:
         #: While the delivery waits to retry a failed request: when it tries again (monotonic).
         self.retry_at: float | None = None
 
+    def retry_after(self, deadline: float) -> bool:
+        """The delivery waits to retry until after ``deadline``: nothing is sent before it."""
+        return self.retry_at is not None and self.retry_at > deadline
+
     def over(self, now: float) -> bool:
         """The exit flush's deadline has passed: the worker takes no more work."""
         return self.closing and self.deadline is not None and now >= self.deadline
