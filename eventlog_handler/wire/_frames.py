@@ -328,21 +328,33 @@ def resolve(
     secrets: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """The frames as sent (see the module docstring), their source read from
-    :mod:`linecache`. Locals whose value is itself a credential are masked."""
-    from eventlog_handler.wire._simple_error import source_path
+    :mod:`linecache`. Locals whose value is itself a credential are masked.
 
+    A frame is made once per place (file, line, function, module) and copied after that: an
+    error that comes again, or a log call's site, repeats the same frames in event after
+    event. The copy is made again when its file's lines in :mod:`linecache` are not the same
+    list (the file was read again: it changed) or ``sys.path`` changed (the path shown)."""
+    from eventlog_handler.wire._simple_error import import_roots
+
+    roots = import_roots()
+    made = _MADE.get((include, exclude))
+    if made is None:
+        if len(_MADE) >= 8:
+            _MADE.clear()
+        made = _MADE[(include, exclude)] = {}
     frames: list[dict[str, Any]] = []
     for ref in refs:
-        filename, lineno, function, module = ref[0], ref[1], ref[2], ref[3]
-        frame: dict[str, Any] = {
-            "module": module or "",
-            "function": str(function),
-            "filename": source_path(filename, module),
-            "lineno": lineno if isinstance(lineno, int) else 0,
-            "in_app": is_in_app(filename, module, include, exclude),
-        }
-        if isinstance(lineno, int) and lineno > 0:
-            frame.update(_context(filename, lineno))
+        place = ref[:4]
+        lines = _lines(ref[0])
+        known = made.get(place)
+        if known is not None and known[0] is lines and known[1] is roots:
+            frame = _copy(known[2])
+        else:
+            frame = _frame(place, lines, include, exclude)
+            if len(made) >= _MAX_MADE:
+                made.clear()
+            made[place] = (lines, roots, frame)
+            frame = _copy(frame)
         if len(ref) > 4 and isinstance(ref[4], dict):
             frame["vars"] = {
                 name: MASK if looks_like_credential(text, secrets) else text
@@ -352,21 +364,52 @@ def resolve(
     return frames
 
 
-def _context(filename: str, lineno: int) -> dict[str, Any]:
-    try:
-        lines = linecache.getlines(filename)
-    except Exception:
-        return {}
-    if not lines or lineno > len(lines):
-        return {}
-    index = lineno - 1
-    before = lines[max(0, index - CONTEXT_LINES) : index]
-    after = lines[index + 1 : index + 1 + CONTEXT_LINES]
-    return {
-        "pre_context": [_line(line) for line in before],
-        "context_line": _line(lines[index]),
-        "post_context": [_line(line) for line in after],
+#: Per ``(include, exclude)``: frames made by :func:`resolve`, by place, with the file's lines
+#: and the import roots they were made from.
+_MADE: dict[tuple[Any, Any], dict[FrameRef, tuple[Any, Any, dict[str, Any]]]] = {}
+#: Places remembered (each frame holds up to 11 source lines of up to 200 characters).
+_MAX_MADE = 512
+
+
+def _frame(
+    place: FrameRef, lines: list[str] | None, include: Collection[str], exclude: Collection[str]
+) -> dict[str, Any]:
+    from eventlog_handler.wire._simple_error import source_path
+
+    filename, lineno, function, module = place
+    frame: dict[str, Any] = {
+        "module": module or "",
+        "function": str(function),
+        "filename": source_path(filename, module),
+        "lineno": lineno if isinstance(lineno, int) else 0,
+        "in_app": is_in_app(filename, module, include, exclude),
     }
+    if isinstance(lineno, int) and 0 < lineno <= len(lines or ()):
+        assert lines is not None
+        index = lineno - 1
+        before = lines[max(0, index - CONTEXT_LINES) : index]
+        after = lines[index + 1 : index + 1 + CONTEXT_LINES]
+        frame["pre_context"] = [_line(line) for line in before]
+        frame["context_line"] = _line(lines[index])
+        frame["post_context"] = [_line(line) for line in after]
+    return frame
+
+
+def _copy(frame: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a made frame that the event may change (the scrubber, a ``before_send``)."""
+    frame = frame.copy()
+    if "pre_context" in frame:
+        frame["pre_context"] = frame["pre_context"].copy()
+        frame["post_context"] = frame["post_context"].copy()
+    return frame
+
+
+def _lines(filename: str) -> list[str] | None:
+    """The file's lines as :mod:`linecache` holds them (read now if it doesn't)."""
+    try:
+        return linecache.getlines(filename)
+    except Exception:
+        return None
 
 
 def _line(line: str) -> str:

@@ -30,12 +30,14 @@ Scrubbing runs on the delivery worker, for every event: a string without ``:``, 
 ``bearer`` or a given secret is returned as it is after a few substring checks, and what was
 found about each dict key is remembered. So is the result for the last texts that had to be
 searched (:data:`_MEMO_CHARS` characters of them at most): an error storm repeats one stack
-trace thousands of times, and a trace log line travels with up to 25 consecutive errors.
+trace thousands of times, and a trace log line travels with up to 25 consecutive errors. And so
+is the result for each frame of ``@frames``, by place, used again for a frame equal to the one
+remembered: the frames of an error that comes again, with their source lines, are most of its
+text.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -44,6 +46,7 @@ __all__ = ["MIN_SECRET_LENGTH", "Scrubber", "is_card_number", "mask_card_numbers
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
 from eventlog_handler.wire._cards import is_card_number, mask_card_numbers
 from eventlog_handler.wire._jsonsafe import ExclusionMatcher, exclusion_matcher
+from eventlog_handler.wire._spans import bearer_tokens, url_passwords, value_span
 
 #: Dict keys a scrubber remembers what it found about.
 _CACHE_KEYS = 10_000
@@ -52,22 +55,10 @@ _CACHE_KEYS = 10_000
 _MEMO_TEXTS = 4_096
 _MEMO_CHARS = 2_000_000
 _MEMO_LONGEST = 100_000
+#: Frames whose scrubbed result a scrubber remembers (by file, line and function).
+_MEMO_FRAMES = 512
 #: Given secrets shorter than this are not searched for in text (they would mask common words).
 MIN_SECRET_LENGTH = 6
-
-#: After ``://``: ``user:password@``; the user ends at the first ``:`` (it may hold an ``@``, an
-#: e-mail address), the password runs to the last ``@`` of the authority.
-_USERINFO = re.compile(r"[^\s:/?#\"'<>]*:(?P<password>[^\s/?#\"'<>]+)@")
-#: Between a name's separator and its value: blanks, and an auth scheme (``Bearer``, ...).
-_LEAD = re.compile(r"[ \t]*(?:(?i:bearer|basic|token|digest|negotiate|ntlm|apikey)[ \t]+(?=\S))?")
-#: A quoted value (the group is what is masked), or a bare one (up to a terminator).
-_DOUBLE_QUOTED = re.compile(r"\"((?:[^\"\\\n]|\\.)*)\"")
-_SINGLE_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.)*)'")
-_BARE = re.compile(r"[^\s\"'&;,<>)\]}]+")
-#: Characters a bracketed value (``[...]``, ``{...}``) is searched for its end in, at most.
-_MAX_BRACKETED = 20_000
-#: A lone ``Bearer <token>``.
-_BEARER = re.compile(r"(?<![\w\-])(?P<scheme>[Bb]earer|BEARER)[ \t]+(?P<token>[\w\-.~+/]{8,}=*)")
 
 #: Top-level fields of an event that carry no free text.
 _NOT_TEXT = frozenset(("type", "date", "reference_id", "count", "value", "@level"))
@@ -87,6 +78,7 @@ class Scrubber:
         "_clean_sources",
         "_excluded",
         "_flat_keys",
+        "_frames_memo",
         "_key_info",
         "_memo",
         "_memo_chars",
@@ -108,6 +100,9 @@ class Scrubber:
         #: Texts that had to be searched, with their result (``None``: nothing to mask).
         self._memo: dict[str, str | None] = {}
         self._memo_chars = 0
+        #: Frames (``@frames``) seen, by place: the frame as it came, and as scrubbed (``None``:
+        #: the same).
+        self._frames_memo: dict[Any, tuple[dict[str, Any], dict[str, Any] | None]] = {}
         #: Strings shorter than this, without ``:`` or ``=``, hold nothing to mask: no given
         #: secret, no card number (13 digits), no bearer token (15 characters with its scheme).
         self._short = min((13, *(len(secret) for secret in self._secrets)))
@@ -161,12 +156,12 @@ class Scrubber:
                 text = text.replace(secret, MASK)
         if ":" in text:
             if "@" in text and "://" in text:
-                text = _url_passwords(text)
+                text = url_passwords(text)
             text = self._assignments(text)
         elif "=" in text:
             text = self._assignments(text)
         if "earer" in text or "EARER" in text:
-            text = _BEARER.sub(_mask_bearer, text)
+            text = bearer_tokens(text)
         if len(text) >= 13:
             text = mask_card_numbers(text)
         return text
@@ -197,7 +192,7 @@ class Scrubber:
                 start -= 1
             if start == end or not excluded(text[start:end]):
                 continue
-            span = _value_span(text, after)
+            span = value_span(text, after)
             if span is None:
                 continue
             pieces.append(text[done : span[0]])
@@ -380,7 +375,10 @@ class Scrubber:
                     renames[key] = info[1]
                 if shape == _DATA and info[0] == _AT_KEY:
                     inner = _DATA_SHAPES.get(key, _KEYED)
-                    scrubbed = self._dict(value, copy, depth + 1, inner, inner in _USER_DATA)
+                    if inner == _FRAMES:
+                        scrubbed = self._frames(value, copy, depth + 1)
+                    else:
+                        scrubbed = self._dict(value, copy, depth + 1, inner, inner in _USER_DATA)
                     if scrubbed is not value:
                         if changes is None:
                             changes = {}
@@ -399,6 +397,8 @@ class Scrubber:
                 inner_shape = _INNER_SHAPES.get((shape, key))
                 if inner_shape is None:
                     scrubbed = self._any(value, copy, keyed, depth + 1)
+                elif inner_shape == _FRAMES:
+                    scrubbed = self._frames(value, copy, depth + 1)
                 else:
                     scrubbed = self._dict(
                         value, copy, depth + 1, inner_shape, inner_shape in _USER_DATA
@@ -412,6 +412,37 @@ class Scrubber:
         if changes is None and renames is None:
             return mapping
         return _updated(mapping, changes, renames, copy)
+
+    def _frames(self, frames: Any, copy: bool, depth: int) -> Any:
+        """A list of frames (``@frames``), as :meth:`_any` scrubs it (keys matched), with the
+        result for each frame remembered by its content: an error that comes again, or the
+        site of a log call, brings the same frames (and their source lines) in event after
+        event, and comparing a frame with the one remembered costs a small part of walking
+        it. A frame with locals (``vars``) is walked each time."""
+        if type(frames) is not list or depth > _MAX_DEPTH:
+            return self._any(frames, copy, True, depth)
+        memo = self._frames_memo
+        items = frames
+        for index, frame in enumerate(frames):
+            if type(frame) is not dict or "vars" in frame:
+                scrubbed = self._any(frame, copy, True, depth + 1)
+            else:
+                place = (frame.get("filename"), frame.get("lineno"), frame.get("function"))
+                known = memo.get(place)
+                if known is not None and known[0] == frame:
+                    scrubbed = frame if known[1] is None else _frame_copy(known[1])
+                else:
+                    seen = _frame_copy(frame) if _is_plain_frame(frame) else None
+                    scrubbed = self._dict(frame, copy, depth + 1, _KEYED, True)
+                    if seen is not None:
+                        if len(memo) >= _MEMO_FRAMES:
+                            memo.clear()
+                        memo[place] = (seen, None if scrubbed == seen else _frame_copy(scrubbed))
+            if scrubbed is not frame:
+                if items is frames and copy:
+                    items = list(frames)
+                items[index] = scrubbed
+        return items
 
     def _learn_key(self, key: str) -> tuple[int, str | None]:
         """What a dict key is (excluded, a known ``@`` key, or neither) and its scrubbed text
@@ -446,6 +477,8 @@ def _updated(
 # user data (``_KEYED``, and ``data`` but its known ``@`` keys); the keys of the service's own
 # objects (``@simple_error``, ``@user``, ``@request``, ``@environment``) are not.
 _PLAIN, _KEYED, _DATA, _ERROR, _USER, _REQUEST = range(6)
+#: A list of frames: as ``_KEYED``, each frame's result remembered (:meth:`Scrubber._frames`).
+_FRAMES = 6
 #: What a key is: excluded (its value is masked where keys are the user's), ``@...``, neither.
 _EXCLUDED, _AT_KEY, _OTHER = range(3)
 #: Shapes whose keys are the user's: matched against the exclusions.
@@ -460,6 +493,7 @@ _DATA_SHAPES = {
     "@environment": _PLAIN,
     "@trace": _PLAIN,
     "@stack": _PLAIN,
+    "@frames": _FRAMES,
 }
 #: The parts of the service's objects that are shaped themselves.
 _INNER_SHAPES = {
@@ -468,6 +502,7 @@ _INNER_SHAPES = {
     (_USER, "data"): _KEYED,
     **{(_REQUEST, part): _KEYED for part in ("headers", "cookies", "query_string", "post_data")},
     (_REQUEST, "data"): _KEYED,
+    (_KEYED, "@frames"): _FRAMES,  # an error's frames, in ``@simple_error.data``
 }
 
 #: What :meth:`Scrubber.flat_event` does with a data key's value (besides :data:`_PLAIN`,
@@ -478,6 +513,33 @@ _DIGITS = b"0123456789"
 _STR = frozenset({str})
 #: Every byte but the digits and the newline (:meth:`Scrubber.plain_texts` keeps those).
 _NOT_DIGIT_OR_NEWLINE = bytes(byte for byte in range(256) if byte not in b"0123456789\n")
+
+
+def _is_plain_frame(frame: dict[Any, Any]) -> bool:
+    """Whether a frame holds only text, numbers and lists of text (as made by
+    :func:`~eventlog_handler.wire._frames.resolve`): one whose result may be remembered."""
+    for key, value in frame.items():
+        kind = type(value)
+        if type(key) is not str:
+            return False
+        if kind is list:
+            if not all(type(line) is str for line in value):
+                return False
+        elif kind not in _FRAME_SCALARS:
+            return False
+    return True
+
+
+_FRAME_SCALARS = frozenset({str, int, bool, float, type(None)})
+
+
+def _frame_copy(frame: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a plain frame that shares only its text (its lists of lines are copied)."""
+    copied = dict(frame)
+    for key, value in frame.items():
+        if type(value) is list:
+            copied[key] = list(value)
+    return copied
 
 
 def _few_digits(text: str) -> bool:
@@ -495,79 +557,3 @@ def _few_digits(text: str) -> bool:
 #: Nesting past which containers are replaced by the mask rather than walked (JSON-safe events
 #: are at most 10 deep; this only guards against hand-made cycles and recursion limits).
 _MAX_DEPTH = 64
-
-
-def _url_passwords(text: str) -> str:
-    """Mask the password of every ``scheme://user:password@host`` in ``text``."""
-    pieces: list[str] = []
-    done = 0
-    at = text.find("://")
-    while at >= 0:
-        found = _USERINFO.match(text, at + 3)
-        if found is not None and found.group("password") != MASK:
-            pieces.append(text[done : found.start("password")])
-            pieces.append(MASK)
-            done = found.end("password")
-        at = text.find("://", max(at + 3, done))
-    if not pieces:
-        return text
-    pieces.append(text[done:])
-    return "".join(pieces)
-
-
-def _value_span(text: str, at: int) -> tuple[int, int] | None:
-    """Where the value after a separator at ``at`` is (what to mask), or ``None`` when there is
-    no value or it is masked already. A quoted value is its content; a bracketed one runs to
-    its closing bracket (or, unbalanced, to the end of the line); a bare one to a terminator."""
-    lead = _LEAD.match(text, at)
-    start = at if lead is None else lead.end()
-    first = text[start : start + 1]
-    if first == '"' or first == "'":
-        quoted = (_DOUBLE_QUOTED if first == '"' else _SINGLE_QUOTED).match(text, start)
-        if quoted is None:
-            return None
-        span = quoted.span(1)
-    elif first == "[" or first == "{":
-        if text.startswith(MASK, start):
-            return None
-        span = (start, _closing_bracket(text, start))
-    else:
-        bare = _BARE.match(text, start)
-        if bare is None:
-            return None
-        span = bare.span()
-    if span[0] == span[1] or text[span[0] : span[1]] == MASK:
-        return None
-    return span
-
-
-def _closing_bracket(text: str, start: int) -> int:
-    """The end of the bracketed value at ``start`` (quotes respected), or of its line."""
-    depth = 0
-    quote = False
-    index = start
-    limit = min(len(text), start + _MAX_BRACKETED)
-    while index < limit:
-        char = text[index]
-        if quote:
-            if char == "\\":
-                index += 1
-            elif char == '"':
-                quote = False
-        elif char == '"':
-            quote = True
-        elif char == "[" or char == "{":
-            depth += 1
-        elif char == "]" or char == "}":
-            depth -= 1
-            if depth == 0:
-                return index + 1
-        index += 1
-    end = text.find("\n", start)
-    return len(text) if end < 0 else end
-
-
-def _mask_bearer(found: re.Match[str]) -> str:
-    if found.group("token") == MASK:
-        return found.group(0)
-    return f"{found.group('scheme')} {MASK}"

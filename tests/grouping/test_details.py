@@ -238,3 +238,31 @@ def test_git_commit_reads_packed_refs_and_detached_heads(tmp_path):
     (git_dir / "HEAD").write_text("b" * 40 + "\n")
     assert git_commit(str(tmp_path / "repo")) == "b" * 40
     assert git_commit(str(Path(os.sep))) is None
+
+
+def test_resolved_frames_are_made_once_per_place_and_again_when_the_file_changes(tmp_path):
+    import linecache
+
+    (tmp_path / "shop").mkdir()
+    source = tmp_path / "shop" / "cart.py"
+    source.write_text("a = 1\nb = 2\nc = 3\n")
+    filename = str(source)
+    ref = (filename, 2, "f", None)
+    first = _frames.resolve([ref])[0]
+    second = _frames.resolve([ref])[0]
+    assert second == first and second["context_line"] == "b = 2"
+    assert second is not first and second["pre_context"] is not first["pre_context"]
+    second["pre_context"].append("changed")  # an event's frame is its own
+    assert _frames.resolve([ref])[0]["pre_context"] == ["a = 1"]
+
+    source.write_text("a = 1\nb = 'edited'\nc = 3\n")
+    os.utime(source, (1, 1))  # another mtime, whatever the clock's resolution
+    linecache.checkcache(filename)  # what a traceback's formatting does
+    assert _frames.resolve([ref])[0]["context_line"] == "b = 'edited'"
+
+    shown = _frames.resolve([ref])[0]["filename"]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert _frames.resolve([ref])[0]["filename"] == "shop/cart.py" != shown
+    finally:
+        sys.path.remove(str(tmp_path))

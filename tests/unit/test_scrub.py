@@ -645,3 +645,117 @@ def test_flat_event_masks_data_like_event_does(scrub: Scrubber) -> None:
         scrub.flat_event(keyed)["data"]
         == scrub.event({"type": "log", "message": "m", "data": {f"k{API_KEY}": 1}})["data"]
     )
+
+
+# -- frames: the result for a frame that comes again --------------------------------------------
+
+
+@st.composite
+def frame_lists(draw: st.DrawFn) -> tuple[list[str], list[dict[str, Any]]]:
+    """(secrets planted, frames as :func:`eventlog_handler.wire._frames.resolve` makes them,
+    some of their lines holding a secret)."""
+    secrets: list[str] = []
+
+    def line() -> str:
+        if draw(st.integers(0, 4)) == 0:
+            secret, text = draw(planted())
+            secrets.append(secret)
+            return text
+        return draw(clean_text())
+
+    frames = []
+    for index in range(draw(st.integers(1, 4))):
+        frames.append(
+            {
+                "module": "shop.cart",
+                "function": f"f{index}",
+                "filename": "shop/cart.py",
+                "lineno": draw(st.integers(1, 3)),
+                "in_app": True,
+                "pre_context": [line() for _ in range(draw(st.integers(0, 3)))],
+                "context_line": line(),
+                "post_context": [line() for _ in range(draw(st.integers(0, 3)))],
+            }
+        )
+    return secrets, frames
+
+
+def _with_frames(frames: list[dict[str, Any]]) -> dict[str, Any]:
+    """A log event with ``frames`` at its call site and an error event with them in its
+    ``@simple_error.data``, in one event (both places the scrubber finds frames)."""
+    return {
+        "type": "error",
+        "message": "m",
+        "data": {"@frames": copy.deepcopy(frames)},
+        "@simple_error": {"message": "boom", "data": {"@frames": copy.deepcopy(frames)}},
+    }
+
+
+@PROFILE
+@given(case=frame_lists(), seen=frame_lists(), in_place=st.booleans())
+def test_property_frames_seen_before_are_scrubbed_as_the_first_time(
+    case: tuple[list[str], list[dict[str, Any]]],
+    seen: tuple[list[str], list[dict[str, Any]]],
+    in_place: bool,
+) -> None:
+    """A scrubber that has scrubbed the same frames (and others at the same places, as when
+    a file changed) gives each later event what a new scrubber gives it."""
+    secrets, frames = case
+    warm = Scrubber([API_KEY])
+    for earlier in (seen[1], frames, frames):
+        warm.event(_with_frames(earlier))
+    for _ in range(3):
+        expected = Scrubber([API_KEY]).event(_with_frames(frames))
+        event = _with_frames(frames)
+        original = copy.deepcopy(event)
+        got = warm.event(event, copy=not in_place)
+        assert got == expected
+        body = events.encode(got).decode("utf-8")
+        for secret in secrets:
+            assert secret not in body, body
+        if not in_place:
+            assert event == original
+
+
+def test_a_remembered_frame_is_not_shared_between_events(scrub: Scrubber) -> None:
+    frame = {
+        "module": "shop.cart",
+        "function": "pay",
+        "filename": "shop/cart.py",
+        "lineno": 3,
+        "in_app": True,
+        "pre_context": ['    password = "hunter2x"'],
+        "context_line": "    charge(card)",
+        "post_context": [],
+    }
+    first = scrub.event(
+        {"data": {"@frames": [dict(frame, pre_context=list(frame["pre_context"]))]}}
+    )
+    assert first["data"]["@frames"][0]["pre_context"] == [f'    password = "{MASK}"']
+    # A hook, or anything after, changing one event's frame changes no other event's.
+    first["data"]["@frames"][0]["pre_context"].append("changed")
+    first["data"]["@frames"][0]["function"] = "changed"
+    for _ in range(2):
+        again = scrub.event(
+            {"data": {"@frames": [dict(frame, pre_context=list(frame["pre_context"]))]}}
+        )
+        assert again["data"]["@frames"][0]["pre_context"] == [f'    password = "{MASK}"']
+        assert again["data"]["@frames"][0]["function"] == "pay"
+        again["data"]["@frames"][0]["pre_context"].append("changed")
+    # The same place with other lines (the file changed): looked at anew.
+    edited = dict(frame, pre_context=["    token = 'Zqsecret-value-1'"])
+    masked = scrub.event({"data": {"@frames": [edited]}})["data"]["@frames"][0]
+    assert masked["pre_context"] == [f"    token = '{MASK}'"]
+
+
+def test_frames_with_locals_are_looked_at_every_time(scrub: Scrubber) -> None:
+    for value in ("Zqfirst-secret-1", "Zqsecond-secret-2"):
+        frame = {
+            "function": "pay",
+            "filename": "shop/cart.py",
+            "lineno": 3,
+            "context_line": "    charge(card)",
+            "vars": {"note": f"password={value}", "api_token": "'abc'"},
+        }
+        scrubbed = scrub.event({"data": {"@frames": [frame]}})["data"]["@frames"][0]
+        assert scrubbed["vars"] == {"note": f"password={MASK}", "api_token": MASK}

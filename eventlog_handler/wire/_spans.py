@@ -1,0 +1,104 @@
+"""Where a secret value in a text starts and ends: the password of a URL, the value after a
+name (quoted, bracketed or bare) and a ``Bearer`` token. What is masked, and when, is
+:class:`eventlog_handler.wire._scrub.Scrubber`'s."""
+
+from __future__ import annotations
+
+import re
+
+from eventlog_handler.settings import MASK
+
+#: After ``://``: ``user:password@``; the user ends at the first ``:`` (it may hold an ``@``, an
+#: e-mail address), the password runs to the last ``@`` of the authority.
+_USERINFO = re.compile(r"[^\s:/?#\"'<>]*:(?P<password>[^\s/?#\"'<>]+)@")
+#: Between a name's separator and its value: blanks, and an auth scheme (``Bearer``, ...).
+_LEAD = re.compile(r"[ \t]*(?:(?i:bearer|basic|token|digest|negotiate|ntlm|apikey)[ \t]+(?=\S))?")
+#: A quoted value (the group is what is masked), or a bare one (up to a terminator).
+_DOUBLE_QUOTED = re.compile(r"\"((?:[^\"\\\n]|\\.)*)\"")
+_SINGLE_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.)*)'")
+_BARE = re.compile(r"[^\s\"'&;,<>)\]}]+")
+#: Characters a bracketed value (``[...]``, ``{...}``) is searched for its end in, at most.
+_MAX_BRACKETED = 20_000
+#: A lone ``Bearer <token>``.
+_BEARER = re.compile(r"(?<![\w\-])(?P<scheme>[Bb]earer|BEARER)[ \t]+(?P<token>[\w\-.~+/]{8,}=*)")
+
+
+def url_passwords(text: str) -> str:
+    """Mask the password of every ``scheme://user:password@host`` in ``text``."""
+    pieces: list[str] = []
+    done = 0
+    at = text.find("://")
+    while at >= 0:
+        found = _USERINFO.match(text, at + 3)
+        if found is not None and found.group("password") != MASK:
+            pieces.append(text[done : found.start("password")])
+            pieces.append(MASK)
+            done = found.end("password")
+        at = text.find("://", max(at + 3, done))
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def value_span(text: str, at: int) -> tuple[int, int] | None:
+    """Where the value after a separator at ``at`` is (what to mask), or ``None`` when there is
+    no value or it is masked already. A quoted value is its content; a bracketed one runs to
+    its closing bracket (or, unbalanced, to the end of the line); a bare one to a terminator."""
+    lead = _LEAD.match(text, at)
+    start = at if lead is None else lead.end()
+    first = text[start : start + 1]
+    if first == '"' or first == "'":
+        quoted = (_DOUBLE_QUOTED if first == '"' else _SINGLE_QUOTED).match(text, start)
+        if quoted is None:
+            return None
+        span = quoted.span(1)
+    elif first == "[" or first == "{":
+        if text.startswith(MASK, start):
+            return None
+        span = (start, _closing_bracket(text, start))
+    else:
+        bare = _BARE.match(text, start)
+        if bare is None:
+            return None
+        span = bare.span()
+    if span[0] == span[1] or text[span[0] : span[1]] == MASK:
+        return None
+    return span
+
+
+def _closing_bracket(text: str, start: int) -> int:
+    """The end of the bracketed value at ``start`` (quotes respected), or of its line."""
+    depth = 0
+    quote = False
+    index = start
+    limit = min(len(text), start + _MAX_BRACKETED)
+    while index < limit:
+        char = text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quote = False
+        elif char == '"':
+            quote = True
+        elif char == "[" or char == "{":
+            depth += 1
+        elif char == "]" or char == "}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+        index += 1
+    end = text.find("\n", start)
+    return len(text) if end < 0 else end
+
+
+def bearer_tokens(text: str) -> str:
+    """Mask the token of every ``Bearer <token>`` in ``text``."""
+    return _BEARER.sub(_mask_bearer, text)
+
+
+def _mask_bearer(found: re.Match[str]) -> str:
+    if found.group("token") == MASK:
+        return found.group(0)
+    return f"{found.group('scheme')} {MASK}"
