@@ -325,13 +325,13 @@ class SpoolTraffic:
         the disk are settled here."""
         own = self.spool.own()
         limit = self.settings.spool_max_bytes
-        dropped = 0
+        dropped = expired = 0
+        evicted = (0, 0)
         try:
             expired = own.expire(time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS)
             others = max(0, self.spool.disk_bytes() - own.disk_bytes())
             budget = int((limit - others) / SPOOL_OVERHEAD)  # bytes of JSON that fit
             incoming = sum(len(row[2]) for row in rows)
-            evicted = (0, 0)
             if own.bytes + incoming > budget:
                 logs_first = sorted(rows, key=lambda row: row[1])  # incoming logs, then errors
                 room = budget - own.bytes
@@ -349,7 +349,7 @@ class SpoolTraffic:
                 rows = [row for row in rows if id(row) in kept]
         except (OSError, sqlite3.Error) as exc:
             self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
-            return rows, 0
+            dropped = 0  # the rows are written as they came; what was deleted is settled below
         with self.ledger.lock:
             self.ledger.spooled = max(0, self.ledger.spooled - expired - sum(evicted))
             self.ledger.dropped["expired"] += expired

@@ -323,3 +323,39 @@ def test_processes_sharing_one_spool_directory(tmp_path: Path, processes: int) -
         assert server.duplicates == []
     assert not list(spool.glob(f"*{SUFFIX}"))
     assert os.path.isdir(spool)
+
+
+def test_rows_expired_before_a_disk_error_are_counted_as_expired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Making room on disk deletes the rows past the 3-day window first; a disk error after
+    that must not leave them counted as spooled (they are dropped, as ``expired``)."""
+    import sqlite3
+
+    engine = make(f"http://127.0.0.1:{free_port()}", tmp_path / "spool", spool_all=True)
+    try:
+        for index in range(10):
+            engine.enqueue(log_event(f"first {index}", level="Info"))
+        assert wait_settled(engine)["spooled"] == 10
+        spooling = engine.spooling
+        assert spooling is not None
+        own = spooling.spool.own()
+        with sqlite3.connect(own.path) as db:  # the rows on disk are now 4 days old
+            db.execute("UPDATE events SET created = ?", (time.time() - 4 * 24 * 3600,))
+
+        def failing() -> int:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(spooling.spool, "disk_bytes", failing)
+        for index in range(5):
+            engine.enqueue(log_event(f"second {index}", level="Info"))
+        stats = wait_settled(engine)
+        deadline = time.monotonic() + 10
+        while stats["dropped"].get("expired", 0) < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+            stats = engine.stats()
+        assert stats["dropped"]["expired"] == 10, stats
+        assert stats["spooled"] == 5, stats
+        assert stats["captured"] == accounted(stats) == 15, stats
+    finally:
+        engine.shutdown(1.0)
