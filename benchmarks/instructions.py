@@ -20,7 +20,11 @@ without the measured loop, divided by the events:
 - ``worker``: the same records, captured beforehand, through the worker's pipeline
   (``Pipeline.run``: build, scrub, roll-up), in batches of 500; ``+ encode, compress``: and
   made into a request body as the worker does (``encode_parts``, ``compress``; compressing runs
-  without the interpreter lock in the worker).
+  without the interpreter lock in the worker);
+- ``error``: ``logger.error("job %d failed", n)`` without an exception, a few calls deep (the
+  event carries its call site's six frames with their source lines, and the trace log of the
+  errors before it), captured beforehand; the worker's part: built, scrubbed, encoded and
+  compressed (a tenth of ``--events``: each costs as many instructions as about ten warnings).
 
 The parts use the package's internals (the pipeline, the capture), not only its public API.
 Needs ``valgrind`` (Debian: ``apt-get install valgrind``); about a minute per 20,000 events and
@@ -36,6 +40,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 BATCH = 500
@@ -47,7 +52,22 @@ COUNTS = (
     ("no-op handler: logger.warning(extra=)", "noop", "log"),
     ("worker: pipeline (build, scrub, roll-up)", "worker", "pipeline"),
     ("worker: + encode, compress", "worker", "post"),
+    ("worker: logger.error, no exception: all", "error", "post"),
 )
+
+
+def _errors(logger: object, count: int) -> None:
+    """``count`` errors logged a few calls deep (their call site's frames are sent)."""
+    for index in range(count):
+        _two(logger, index)
+
+
+def _two(logger: object, index: int) -> None:
+    _one(logger, index)
+
+
+def _one(logger: Any, index: int) -> None:
+    logger.error("job %d failed", index)
 
 
 def child(part: str, loop: str, events: int) -> None:
@@ -89,7 +109,14 @@ def child(part: str, loop: str, events: int) -> None:
 
     settings = handler.settings
     batches = []
-    for start in range(0, events, BATCH):
+    if part == "error":
+        _errors(logger, events)
+        buffer = engine.intake.buffer
+        taken = list(buffer.errors)
+        buffer.errors.clear()
+        buffer.bytes = 0
+        batches = [taken[start : start + BATCH] for start in range(0, len(taken), BATCH)]
+    for start in range(0, events if part == "worker" else 0, BATCH):
         batch = []
         for index in range(start, min(events, start + BATCH)):
             record = logger.makeRecord(
@@ -136,6 +163,8 @@ EXPECTED = {
     ("worker", "pipeline"): "built {events} compressed 0",
     ("worker", "post"): "built {events} compressed",
     ("worker", "none"): "built 0 compressed 0",
+    ("error", "post"): "built {events} compressed",
+    ("error", "none"): "built 0 compressed 0",
 }
 
 
@@ -198,10 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'part':44s} {'instructions/event':>18s}")
     baselines: dict[str, int] = {}
     for label, part, loop in COUNTS:
+        n = max(BATCH, events // 10) if part == "error" else events
         if part not in baselines:
-            baselines[part] = count(package_dir, part, "none", events)
-        measured = count(package_dir, part, loop, events)
-        print(f"{label:44s} {(measured - baselines[part]) / events:18,.0f}", flush=True)
+            baselines[part] = count(package_dir, part, "none", n)
+        measured = count(package_dir, part, loop, n)
+        print(f"{label:44s} {(measured - baselines[part]) / n:18,.0f}", flush=True)
     return 0
 
 

@@ -411,10 +411,14 @@ class SpoolFile:
         self._gone = 0
         self._remove_files()
 
-    def evict_oldest(self, target_bytes: int, *, errors: bool = True) -> tuple[int, int]:
+    def evict_oldest(
+        self, target_bytes: int, *, errors: bool = True, counts: list[int] | None = None
+    ) -> tuple[int, int]:
         """Delete the oldest logs (then, if ``errors``, the oldest errors) until at most
-        ``target_bytes`` of JSON remain. Returns ``(logs, errors)`` evicted."""
-        evicted = [0, 0]
+        ``target_bytes`` of JSON remain. Returns ``(logs, errors)`` evicted: added to
+        ``counts`` when given, as each chunk is deleted, so that a caller knows what went
+        before an error."""
+        evicted = [0, 0] if counts is None else counts
         for is_error in (0, 1) if errors else (0,):
             while self.bytes > target_bytes:
                 rows = self._select_ids(

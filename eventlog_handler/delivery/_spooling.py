@@ -326,7 +326,7 @@ class SpoolTraffic:
         own = self.spool.own()
         limit = self.settings.spool_max_bytes
         dropped = expired = 0
-        evicted = (0, 0)
+        evicted = [0, 0]  # (logs, errors), counted as they go (an error may come between)
         try:
             expired = own.expire(time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS)
             others = max(0, self.spool.disk_bytes() - own.disk_bytes())
@@ -336,15 +336,14 @@ class SpoolTraffic:
                 logs_first = sorted(rows, key=lambda row: row[1])  # incoming logs, then errors
                 room = budget - own.bytes
                 if room < incoming:  # first, old logs on disk
-                    evicted = own.evict_oldest(max(0, budget - incoming), errors=False)
+                    own.evict_oldest(max(0, budget - incoming), errors=False, counts=evicted)
                     room = budget - own.bytes
                 while logs_first and incoming > room and not logs_first[0][1]:
                     row = logs_first.pop(0)  # then the oldest incoming logs
                     incoming -= len(row[2])
                     dropped += row[3]
                 if incoming > room:  # nothing but errors left: the oldest go
-                    more = own.evict_oldest(max(0, budget - incoming), errors=True)
-                    evicted = (evicted[0] + more[0], evicted[1] + more[1])
+                    own.evict_oldest(max(0, budget - incoming), errors=True, counts=evicted)
                 kept = set(map(id, logs_first))
                 rows = [row for row in rows if id(row) in kept]
         except (OSError, sqlite3.Error) as exc:

@@ -332,29 +332,31 @@ def resolve(
 
     A frame is made once per place (file, line, function, module) and copied after that: an
     error that comes again, or a log call's site, repeats the same frames in event after
-    event. The copy is made again when its file's lines in :mod:`linecache` are not the same
-    list (the file was read again: it changed) or ``sys.path`` changed (the path shown)."""
+    event. It is made again when :mod:`linecache` read its file anew (another size or
+    modification time: the file changed) or ``sys.path`` changed (the path shown)."""
     from eventlog_handler.wire._simple_error import import_roots
 
     roots = import_roots()
-    made = _MADE.get((include, exclude))
-    if made is None:
-        if len(_MADE) >= 8:
-            _MADE.clear()
-        made = _MADE[(include, exclude)] = {}
     frames: list[dict[str, Any]] = []
     for ref in refs:
         place = ref[:4]
-        lines = _lines(ref[0])
-        known = made.get(place)
-        if known is not None and known[0] is lines and known[1] is roots:
+        filename = place[0]
+        lines = _lines(filename)
+        entry = linecache.cache.get(filename) if type(filename) is str else None
+        stamp = (
+            entry[:2] if type(entry) is tuple and len(entry) == 4 and entry[2] is lines else None
+        )
+        key = (place, include, exclude)
+        known = _MADE.get(key) if stamp is not None else None
+        if known is not None and known[0] == stamp and known[1] is roots:
             frame = _copy(known[2])
         else:
             frame = _frame(place, lines, include, exclude)
-            if len(made) >= _MAX_MADE:
-                made.clear()
-            made[place] = (lines, roots, frame)
-            frame = _copy(frame)
+            if stamp is not None:
+                if len(_MADE) >= _MAX_MADE:
+                    _MADE.clear()
+                _MADE[key] = (stamp, roots, frame)
+                frame = _copy(frame)
         if len(ref) > 4 and isinstance(ref[4], dict):
             frame["vars"] = {
                 name: MASK if looks_like_credential(text, secrets) else text
@@ -364,10 +366,11 @@ def resolve(
     return frames
 
 
-#: Per ``(include, exclude)``: frames made by :func:`resolve`, by place, with the file's lines
-#: and the import roots they were made from.
-_MADE: dict[tuple[Any, Any], dict[FrameRef, tuple[Any, Any, dict[str, Any]]]] = {}
-#: Places remembered (each frame holds up to 11 source lines of up to 200 characters).
+#: Frames made by :func:`resolve`, by place and in-app options, with the size and modification
+#: time of the file :mod:`linecache` read and the import roots they were made with.
+_MADE: dict[Any, tuple[Any, Any, dict[str, Any]]] = {}
+#: Frames remembered (each holds up to 11 source lines of up to 200 characters: about 1.5 MB
+#: at most in all).
 _MAX_MADE = 512
 
 

@@ -419,22 +419,30 @@ class Scrubber:
         site of a log call, brings the same frames (and their source lines) in event after
         event, and comparing a frame with the one remembered costs a small part of walking
         it. A frame with locals (``vars``) is walked each time."""
-        if type(frames) is not list or depth > _MAX_DEPTH:
+        if type(frames) is not list or depth + 2 > _MAX_DEPTH:  # (a frame's lines: depth + 2)
             return self._any(frames, copy, True, depth)
         memo = self._frames_memo
         items = frames
         for index, frame in enumerate(frames):
-            if type(frame) is not dict or "vars" in frame:
+            place = None
+            if type(frame) is dict and "vars" not in frame:
+                place = (frame.get("filename"), frame.get("lineno"), frame.get("function"))
+                if (
+                    type(place[0]) is not str
+                    or type(place[1]) is not int
+                    or type(place[2]) is not str
+                ):
+                    place = None  # not a frame as made: walked
+            if place is None:
                 scrubbed = self._any(frame, copy, True, depth + 1)
             else:
-                place = (frame.get("filename"), frame.get("lineno"), frame.get("function"))
                 known = memo.get(place)
                 if known is not None and known[0] == frame:
                     scrubbed = frame if known[1] is None else _frame_copy(known[1])
                 else:
                     seen = _frame_copy(frame) if _is_plain_frame(frame) else None
                     scrubbed = self._dict(frame, copy, depth + 1, _KEYED, True)
-                    if seen is not None:
+                    if seen is not None and type(scrubbed) is dict:
                         if len(memo) >= _MEMO_FRAMES:
                             memo.clear()
                         memo[place] = (seen, None if scrubbed == seen else _frame_copy(scrubbed))

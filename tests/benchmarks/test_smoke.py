@@ -155,6 +155,8 @@ def test_the_instruction_count_tool_does_the_work_it_counts() -> None:
         ("worker", "pipeline"),
         ("worker", "post"),
         ("worker", "none"),
+        ("error", "post"),
+        ("error", "none"),
     ):
         said[part, loop] = run_tool(tool, "--child", part, loop, "1000").stdout.split()
     assert said["caller", "log"] == ["queued", "1000"]
@@ -163,3 +165,6 @@ def test_the_instruction_count_tool_does_the_work_it_counts() -> None:
     assert said["worker", "post"][:3] == ["built", "1000", "compressed"]
     assert int(said["worker", "post"][3]) > 1000  # two gzip'd bodies of 500 events
     assert said["worker", "none"] == ["built", "0", "compressed", "0"]
+    assert said["error", "post"][:3] == ["built", "1000", "compressed"]
+    assert int(said["error", "post"][3]) > 1000
+    assert said["error", "none"] == ["built", "0", "compressed", "0"]

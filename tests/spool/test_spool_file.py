@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from eventlog_handler.delivery._spool import SUFFIX, Spool
 
@@ -36,6 +39,30 @@ def test_eviction_takes_logs_before_errors_and_expiry_by_age(tmp_path: Path) -> 
     assert sum(row.is_error for row in own.oldest(100, 10**6)) == 5
     assert own.expire(before=3.0) == 3  # the errors created at 0, 1 and 2
     assert own.count == 5
+
+
+def test_eviction_counts_the_chunks_deleted_before_a_disk_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eviction deletes a chunk of 500 at a time; the rows of the chunks deleted before a
+    disk error are in ``counts`` (the spool's caller settles them as dropped)."""
+    own = Spool(tmp_path).own()
+    own.append([(float(i), False, b"x" * 100) for i in range(3_000)])
+    select = own._select_ids
+    calls = []
+
+    def failing_on_the_third(sql: str, parameters: tuple[object, ...]) -> list[tuple[int, int]]:
+        calls.append(sql)
+        if len(calls) == 3:
+            raise sqlite3.OperationalError("disk I/O error")
+        return select(sql, parameters)
+
+    monkeypatch.setattr(own, "_select_ids", failing_on_the_third)
+    counts = [0, 0]
+    with pytest.raises(sqlite3.OperationalError):
+        own.evict_oldest(target_bytes=0, counts=counts)
+    assert own.count == 2_000
+    assert counts == [1_000, 0]
 
 
 def test_rows_survive_reopening(tmp_path: Path) -> None:

@@ -55,6 +55,26 @@ def test_an_entry_whose_event_can_not_be_built_is_counted_and_the_rest_are_sent(
     assert run.ledger.last_error == "building events: RuntimeError: a bug"
 
 
+def test_an_event_the_scrubber_fails_on_is_not_sent_but_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug in the scrubber may leave a secret in the event: it stays (``rejected``)."""
+    flat_event = Scrubber.flat_event
+
+    def failing_on_job_2(self: Scrubber, event: dict[str, Any], *args: Any) -> dict[str, Any]:
+        if event["message"] == "job 2":
+            raise TypeError("a bug")
+        return flat_event(self, event, *args)
+
+    monkeypatch.setattr(Scrubber, "flat_event", failing_on_job_2)
+    run = pipeline()
+    events, created, _ = run.run(entries(4))
+    assert [event["message"] for event in events] == ["job 0", "job 1", "job 3"]
+    assert len(created) == 3
+    assert run.ledger.dropped["rejected"] == 1
+    assert run.ledger.last_error == "scrubbing: TypeError: a bug"
+
+
 def test_a_builder_that_fails_before_taking_an_entry_does_not_hold_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -759,3 +759,47 @@ def test_frames_with_locals_are_looked_at_every_time(scrub: Scrubber) -> None:
         }
         scrubbed = scrub.event({"data": {"@frames": [frame]}})["data"]["@frames"][0]
         assert scrubbed["vars"] == {"note": f"password={MASK}", "api_token": MASK}
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {"function": ["f"], "filename": "a.py", "lineno": 1},  # an unhashable place
+        {"function": "f", "filename": {"a": 1}, "lineno": 1},
+        {"function": "f", "filename": "a.py", "lineno": True, "in_app": 1},
+        {"function": "f", "filename": "a.py", "lineno": 1, "x": {"password": "hunter2x"}},
+    ],
+)
+def test_frames_in_user_data_of_any_shape_are_scrubbed_as_any_value(
+    scrub: Scrubber, frame: dict[str, Any]
+) -> None:
+    """``@frames`` may be a key of the user's own data too (``extra=``), holding anything."""
+    for _ in range(2):
+        event = {
+            "message": "m",
+            "data": {
+                "ctx": {"@frames": [copy.deepcopy(frame), "postgres://app:hunter2x@db/x"]},
+                "@frames": [copy.deepcopy(frame)],
+                "zz": "dsn postgres://app:hunter2x@db/x",
+            },
+        }
+        expected = Scrubber([API_KEY], DEFAULT_DATA_EXCLUSIONS).event(copy.deepcopy(event))
+        got = scrub.event(event)
+        assert got == expected
+        assert "hunter2x" not in json.dumps(got)
+
+
+def test_frames_nested_as_deep_as_the_limit_are_scrubbed_as_any_value(scrub: Scrubber) -> None:
+    frame = {"function": "f", "filename": "a.py", "lineno": 1, "pre_context": ["token=Zqabcdefgh1"]}
+
+    def nested(depth: int) -> dict[str, Any]:
+        error: dict[str, Any] = {"message": "e", "data": {"@frames": [dict(frame)]}}
+        for _ in range(depth):
+            error = {"message": "e", "inner": error}
+        return {"message": "m", "@simple_error": error}
+
+    for depth in (0, 59, 60, 61, 62, 0):
+        event = nested(depth)
+        expected = Scrubber([API_KEY], DEFAULT_DATA_EXCLUSIONS).event(copy.deepcopy(event))
+        assert scrub.event(event) == expected
+        assert "Zqabcdefgh1" not in json.dumps(expected)
