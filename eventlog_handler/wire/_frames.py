@@ -349,14 +349,14 @@ def resolve(
         key = (place, include, exclude)
         known = _MADE.get(key) if stamp is not None else None
         if known is not None and known[0] == stamp and known[1] is roots:
-            frame = _copy(known[2])
+            frame = copy_frame(known[2])
         else:
             frame = _frame(place, lines, include, exclude)
             if stamp is not None:
                 if len(_MADE) >= _MAX_MADE:
                     _MADE.clear()
                 _MADE[key] = (stamp, roots, frame)
-                frame = _copy(frame)
+                frame = copy_frame(frame)
         if len(ref) > 4 and isinstance(ref[4], dict):
             frame["vars"] = {
                 name: MASK if looks_like_credential(text, secrets) else text
@@ -398,13 +398,14 @@ def _frame(
     return frame
 
 
-def _copy(frame: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a made frame that the event may change (the scrubber, a ``before_send``)."""
-    frame = frame.copy()
-    if "pre_context" in frame:
-        frame["pre_context"] = frame["pre_context"].copy()
-        frame["post_context"] = frame["post_context"].copy()
-    return frame
+def copy_frame(frame: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a frame that shares only its text (its lists of lines are copied): one the
+    event may change (the scrubber, a ``before_send``) without changing the one remembered."""
+    copied = frame.copy()
+    for key, value in frame.items():
+        if type(value) is list:
+            copied[key] = value.copy()
+    return copied
 
 
 def _lines(filename: str) -> list[str] | None:

@@ -45,6 +45,7 @@ __all__ = ["MIN_SECRET_LENGTH", "Scrubber", "is_card_number", "mask_card_numbers
 
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
 from eventlog_handler.wire._cards import is_card_number, mask_card_numbers
+from eventlog_handler.wire._frames import copy_frame
 from eventlog_handler.wire._jsonsafe import ExclusionMatcher, exclusion_matcher
 from eventlog_handler.wire._spans import bearer_tokens, url_passwords, value_span
 
@@ -438,14 +439,14 @@ class Scrubber:
             else:
                 known = memo.get(place)
                 if known is not None and known[0] == frame:
-                    scrubbed = frame if known[1] is None else _frame_copy(known[1])
+                    scrubbed = frame if known[1] is None else copy_frame(known[1])
                 else:
-                    seen = _frame_copy(frame) if _is_plain_frame(frame) else None
+                    seen = copy_frame(frame) if _is_plain_frame(frame) else None
                     scrubbed = self._dict(frame, copy, depth + 1, _KEYED, True)
                     if seen is not None and type(scrubbed) is dict:
                         if len(memo) >= _MEMO_FRAMES:
                             memo.clear()
-                        memo[place] = (seen, None if scrubbed == seen else _frame_copy(scrubbed))
+                        memo[place] = (seen, None if scrubbed == seen else copy_frame(scrubbed))
             if scrubbed is not frame:
                 if items is frames and copy:
                     items = list(frames)
@@ -539,15 +540,6 @@ def _is_plain_frame(frame: dict[Any, Any]) -> bool:
 
 
 _FRAME_SCALARS = frozenset({str, int, bool, float, type(None)})
-
-
-def _frame_copy(frame: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a plain frame that shares only its text (its lists of lines are copied)."""
-    copied = dict(frame)
-    for key, value in frame.items():
-        if type(value) is list:
-            copied[key] = list(value)
-    return copied
 
 
 def _few_digits(text: str) -> bool:
