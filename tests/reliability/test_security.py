@@ -495,3 +495,54 @@ def test_secrets_among_a_flood_of_plain_messages_never_reach_the_server(tmp_path
     assert f"paid with {MASK}" in messages
     assert f"retry with token={MASK}" in messages
     assert f"db password={MASK}" in messages
+
+
+STORM_CHILD = textwrap.dedent(
+    """
+    import logging
+    import eventlog_handler
+
+    eventlog_handler.setup()
+    log = logging.getLogger("billing")
+
+
+    def charge(order):
+        password = "pw-storm-5521"  # a secret in the source lines around the call
+        log.error("charge %d failed", order)
+
+
+    def refund(order):
+        log.error("refund %d failed", order)
+
+
+    for order in range(400):
+        charge(order)
+        if order % 4 == 0:
+            refund(order)
+    """
+)
+
+
+def test_an_error_storm_carries_each_site_s_own_source_lines_masked_in_every_event(
+    tmp_path: Path,
+) -> None:
+    """A program logs 500 errors from two places and exits. Frames are made once per place and
+    their scrubbed form remembered: every event still carries its own call site's lines, and
+    the secret written in the source never arrives."""
+    with FaultServer() as server:
+        code, stderr, _ = run_program(STORM_CHILD, server.url, tmp_path)
+        assert code == 0, stderr
+        received = list(server.accepted)
+    assert len(received) == 500, stderr
+    assert "pw-storm-5521" not in json.dumps(received)
+    for event in received:
+        innermost = event["data"]["@frames"][-1]
+        kind = event["message"].split()[0]
+        if kind == "charge":
+            assert innermost["function"] == "charge"
+            assert innermost["context_line"].strip() == 'log.error("charge %d failed", order)'
+            assert innermost["pre_context"][-1].strip().startswith(f'password = "{MASK}"')
+        else:
+            assert innermost["function"] == "refund"
+            assert innermost["context_line"].strip() == 'log.error("refund %d failed", order)'
+            assert innermost["pre_context"][-1] == "def refund(order):"
