@@ -15,17 +15,20 @@ from eventlog_handler.capture._admit import IGNORED_LOGGERS
 from eventlog_handler.capture._session import close_session
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._engine import Engine, get_engine
+from eventlog_handler.delivery._stderr import say
 from eventlog_handler.handler import (
     DEFAULT_FLUSH_TIMEOUT,
     EventLogHandler,
     TraceLogHandler,
     check_level,
+    check_timeout,
 )
 from eventlog_handler.integrations import _celery as celery
 from eventlog_handler.integrations import _rq as rq
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations import _signals as signals
 from eventlog_handler.integrations._hooks import ExceptionHooks, install_with
+from eventlog_handler.settings import Settings
 
 
 class EventLogSetup:
@@ -174,7 +177,10 @@ def setup(
     ``api_key`` and ``server_url`` default to ``EVENTLOG_API_KEY`` and ``EVENTLOG_SERVER_URL``
     (the server to the local collector). Other keywords are the options of
     :class:`EventLogHandler` (``tags``, ``data_exclusions``, ``include_environment``, delivery
-    options). A missing or malformed setting raises :class:`ValueError` naming it.
+    options). It never raises: a missing or malformed key or URL is said once on stderr and
+    nothing is sent (the events are counted as dropped, ``unconfigured``); an unknown option,
+    or a malformed one (``queue_size="many"``, ``level="chatty"``), is said on stderr, naming
+    it, and the default applies in its place.
 
     What it does:
 
@@ -208,12 +214,26 @@ def setup(
     and ``handler``.
     """
     global _CURRENT
+    said: list[str] = []
     if "hooks" in options:  # EventLogHandler's option; setup() installs the hooks itself
-        raise TypeError(
+        options = {name: value for name, value in options.items() if name != "hooks"}
+        said.append(
             "eventlog_handler: setup() takes capture_exceptions=True/False for the exception "
-            "hooks, not hooks= (an EventLogHandler option)"
+            "hooks, not hooks= (an EventLogHandler option): ignored"
         )
-    level_number = check_level(level)
+    try:
+        level_number = check_level(level)
+    except ValueError as exc:
+        level_number = logging.INFO
+        said.append(f"{exc}; INFO is used")
+    try:
+        flush_timeout = check_timeout(flush_timeout)
+    except ValueError as exc:
+        flush_timeout = DEFAULT_FLUSH_TIMEOUT
+        said.append(f"{exc}; the default ({DEFAULT_FLUSH_TIMEOUT}) is used")
+    options, malformed = Settings.usable_options(options)
+    for line in said + malformed:
+        say(line)
     handler = EventLogHandler(
         api_key, server_url, level_number, flush_timeout=flush_timeout, hooks=False, **options
     )
@@ -260,7 +280,7 @@ def setup(
             {
                 "api_key": api_key,
                 "server_url": server_url,
-                "level": level,
+                "level": level_number,
                 "capture_exceptions": capture_exceptions,
                 "flush_on_sigterm": flush_on_sigterm,
                 "flush_timeout": flush_timeout,

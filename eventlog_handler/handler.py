@@ -118,7 +118,7 @@ class EventLogHandler(logging.Handler):
             raise ValueError(
                 f"eventlog_handler: setting 'hooks' must be true or false, got {hooks!r}"
             )
-        timeout = _timeout(flush_timeout)
+        timeout = check_timeout(flush_timeout)
         settings = Settings.from_options(
             {"api_key": api_key, "server_url": server_url, **options}, lenient=True
         )
@@ -349,7 +349,8 @@ def _logging_lock_held() -> bool:
         return False
 
 
-def _timeout(value: Any) -> float:
+def check_timeout(value: Any) -> float:
+    """``flush_timeout`` checked: a number of seconds, at least 0."""
     try:
         number = float(value)
     except (TypeError, ValueError):

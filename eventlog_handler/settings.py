@@ -247,10 +247,8 @@ class Settings:
         given = {key: value for key, value in (options or {}).items() if value is not None}
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(given) - known)
-        if unknown:  # each with the known option closest to it, if one is close
-            close = {n: difflib.get_close_matches(n, sorted(known), 1, 0.8) for n in unknown}
-            said = ", ".join(f"{n} (did you mean {c[0]}?)" if c else n for n, c in close.items())
-            raise TypeError(f"eventlog_handler: unknown option(s): {said}")
+        if unknown:
+            raise TypeError(_unknown_options(unknown, known))
         if "server_url" not in given and env.get(ENV_SERVER_URL):
             given["server_url"] = env[ENV_SERVER_URL]
         if "api_key" not in given and env.get(ENV_API_KEY):
@@ -283,6 +281,38 @@ class Settings:
         if problems:
             values["problem"] = "; ".join(problems)
         return cls(**values)
+
+    @classmethod
+    def usable_options(cls, options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """``options`` without the unknown and the malformed ones, and a line naming each of
+        those (the defaults apply in their place). ``api_key`` and ``server_url`` are kept as
+        given: :meth:`from_options` with ``lenient`` says what is wrong with them."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        usable: dict[str, Any] = {}
+        said: list[str] = []
+        unknown = sorted(name for name in options if name not in known)
+        if unknown:
+            said.append(f"{_unknown_options(unknown, known)}: ignored")
+        defaults = cls()
+        for name, value in options.items():
+            if name not in known:
+                continue
+            if value is not None and name not in _CONNECTION:
+                try:
+                    _CONVERTERS[name](name, value)
+                except ValueError as exc:
+                    default = getattr(defaults, name)
+                    said.append(f"{exc}; the default ({default!r}) is used")
+                    continue
+            usable[name] = value
+        return usable, said
+
+
+def _unknown_options(unknown: list[str], known: set[str]) -> str:
+    """Names the unknown options, each with the known option closest to it, if one is close."""
+    close = {n: difflib.get_close_matches(n, sorted(known), 1, 0.8) for n in unknown}
+    said = ", ".join(f"{n} (did you mean {c[0]}?)" if c else n for n, c in close.items())
+    return f"eventlog_handler: unknown option(s): {said}"
 
 
 def url_password(url: str, part: str = "password") -> str | None:

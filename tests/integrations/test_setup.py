@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from eventlog_handler import EventLogHandler, EventLogSetup, setup
 from eventlog_handler import _setup as configure
 from tests.support.capture import CaptureServer
 from tests.support.constants import API_KEY, FAST
+from tests.support.processes import marks, run_program
 
 
 def root_eventlog_handlers() -> list[EventLogHandler]:
@@ -128,23 +130,75 @@ def test_setup_reads_the_environment(
     assert API_KEY not in repr(handle)
 
 
-def test_setup_bad_settings(server: CaptureServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_setup_bad_settings(
+    server: CaptureServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("EVENTLOG_API_KEY", raising=False)
     handle = setup(None, server.url)  # no key: said on stderr, not raised; nothing is sent
     assert handle.handler.settings.problem is not None
     assert "EVENTLOG_API_KEY" in handle.handler.settings.problem
     handle.close()
-    with pytest.raises(ValueError, match="level"):
-        setup(API_KEY, server.url, level="chatty")
-    assert root_eventlog_handlers() == []
+    capsys.readouterr()
+    # A malformed level is said, naming it, and the default (INFO) applies: setup() never raises.
+    handle = setup(API_KEY, server.url, level="chatty", **FAST)
+    said = capsys.readouterr().err
+    assert "'level'" in said and "chatty" in said and "INFO is used" in said
+    assert handle.handler.level == logging.INFO
+    assert root_eventlog_handlers() == [handle.handler]
+    logging.getLogger("app").info("sent at the default level")
+    assert messages(handle, server, 1) == ["sent at the default level"]
 
 
-def test_setup_names_a_misspelt_option_and_the_handlers_hooks_option(server: CaptureServer) -> None:
+def test_setup_names_a_misspelt_option_and_the_handlers_hooks_option(
+    server: CaptureServer, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A mistyped keyword is named with the option it is closest to; ``hooks=`` (the handler's
     option, which setup() passes itself) is told apart instead of Python's "got multiple
-    values for keyword argument"; neither installs anything."""
-    with pytest.raises(TypeError, match=r"flush_intervall \(did you mean flush_interval\?\)"):
-        setup(API_KEY, server.url, flush_intervall=1)
-    with pytest.raises(TypeError, match=r"capture_exceptions=True/False .* not hooks="):
-        setup(API_KEY, server.url, hooks=False)
-    assert root_eventlog_handlers() == []
+    values for keyword argument"; a malformed value is named with the default used instead.
+    Each is said on stderr and the rest of the call takes effect: setup() never raises."""
+    handle = setup(
+        API_KEY,
+        server.url,
+        flush_intervall=1,
+        hooks=False,
+        queue_size="many",
+        flush_timeout="soon",
+        force_hooks=True,
+        **FAST,
+    )
+    said = capsys.readouterr().err
+    assert "flush_intervall (did you mean flush_interval?): ignored" in said
+    assert "capture_exceptions=True/False" in said and "not hooks=" in said
+    assert "'queue_size' must be a number, got 'many'; the default (10000) is used" in said
+    assert "'flush_timeout'" in said and "'soon'" in said
+    assert root_eventlog_handlers() == [handle.handler]
+    assert handle.hooks is not None  # hooks= was ignored, not taken as capture_exceptions
+    assert handle.handler.settings.queue_size == 10_000
+    assert handle.handler.settings.flush_interval == FAST["flush_interval"]
+    logging.getLogger("app").warning("the rest of the options apply")
+    assert messages(handle, server, 1) == ["the rest of the options apply"]
+
+
+def test_a_program_with_a_misconfigured_setup_runs_on_and_its_events_arrive(
+    server: CaptureServer, tmp_path: Path
+) -> None:
+    """The user's view: a deploy with a typo and a malformed value in its ``setup()`` call
+    starts, runs to its end with status 0, says what is wrong on stderr (naming each option),
+    and its warning reaches the server with the defaults in place."""
+    program = """
+        import logging
+        import eventlog_handler
+
+        eventlog_handler.setup(level="chatty", queue_size="many", flush_intervall=1)
+        logging.getLogger("shop").warning("order %s placed", 7)
+        print("MARK done {}")
+    """
+    status, stderr, lines = run_program(program, server.url, tmp_path)
+    assert status == 0, stderr
+    assert marks(lines) == {"done": {}}
+    assert "'level'" in stderr and "INFO is used" in stderr
+    assert "'queue_size' must be a number, got 'many'" in stderr
+    assert "flush_intervall (did you mean flush_interval?)" in stderr
+    assert "Traceback" not in stderr
+    events = server.wait_for(1, timeout=10)
+    assert [event["message"] for event in events] == ["order 7 placed"]
