@@ -3,7 +3,9 @@
 Every option can be given as a keyword argument (to :func:`eventlog_handler.setup`, to
 :class:`eventlog_handler.EventLogHandler`, or in a ``dictConfig``/``fileConfig`` entry, where
 values may arrive as strings). An explicit argument wins over the environment, which wins over
-the default. A malformed value raises :class:`ValueError` naming the setting.
+the default. A malformed value raises :class:`ValueError` naming the setting;
+:func:`eventlog_handler.setup` says it on stderr instead and applies the default
+(:meth:`Settings.usable_options`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import dataclasses
 import difflib
 import functools
 import ipaddress
-import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
+
+from eventlog_handler import _values as checks
 
 #: Where events go when neither ``server_url`` nor ``EVENTLOG_SERVER_URL`` says otherwise:
 #: the local collector (``eventlog serve``).
@@ -396,182 +399,8 @@ def validate_token(name: str, value: Any) -> str:
     return token
 
 
-def _number(name: str, value: Any, *, minimum: float, integer: bool) -> Any:
-    if isinstance(value, bool):
-        raise ValueError(f"eventlog_handler: setting {name!r} must be a number, got {value!r}")
-    try:
-        number = float(value.strip()) if isinstance(value, str) else float(value)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must be a number, got {value!r}"
-        ) from None
-    if math.isnan(number) or number < minimum or math.isinf(number):
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must be a finite number >= {minimum}, "
-            f"got {value!r}"
-        )
-    if integer:
-        if number != int(number):
-            raise ValueError(f"eventlog_handler: setting {name!r} must be a whole number")
-        return int(number)
-    return number
-
-
-def _positive(name: str, value: Any) -> float:
-    number = float(_number(name, value, minimum=0, integer=False))
-    if number <= 0:
-        raise ValueError(f"eventlog_handler: setting {name!r} must be above 0, got {value!r}")
-    return number
-
-
-def _bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise ValueError(f"eventlog_handler: setting {name!r} must be true or false, got {value!r}")
-
-
-def _verify(name: str, value: Any) -> bool | str:
-    if isinstance(value, str) and value.strip().lower() not in (
-        "1",
-        "true",
-        "yes",
-        "on",
-        "0",
-        "false",
-        "no",
-        "off",
-    ):
-        if not os.path.exists(value):
-            raise ValueError(f"eventlog_handler: setting {name!r}: no CA bundle at {value!r}")
-        return value
-    return _bool(name, value)
-
-
-def _words(name: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        items: Iterable[Any] = [part for part in value.replace(";", ",").split(",")]
-    elif isinstance(value, Iterable):
-        items = value
-    else:
-        raise ValueError(f"eventlog_handler: setting {name!r} must be a list of strings")
-    words = []
-    for item in items:
-        if not isinstance(item, str):
-            raise ValueError(f"eventlog_handler: setting {name!r} must hold strings, got {item!r}")
-        if item.strip():
-            words.append(item.strip())
-    return tuple(words)
-
-
 def _exclusions(name: str, value: Any) -> tuple[str, ...]:
-    return tuple(normalize_key(word) for word in _words(name, value))
-
-
-def _tags(name: str, value: Any) -> tuple[str, ...]:
-    tags = _words(name, value)
-    for tag in tags:
-        if len(tag) > 100:
-            raise ValueError(f"eventlog_handler: setting {name!r}: tag longer than 100 characters")
-    return tags
-
-
-def _path(name: str, value: Any) -> str:
-    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
-    if not text or not str(text).strip():
-        raise ValueError(f"eventlog_handler: setting {name!r} must be a directory path")
-    # Whether the directory can be used (a file in its place, no permission, a read-only
-    # disk) is checked when the engine starts: said once on stderr, and the engine runs
-    # memory-only (the path often comes from the environment of a machine).
-    return os.path.abspath(os.path.expanduser(str(text)))
-
-
-def _version(name: str, value: Any) -> str:
-    if not isinstance(value, str | int | float) or isinstance(value, bool):
-        raise ValueError(f"eventlog_handler: setting {name!r} must be a string, got {value!r}")
-    text = str(value).strip()
-    if not text or len(text) > 100 or not text.isprintable():
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must be 1 to 100 printable characters, "
-            f"got {value!r}"
-        )
-    return text
-
-
-def _modules(name: str, value: Any) -> tuple[str, ...]:
-    """Module prefixes (``shop``, ``shop.vendor``): dotted names of identifiers."""
-    modules = _words(name, value)
-    for module in modules:
-        if not all(part.isidentifier() for part in module.split(".")):
-            raise ValueError(
-                f"eventlog_handler: setting {name!r} must hold module names like "
-                f"'shop' or 'shop.vendor', got {module!r}"
-            )
-    return modules
-
-
-def _environment(name: str, value: Any) -> str:
-    """A deployment environment's name: 1 to 100 printable characters, no blanks."""
-    if not isinstance(value, str):
-        raise ValueError(f"eventlog_handler: setting {name!r} must be a string, got {value!r}")
-    text = value.strip()
-    if not text or len(text) > 100 or not text.isprintable() or any(c.isspace() for c in text):
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must be 1 to 100 printable characters "
-            f"without blanks (like 'production'), got {value!r}"
-        )
-    return text
-
-
-def _callable(name: str, value: Any) -> Any:
-    """A callable, or the import path of one (``"myapp.hooks.before_send"``)."""
-    if isinstance(value, str):
-        module_name, _, attribute = value.strip().rpartition(".")
-        if not module_name or not attribute:
-            raise ValueError(
-                f"eventlog_handler: setting {name!r} must be a callable or an import path "
-                f"like 'package.module.function', got {value!r}"
-            )
-        try:
-            import importlib
-
-            value = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(
-                f"eventlog_handler: setting {name!r}: cannot import {value!r}: {exc}"
-            ) from None
-    if not callable(value):
-        raise ValueError(f"eventlog_handler: setting {name!r} must be callable, got {value!r}")
-    return value
-
-
-def _exception_types(name: str, value: Any) -> tuple[Any, ...]:
-    items: Iterable[Any]
-    if isinstance(value, str | type):
-        items = [value]
-    elif isinstance(value, Iterable):
-        items = value
-    else:
-        raise ValueError(f"eventlog_handler: setting {name!r} must list exception classes or names")
-    result: list[Any] = []
-    for item in items:
-        if isinstance(item, type) and issubclass(item, BaseException):
-            result.append(item)
-        elif isinstance(item, str) and item.strip():
-            result.append(item.strip())
-        else:
-            raise ValueError(
-                f"eventlog_handler: setting {name!r} must hold exception classes or names, "
-                f"got {item!r}"
-            )
-    return tuple(result)
+    return tuple(normalize_key(word) for word in checks.words(name, value))
 
 
 def normalize_key(key: str) -> str:
@@ -592,37 +421,37 @@ _CONNECTION = {
 _CONVERTERS: dict[str, Any] = {
     "server_url": validate_server_url,
     "api_key": validate_token,
-    "timeout": lambda n, v: _number(n, v, minimum=0.001, integer=False),
-    "verify": _verify,
-    "queue_size": lambda n, v: _number(n, v, minimum=1, integer=True),
-    "memory_budget": lambda n, v: _number(n, v, minimum=1_000_000, integer=True),
-    "batch_size": lambda n, v: _number(n, v, minimum=1, integer=True),
-    "max_batch_bytes": lambda n, v: _number(n, v, minimum=1024, integer=True),
-    "max_raw_batch_bytes": lambda n, v: _number(n, v, minimum=1024, integer=True),
-    "flush_interval": lambda n, v: _number(n, v, minimum=0.001, integer=False),
-    "error_delay": lambda n, v: _number(n, v, minimum=0, integer=False),
-    "shutdown_timeout": lambda n, v: _number(n, v, minimum=0, integer=False),
-    "retry_initial": lambda n, v: _number(n, v, minimum=0.001, integer=False),
-    "max_backoff": lambda n, v: _number(n, v, minimum=0.001, integer=False),
-    "spool_path": lambda n, v: _path(n, v),
-    "spool_all": _bool,
-    "spool_max_bytes": lambda n, v: _number(n, v, minimum=100_000, integer=True),
-    "spool_scan_interval": lambda n, v: _number(n, v, minimum=0.01, integer=False),
+    "timeout": lambda n, v: checks.number(n, v, minimum=0.001, integer=False),
+    "verify": checks.ca_bundle,
+    "queue_size": lambda n, v: checks.number(n, v, minimum=1, integer=True),
+    "memory_budget": lambda n, v: checks.number(n, v, minimum=1_000_000, integer=True),
+    "batch_size": lambda n, v: checks.number(n, v, minimum=1, integer=True),
+    "max_batch_bytes": lambda n, v: checks.number(n, v, minimum=1024, integer=True),
+    "max_raw_batch_bytes": lambda n, v: checks.number(n, v, minimum=1024, integer=True),
+    "flush_interval": lambda n, v: checks.number(n, v, minimum=0.001, integer=False),
+    "error_delay": lambda n, v: checks.number(n, v, minimum=0, integer=False),
+    "shutdown_timeout": lambda n, v: checks.number(n, v, minimum=0, integer=False),
+    "retry_initial": lambda n, v: checks.number(n, v, minimum=0.001, integer=False),
+    "max_backoff": lambda n, v: checks.number(n, v, minimum=0.001, integer=False),
+    "spool_path": checks.directory,
+    "spool_all": checks.boolean,
+    "spool_max_bytes": lambda n, v: checks.number(n, v, minimum=100_000, integer=True),
+    "spool_scan_interval": lambda n, v: checks.number(n, v, minimum=0.01, integer=False),
     "data_exclusions": _exclusions,
-    "tags": _tags,
-    "include_environment": _bool,
-    "version": lambda n, v: _version(n, v),
-    "server_settings": _bool,
-    "trace_size": lambda n, v: _number(n, v, minimum=0, integer=True),
-    "rollup_window": lambda n, v: _number(n, v, minimum=0, integer=False),
-    "before_send": lambda n, v: _callable(n, v),
-    "ignore_loggers": lambda n, v: _words(n, v),
-    "ignore_exceptions": lambda n, v: _exception_types(n, v),
-    "outage_notice": lambda n, v: _number(n, v, minimum=0, integer=False),
-    "in_app_include": lambda n, v: _modules(n, v),
-    "in_app_exclude": lambda n, v: _modules(n, v),
-    "include_locals": _bool,
-    "environment": lambda n, v: _environment(n, v),
-    "sessions": _bool,
-    "heartbeat_interval": lambda n, v: _positive(n, v),
+    "tags": checks.tags,
+    "include_environment": checks.boolean,
+    "version": checks.version,
+    "server_settings": checks.boolean,
+    "trace_size": lambda n, v: checks.number(n, v, minimum=0, integer=True),
+    "rollup_window": lambda n, v: checks.number(n, v, minimum=0, integer=False),
+    "before_send": checks.import_callable,
+    "ignore_loggers": checks.words,
+    "ignore_exceptions": checks.exception_types,
+    "outage_notice": lambda n, v: checks.number(n, v, minimum=0, integer=False),
+    "in_app_include": checks.modules,
+    "in_app_exclude": checks.modules,
+    "include_locals": checks.boolean,
+    "environment": checks.environment,
+    "sessions": checks.boolean,
+    "heartbeat_interval": checks.positive,
 }

@@ -120,3 +120,31 @@ def test_the_exit_line_names_the_default_server_as_such(monkeypatch: pytest.Monk
     [line] = [line for line in lines if "could not be sent" in line]
     assert "the default" in line and "EVENTLOG_SERVER_URL" in line, line
     assert DEFAULT_SERVER_URL in line, line
+
+
+def test_a_program_whose_server_is_not_running_exits_at_once(tmp_path: Path) -> None:
+    """The user's view: a script run while no server listens at its URL (the collector not
+    started) ends promptly, not after ``shutdown_timeout`` (30 s here) of retries against a
+    closed port, and says on stderr how many events were not sent and why."""
+    url = f"http://127.0.0.1:{free_port()}"
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import logging, eventlog_handler\n"
+        "eventlog_handler.setup(shutdown_timeout=30)\n"
+        "for n in range(5):\n"
+        "    logging.getLogger('job').warning('step %d', n)\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(program)],
+        capture_output=True,
+        text=True,
+        env=child_env(url),
+        cwd=str(REPO),
+        timeout=60,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert took < 15, f"the exit took {took:.1f} s: {done.stderr}"
+    assert "5 event(s) could not be sent" in done.stderr, done.stderr
+    assert "refused" in done.stderr, done.stderr

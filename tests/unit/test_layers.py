@@ -14,6 +14,7 @@ ROOT = Path(eventlog_handler.__file__).resolve().parent
 LAYERS = {
     "settings": 0,
     "_version": 0,
+    "_values": 0,
     "wire": 1,
     "api": 2,
     "delivery": 3,
