@@ -241,7 +241,9 @@ class EventLogProcessor:
             tags=tags,
             stack=stack,
         )
-        engine.enqueue(event, created=created)
+        engine.enqueue(
+            event, created=created, exc=exc if settings.before_send is not None else None
+        )
         if trace:
             tracelog.note_event(created, levelno, source, message)
         if record is None and isinstance(logger, logging.Logger):

@@ -70,6 +70,6 @@ def capture_exception(
             exc=exc,
             submission_method=submission_method,
         )
-        return engine.enqueue(event)
+        return engine.enqueue(event, exc=exc if settings.before_send is not None else None)
     except Exception:  # pragma: no cover - reporting must never raise into the application
         return False

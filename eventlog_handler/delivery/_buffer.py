@@ -15,8 +15,9 @@ lock; nothing here locks.
 
 from __future__ import annotations
 
+import builtins
 from collections import deque
-from itertools import islice
+from sys import getsizeof
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,8 +37,9 @@ class Entry:
     every ~700 of them, on whichever thread allocates next). ``data`` is ``None``, or a dict
     whose state ``data_ready`` tells: :data:`RAW` (the record's extras, immutable scalars,
     copied as they were), :data:`SORTED` (tags, user and known keys taken out) or
-    :data:`JSON_READY`. ``exc`` is kept only for a ``before_send`` hook's hint. ``created`` is the POSIX time of the call, ``enqueued`` its
-    monotonic time.
+    :data:`JSON_READY`. ``exc`` is kept only for a ``before_send`` hook's hint, as a copy
+    without traceback (:func:`detached`). ``created`` is the POSIX time of the call,
+    ``enqueued`` its monotonic time.
     """
 
     __slots__ = (
@@ -85,7 +87,7 @@ class Entry:
         self.user = user
         self.tags = tags
         self.is_error = is_error
-        self.exc = exc
+        self.exc = None if exc is None else detached(exc)
         #: Bytes this entry holds, estimated when it is queued (:func:`entry_size`).
         self.size = 0
 
@@ -94,49 +96,92 @@ class Entry:
         return f"<Entry {kind} {self.source!r} created={self.created:.3f}>"
 
 
+def detached(exc: BaseException, depth: int = 0) -> BaseException | None:
+    """A copy of ``exc`` for a ``before_send`` hook's hint, without its traceback: the same
+    class, ``args`` and attributes (notes included), its cause and context copied the same
+    way (an exception group's members too). A queued entry that held the exception itself
+    would keep its traceback, and every frame's locals with it, alive until it is sent: memory
+    the byte bound can't see. Built without calling the class's own ``__init__`` (which may
+    want other arguments): the nearest built-in class's sets what it keeps in C (``errno``,
+    ``filename``, ``lineno``). ``None`` when the copy can't be made."""
+    try:
+        kind = type(exc)
+        if isinstance(exc, _GROUPS) and depth < 8:
+            group: Any = exc
+            members = [detached(member, depth + 1) for member in group.exceptions]
+            args: tuple[Any, ...] = (group.message, [m for m in members if m is not None])
+        else:
+            args = exc.args
+        copy = kind.__new__(kind, *args)
+        for base in kind.__mro__:
+            if base.__module__ == "builtins":
+                base.__init__(copy, *args)  # type: ignore[misc]
+                break
+        if isinstance(exc, OSError):  # kept apart from args
+            for name in ("filename", "filename2"):
+                if getattr(exc, name) is not None:
+                    setattr(copy, name, getattr(exc, name))
+        state = getattr(exc, "__dict__", None)
+        if state:
+            copy.__dict__.update(state)
+        if depth < 8:
+            if exc.__cause__ is not None:
+                copy.__cause__ = detached(exc.__cause__, depth + 1)
+            if exc.__context__ is not None:
+                copy.__context__ = detached(exc.__context__, depth + 1)
+        copy.__suppress_context__ = exc.__suppress_context__
+        return copy
+    except Exception:
+        return None
+
+
+_GROUPS: tuple[type, ...] = tuple(
+    group for group in (getattr(builtins, "BaseExceptionGroup", None),) if group is not None
+)
+
 #: Bytes an entry takes beyond what it carries: the entry, its dicts, the event it becomes.
 ENTRY_OVERHEAD = 600
-#: Containers and values an estimate looks at, at most; past it the rest is extrapolated.
-_ESTIMATE_NODES = 2_000
 _TEXT = (str, bytes, bytearray)
 #: A dict entry and a short key.
 _PER_KEY = 64
 
 
+def text_size(text: str) -> int:
+    """The bytes ``text`` holds: one per character when it is ASCII (the common case, told
+    without a look at the characters), else what the interpreter really takes (up to four
+    per character)."""
+    return 56 + len(text) if text.isascii() else getsizeof(text)
+
+
 def estimate(value: Any) -> int:
-    """A cheap estimate of the bytes ``value`` holds: text by its length, numbers and other
-    leaves at a flat rate, a dict's keys at a flat rate too, containers by their items (bounded
-    work: past :data:`_ESTIMATE_NODES` values, the rest of a structure is extrapolated)."""
+    """An estimate of the bytes ``value`` holds: text by what it takes, numbers and other
+    leaves at a flat rate, a dict's keys at a flat rate too, containers by every item they
+    hold. It walks the whole structure: what it is given has been made JSON-safe on the same
+    thread just before (:func:`~eventlog_handler.wire._jsonsafe.to_jsonable`), a walk several
+    times as costly per item, so this at most adds a fraction to it, and a guess made from a
+    part would let a large structure of many small containers past the memory bound."""
     kind = type(value)
-    if kind is str or kind is bytes:
+    if kind is str:
+        return text_size(value)
+    if kind is bytes:
         return 56 + len(value)
     if kind is not dict and kind is not list and kind is not tuple:
         return 32
     total = 0
-    budget = _ESTIMATE_NODES
     pending: list[Any] = [value]
     while pending:
         item = pending.pop()
         kind = type(item)
         if kind is dict:
-            total += 64 + _PER_KEY * len(item)
-            items: Any = item.values()
+            total += 64 + _PER_KEY * len(item) + estimate_items(item.values(), pending)
         elif kind is list or kind is tuple or kind is set or kind is frozenset:
-            total += 56 + 8 * len(item)
-            items = item
+            total += 56 + 8 * len(item) + estimate_items(item, pending)
+        elif kind is str:
+            total += text_size(item)
         elif isinstance(item, _TEXT):
             total += 56 + len(item)
-            continue
         else:
             total += 32
-            continue
-        count = len(items)
-        if count > budget:  # look at what the budget allows; the rest is like it
-            looked = estimate_items(islice(items, budget), pending) if budget else 32
-            total += looked * count // max(budget, 1) + 64 * len(pending)
-            return total
-        budget -= count
-        total += estimate_items(items, pending)
     return total
 
 
@@ -146,7 +191,7 @@ def estimate_items(items: Any, pending: list[Any]) -> int:
     for item in items:
         kind = type(item)
         if kind is str:
-            total += 56 + len(item)
+            total += 56 + len(item) if item.isascii() else getsizeof(item)
         elif kind is int or kind is float or kind is bool or item is None:
             total += 32
         else:
@@ -161,13 +206,13 @@ def entry_size(entry: Entry) -> int:
     size = ENTRY_OVERHEAD
     message = entry.message
     if type(message) is str:
-        size += len(message)
+        size += len(message) if message.isascii() else getsizeof(message)
     data = entry.data
     if data:
         for value in data.values():
             kind = type(value)
             if kind is str:
-                size += 72 + len(value)
+                size += 72 + len(value) if value.isascii() else 16 + getsizeof(value)
             elif kind is int or kind is float or kind is bool or value is None:
                 size += 48
             else:

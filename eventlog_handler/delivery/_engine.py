@@ -64,6 +64,7 @@ from eventlog_handler.delivery._state import RunState
 from eventlog_handler.delivery._stderr import redact, say
 from eventlog_handler.delivery._worker import SENDER_THREADS, Worker, is_sender_thread
 from eventlog_handler.settings import Settings, mask_secret
+from eventlog_handler.wire._levels import NUMBERS
 
 __all__ = [
     "DROP_REASONS",
@@ -251,24 +252,33 @@ class Engine:
             return False
 
     def enqueue(
-        self, event: dict[str, Any], created: float | None = None, *, urgent: bool = False
+        self,
+        event: dict[str, Any],
+        created: float | None = None,
+        *,
+        urgent: bool = False,
+        exc: BaseException | None = None,
     ) -> bool:
         """Queue a complete, JSON-ready event; ``created`` is its POSIX time (default: now).
 
         An error (and an ``urgent`` event: a session's start) waits ``error_delay``, not
-        ``flush_interval``."""
+        ``flush_interval``. ``exc``: the exception the event reports, for a ``before_send``
+        hook's hint (give it only when one is set: the entry keeps a copy)."""
         try:
             level = event.get("@level")
+            if level is None and type(event.get("data")) is dict:
+                level = event["data"].get("@level")
             is_error = urgent or event.get("type") == "error" or level in ("Error", "Fatal")
             entry = Entry(
                 self.settings,
                 event,
-                0,
+                NUMBERS.get(level.lower(), 0) if type(level) is str else 0,
                 event.get("source"),
                 None,
                 time.time() if created is None else created,
                 time.monotonic(),
                 is_error=is_error,
+                exc=exc,
             )
             return self.submit(entry)
         except Exception:  # pragma: no cover - a log call must never raise

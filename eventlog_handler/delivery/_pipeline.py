@@ -203,7 +203,7 @@ class Pipeline:
     def _before_send(self, hook: Any, event: dict[str, Any], entry: Entry) -> Any:
         hint = {
             "exception": entry.exc,
-            "level": level_name(entry.levelno),
+            "level": level_name(entry.levelno) if entry.levelno else None,  # None: no level
             "source": entry.source,
         }
         try:

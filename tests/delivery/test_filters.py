@@ -3,8 +3,10 @@ observed in what a loopback server receives."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from eventlog_handler.delivery import _engine as transport
 from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
 from tests.support.faultserver import FaultServer
+from tests.support.processes import run_program
 from tests.support.waits import wait_until
 
 FAST = {"flush_interval": 0.05, "error_delay": 0.0, "server_settings": False}
@@ -178,3 +181,40 @@ def test_manual_stacking_through_extra(server: FaultServer) -> None:
         "title": "Payment gateway timeout",
         "signature_data": {"gateway": "adyen"},
     }
+
+
+def test_before_send_sees_uncaught_exceptions_and_their_level(tmp_path: Path) -> None:
+    """The user's view: a program whose ``before_send`` drops one kind of error. Uncaught
+    exceptions (a thread's, then the main thread's) come with the exception and their level
+    in the hint, as logged errors do; a feature-usage event has no level (not ``Trace``)."""
+    program = """
+        import json, threading
+        import eventlog_handler
+
+        def hook(event, hint):
+            exc = hint["exception"]
+            print("HINT", json.dumps([type(exc).__name__ if exc else None, hint["level"]]),
+                  flush=True)
+            return None if isinstance(exc, LookupError) else event
+
+        eventlog_handler.setup(before_send=hook, flush_interval=0.05, error_delay=0)
+        eventlog_handler.submit_feature_usage("export")
+
+        def work():
+            raise KeyError("in a thread")
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        raise ValueError("in main")
+    """
+    with FaultServer() as server:
+        status, stderr, lines = run_program(program, server.url, tmp_path)
+        hints = [tuple(json.loads(line[5:])) for line in lines if line.startswith("HINT ")]
+        sent = list(server.accepted)
+    assert status == 1, stderr  # the uncaught exception ends the program as before
+    assert "ValueError: in main" in stderr
+    assert len(hints) == 3, lines
+    assert set(hints) == {("KeyError", "Error"), (None, None), ("ValueError", "Fatal")}, lines
+    errors = [event for event in sent if event.get("type") == "error"]
+    assert [event["@level"] for event in errors] == ["Fatal"], sent  # the KeyError was dropped

@@ -160,3 +160,109 @@ def test_a_small_budget_at_a_slow_healthy_server_waits_rather_than_evicts(tmp_pa
         )
         assert server.accepted_count() == 6_000, stderr[-2000:]
     assert peak - start < 1 + SLACK_MB, (start, peak)
+
+
+def _down_url() -> str:
+    with FaultServer() as server:
+        return server.url  # the server is gone: the port refuses connections
+
+
+def test_queued_errors_with_before_send_do_not_keep_their_frames_alive(tmp_path: Path) -> None:
+    """A ``before_send`` hook gets the exception in its hint. While the server is down, every
+    queued error waits with it: when the entry held the exception itself, its traceback kept
+    each failing call's locals alive (5 MB here, 60 errors: +300 MB, while ``memory_bytes``
+    read a few KB). The hint gets a copy without the traceback, and it still names the type,
+    the arguments and the cause."""
+    start, peak, stderr = watch(
+        f"""
+        import logging, sys
+        import eventlog_handler
+
+        seen = []
+        def hook(event, hint):
+            seen.append(hint["exception"])
+            return event
+
+        handle = eventlog_handler.setup(memory_budget={BUDGET_MB} * 1024 * 1024,
+                                        before_send=hook, retry_initial=0.2, max_backoff=0.5,
+                                        shutdown_timeout=1, include_locals=False)
+        log = logging.getLogger("jobs")
+
+        def job(n):
+            scratch = bytearray(5_000_000)  # the job's own working memory
+            try:
+                raise KeyError(n)
+            except KeyError as exc:
+                raise RuntimeError(f"job {{n}} failed") from exc
+
+        print("ready", flush=True)
+        for n in range(60):
+            try:
+                job(n)
+            except RuntimeError:
+                log.exception("job failed")
+        stats = handle.stats()
+        assert stats["queued"] + stats["in_flight"] == 60, stats
+        assert stats["memory_bytes"] <= {BUDGET_MB} * 1024 * 1024, stats
+        handle.flush(1.5)  # the worker retries meanwhile: the hook runs on each error
+        assert seen, "the hook never ran"
+        first = seen[0]
+        assert type(first) is RuntimeError and "failed" in str(first), first
+        assert first.__traceback__ is None and type(first.__cause__) is KeyError, first
+        print("hint ok", flush=True)
+        """,
+        _down_url(),
+        tmp_path,
+        timeout=60,
+    )
+    assert peak - start < BUDGET_MB + SLACK_MB + 20, (start, peak, stderr)
+
+
+def test_non_ascii_text_counts_by_what_it_takes(tmp_path: Path) -> None:
+    """A message of 250,000 emoji takes 1 MB in memory, not 250 KB: counted by characters,
+    the budget let four times its size be queued while the server was down."""
+    start, peak, stderr = watch(
+        f"""
+        import logging
+        import eventlog_handler
+        handle = eventlog_handler.setup(memory_budget={BUDGET_MB} * 1024 * 1024,
+                                        shutdown_timeout=0.5)
+        log = logging.getLogger("chat")
+        print("ready", flush=True)
+        for i in range(200):
+            log.warning("\\U0001F600" * 250_000 + str(i))
+        stats = handle.stats()
+        assert stats["memory_bytes"] <= {BUDGET_MB} * 1024 * 1024, stats
+        assert stats["dropped"]["queue_full"] > 100, stats
+        """,
+        _down_url(),
+        tmp_path,
+        timeout=60,
+    )
+    assert peak - start < BUDGET_MB + SLACK_MB, (start, peak, stderr)
+
+
+def test_many_small_containers_in_extra_count_in_full(tmp_path: Path) -> None:
+    """``extra=`` holding thousands of small lists: the size estimate looked at 2,000 of them
+    and counted each of the rest as 64 bytes, about a thirteenth of what they hold, so the
+    budget let many times its size be queued."""
+    start, peak, stderr = watch(
+        f"""
+        import logging
+        import eventlog_handler
+        handle = eventlog_handler.setup(memory_budget={BUDGET_MB} * 1024 * 1024,
+                                        shutdown_timeout=0.5)
+        log = logging.getLogger("report")
+        print("ready", flush=True)
+        for i in range(300):
+            rows = {{f"k{{j}}": [[j, k, f"v{{k}}-{{i}}"] for k in range(20)] for j in range(400)}}
+            log.warning("report %d", i, extra={{"rows": rows}})
+        stats = handle.stats()
+        assert stats["memory_bytes"] <= {BUDGET_MB} * 1024 * 1024, stats
+        assert stats["dropped"]["queue_full"] > 0, stats
+        """,
+        _down_url(),
+        tmp_path,
+        timeout=90,
+    )
+    assert peak - start < BUDGET_MB + SLACK_MB, (start, peak, stderr)
