@@ -24,6 +24,7 @@ from eventlog_handler.handler import (
     check_timeout,
 )
 from eventlog_handler.integrations import _celery as celery
+from eventlog_handler.integrations import _console as console
 from eventlog_handler.integrations import _rq as rq
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations import _signals as signals
@@ -56,6 +57,9 @@ class EventLogSetup:
         self.trace_handler: TraceLogHandler | None = None
         #: Loggers whose DEBUG records this setup made cheap again (see :func:`_trace_level`).
         self.quieted: list[str] = []
+        #: The program's handlers that print what they printed before (see
+        #: :mod:`eventlog_handler.integrations._console`).
+        self.pinned: list[tuple[logging.Handler, console.AsBefore]] = []
 
     def __repr__(self) -> str:
         settings = self.handler.settings
@@ -98,10 +102,32 @@ class EventLogSetup:
         server_loggers.detach(self.handler)
         if self._previous_level is not None and self.logger.level == self.level:
             self.logger.setLevel(self._previous_level)
+        console.unpin(self.pinned)
+        console.stop_watching()
         for name in self.quieted:
             quiet = logging.getLogger(name)
             if quiet.level == logging.INFO:
                 quiet.setLevel(logging.NOTSET)
+
+    def take_back(self) -> None:
+        """After the program configured logging (``basicConfig``, ``dictConfig``,
+        ``fileConfig``): put the handlers back on the root logger if the configuration took
+        them off (unless it put a handler of the package there itself), and the root logger's
+        level back down if it raised it, the program's handlers keeping the level it set."""
+        root = self.logger
+        if not any(isinstance(handler, EventLogHandler) for handler in root.handlers):
+            root.addHandler(self.handler)
+        if (
+            self.handler in root.handlers
+            and self.trace_handler is not None
+            and self.trace_handler not in root.handlers
+        ):
+            root.addHandler(self.trace_handler)
+        if root.level > self.level:
+            self.pinned.extend(console.pin_levels(root.level, self.level, _ours))
+            self._previous_level = root.level
+            root.setLevel(self.level)
+        server_loggers.ensure_attached()
 
     def close(self, timeout: float = 5.0) -> bool:
         """Detach (see :meth:`detach`), then send what is pending within ``timeout`` seconds
@@ -253,13 +279,17 @@ def setup(
         if handler.settings.trace_size > 0 and level_number > logging.DEBUG:
             root_level = _trace_level(level_number)
         lowered = root.getEffectiveLevel() > root_level
+        pinned = []
         if lowered:
+            pinned = console.pin_levels(root.getEffectiveLevel(), root_level, _ours)
             root.setLevel(root_level)
         root.addHandler(handler)
         # Next to the handler: the trace log's feed and the console's last resort (see
         # TraceLogHandler).
         trace_handler = TraceLogHandler(level_number, trace=handler.settings.trace_size > 0)
         root.addHandler(trace_handler)
+        console.werkzeug_console(_ours)
+        console.watch_configuration(_set_aside, _take_back)
         server_loggers.attach(handler)  # uvicorn's and gunicorn's non-propagating error loggers
         # The exit flush is registered when the transport module is imported; make sure the
         # engine exists so that it has something to flush.
@@ -272,6 +302,7 @@ def setup(
         exception_capture.set_active(handler.settings)
         _CURRENT.sigterm = sigterm
         _CURRENT.trace_handler = trace_handler
+        _CURRENT.pinned = pinned
         if "celery" in sys.modules:
             celery.install(_current_handlers)
         if "rq" in sys.modules:
@@ -288,6 +319,29 @@ def setup(
             }
         )
         return _CURRENT
+
+
+def _ours(handler: logging.Handler) -> bool:
+    return isinstance(handler, EventLogHandler | TraceLogHandler)
+
+
+def _set_aside(is_basic: bool) -> EventLogSetup | None:
+    """Before the program configures logging: ``basicConfig`` does nothing where the root
+    logger has handlers, so it runs without the setup's (put back by :func:`_take_back`)."""
+    active = _CURRENT
+    if active is None or active.closed:
+        return None
+    if is_basic:
+        root = active.logger
+        for handler in (active.handler, active.trace_handler):
+            if handler is not None:
+                root.removeHandler(handler)
+    return active
+
+
+def _take_back(active: EventLogSetup | None) -> None:
+    if active is not None and active is _CURRENT and not active.closed:
+        active.take_back()
 
 
 def _current_handlers() -> list[logging.Handler]:

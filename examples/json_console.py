@@ -15,7 +15,9 @@ import eventlog_handler
 
 console = logging.StreamHandler(sys.stdout)
 console.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-logging.getLogger().addHandler(console)
+root = logging.getLogger()
+root.addHandler(console)
+root.setLevel(logging.INFO)  # the console shows INFO lines too (Python's default is WARNING)
 eventlog_handler.setup(level="INFO", tags=["example", "json"])
 
 log = logging.getLogger("examples.json")

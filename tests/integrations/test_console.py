@@ -1,0 +1,149 @@
+"""The program's console and its own logging configuration around ``setup()``, observed the way
+a user observes them: the program's stderr, and the events a loopback server receives."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.constants import REPO
+from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env, run_program
+
+
+def sent_messages(server: FaultServer, count: int) -> list[str]:
+    assert server.wait_for(count, timeout=10), server.statuses()
+    return sorted(str(event.get("message")) for event in server.accepted)
+
+
+def test_basicconfig_after_setup_configures_the_console_and_events_keep_flowing(
+    tmp_path: Path,
+) -> None:
+    """``basicConfig`` does nothing when the root logger has a handler: after ``setup()`` the
+    program's format and level were ignored and its INFO lines never printed."""
+    program = """
+        import logging, eventlog_handler
+        eventlog_handler.setup()
+        logging.basicConfig(level=logging.INFO, format="CONSOLE %(levelname)s %(message)s")
+        logging.getLogger("app").info("an info line")
+        logging.getLogger("app").warning("a warning line")
+    """
+    with FaultServer() as server:
+        status, stderr, _ = run_program(program, server.url, tmp_path)
+        assert status == 0, stderr
+        assert "CONSOLE INFO an info line" in stderr
+        assert "CONSOLE WARNING a warning line" in stderr
+        assert sent_messages(server, 2) == ["a warning line", "an info line"]
+
+
+def test_a_console_configured_before_setup_prints_what_it_printed_before(tmp_path: Path) -> None:
+    """``basicConfig(level=WARNING)``, then ``setup()``: the root logger goes down to INFO so
+    INFO records become events, and the console handler, which takes its level from the root
+    logger, would have started printing them. It prints what it printed before (and a logger
+    the program turns up to DEBUG still prints its lines), and after ``close()`` the same."""
+    program = """
+        import logging, eventlog_handler
+        logging.basicConfig(level=logging.WARNING, format="CONSOLE %(levelname)s %(message)s")
+        handle = eventlog_handler.setup()
+        logging.getLogger("app").info("info: an event, not a console line")
+        logging.getLogger("app").warning("warning: both")
+        logging.getLogger("debugged").setLevel(logging.DEBUG)
+        logging.getLogger("debugged").debug("debug of a logger the program turned up")
+        handle.close(5)
+        logging.getLogger("app").info("info after close: neither")
+    """
+    with FaultServer() as server:
+        status, stderr, _ = run_program(program, server.url, tmp_path)
+        assert status == 0, stderr
+        assert "CONSOLE WARNING warning: both" in stderr
+        assert "CONSOLE DEBUG debug of a logger the program turned up" in stderr
+        assert "an event, not a console line" not in stderr, stderr
+        assert "after close" not in stderr, stderr
+        assert sent_messages(server, 2) == [
+            "info: an event, not a console line",
+            "warning: both",
+        ]
+
+
+def test_dictconfig_with_a_root_section_after_setup_does_not_stop_the_events(
+    tmp_path: Path,
+) -> None:
+    """A ``LOGGING`` dict applied after ``setup()`` (as Django applies its settings) replaces
+    the root logger's handlers: every event stopped, silently. The setup takes its place back;
+    the program's console and root level apply to the console."""
+    program = """
+        import logging, logging.config, eventlog_handler
+        eventlog_handler.setup()
+        logging.config.dictConfig({
+            "version": 1,
+            "disable_existing_loggers": False,
+            "formatters": {"plain": {"format": "CONSOLE %(levelname)s %(message)s"}},
+            "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+            "root": {"level": "WARNING", "handlers": ["console"]},
+        })
+        logging.getLogger("shop").info("order placed")
+        logging.getLogger("shop").warning("stock low")
+    """
+    with FaultServer() as server:
+        status, stderr, _ = run_program(program, server.url, tmp_path)
+        assert status == 0, stderr
+        assert "CONSOLE WARNING stock low" in stderr
+        assert "order placed" not in stderr  # the program's root level governs its console
+        assert sent_messages(server, 2) == ["order placed", "stock low"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_flask_run_prints_its_lines_with_setup(tmp_path: Path) -> None:
+    """``flask run``: werkzeug prints ``* Running on ...`` and one line per request only when
+    no handler would; the package's handlers on the root logger made it print nothing."""
+    pytest.importorskip("flask")
+    (tmp_path / "shop.py").write_text(
+        "import logging, eventlog_handler\n"
+        "from flask import Flask\n"
+        "eventlog_handler.setup()\n"
+        "app = Flask(__name__)\n"
+        "@app.get('/')\n"
+        "def index():\n"
+        "    logging.getLogger('shop').warning('index served')\n"
+        "    return 'ok'\n"
+    )
+    port = _free_port()
+    with FaultServer() as server:
+        env = child_env(server.url)
+        env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "flask", "--app", "shop", "run", "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=str(REPO),
+        )
+        try:
+            deadline = time.monotonic() + 30
+            answered = False
+            while time.monotonic() < deadline and not answered:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                        sock.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                        answered = sock.recv(100).startswith(b"HTTP/1.")
+                except OSError:
+                    time.sleep(0.2)
+            assert answered, "flask run did not answer"
+            assert server.wait_for(1, timeout=10)
+        finally:
+            process.terminate()
+            output, _ = process.communicate(timeout=20)
+    assert f"Running on http://127.0.0.1:{port}" in output, output
+    assert '"GET / HTTP/1.0" 200' in output, output
+    assert [event["message"] for event in server.accepted] == ["index served"]
