@@ -7,7 +7,7 @@
         ...  # post to collector.url with collector.project_token
         assert collector.wait_for_events(1)[0]["type"] == "log"
 
-It reproduces the service contract (``PROTOCOL.md``): bearer tokens and scopes, 202/201,
+It reproduces the service contract (the Exceptionless server's REST API v2): bearer tokens and scopes, 202/201,
 401/403/404/411/413/415/422/429, gzip bodies, batches, field limits and reference-id
 de-duplication. It is a development tool, not a production server.
 """

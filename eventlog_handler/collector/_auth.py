@@ -1,6 +1,6 @@
 """Who sent a request: the credentials forms the service accepts, and the ``Host`` check.
 
-Credentials, as the service reads them (``PROTOCOL.md``, "Accepting what real clients send"):
+Credentials, as the service reads them (the Exceptionless server's rules for what real clients send):
 
 - ``Authorization: Bearer <key>`` or ``Authorization: Token <key>`` (the scheme in any case);
 - ``Authorization: Basic`` with ``client:<key>`` or ``<key>:x-oauth-basic`` (a token), or

@@ -1,6 +1,6 @@
 """The service's rules for one event: from a parsed JSON object to a :class:`NormalizedEvent`.
 
-What the service does with what real clients send (``PROTOCOL.md``):
+What the service does with what real clients send (the Exceptionless server's):
 
 - Property names match case-insensitively and without regard to underscores (``Message``,
   ``ReferenceId``, ``referenceId`` are ``message`` and ``reference_id``); so do the known

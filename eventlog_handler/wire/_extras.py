@@ -38,7 +38,7 @@ RESERVED_ATTRS: frozenset[str] = frozenset(
 TAGS_KEY = "tags"
 USER_KEY = "@user"
 
-#: The service's own data keys (PROTOCOL: "Known data keys") and the package's: a user's
+#: The service's own data keys (its known data keys) and the package's: a user's
 #: ``extra=`` value under one of these names travels as ``_<name>`` instead.
 KNOWN_DATA_KEYS = frozenset(
     {

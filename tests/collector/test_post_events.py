@@ -334,7 +334,7 @@ def test_empty_bodies_get_411(client: Client, collector: Collector, body: bytes)
 def test_an_empty_array_gets_202_and_stores_nothing(
     client: Client, collector: Collector, body: bytes
 ) -> None:
-    answer = client.post_events(body)  # as the service answers it (PROTOCOL.md)
+    answer = client.post_events(body)  # as the service answers it (the Exceptionless server)
     assert answer.status_code == 202
     assert answer.headers["X-Events-Accepted"] == "0"
     assert collector.events() == []

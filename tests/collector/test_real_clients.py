@@ -1,4 +1,4 @@
-"""PROTOCOL.md, "Accepting what real clients send": every rule, against a running collector.
+"""What real clients send, accepted as the Exceptionless server accepts it: every rule, against a running collector.
 
 Where the service answers 202 and stores something, the collector does too; these tests post
 what the official clients (and people with curl) send and look at what was stored.
@@ -84,7 +84,7 @@ def test_every_way_of_sending_the_key_is_accepted(
 
 
 def test_basic_with_an_empty_password_is_refused(client: Client, collector: Collector) -> None:
-    # As the service refuses it (PROTOCOL.md): 401, nothing stored.
+    # As the service refuses it (the Exceptionless server): 401, nothing stored.
     key = collector.project_token
     response = _post(collector, client, headers={"Authorization": _basic(key, "")})
     assert_problem(response, 401)

@@ -1,4 +1,4 @@
-"""Answers the collector gives as the real server gives them (PROTOCOL.md): an event's ``id``
+"""Answers the collector gives as the real server gives them (the Exceptionless server): an event's ``id``
 taken as its reference id, an invalid reference id kept in ``data.InvalidReferenceId``, a
 ``@stack`` that is not an object renamed ``_@stack`` (a string holding a JSON object is read),
 an empty array answered 202, Basic credentials with an empty password refused."""

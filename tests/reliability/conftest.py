@@ -176,7 +176,7 @@ def settle(
       engine was handed;
     - no reference id was accepted twice, within or across servers. ``lost_answers(id)`` names
       ids whose first accepted request was answered after the client had given up waiting: the
-      client must retry those, and the service discards the copy (PROTOCOL.md).
+      client must retry those, and the service discards the copy (the Exceptionless server).
     """
     assert engine.flush(timeout), engine.stats()
     stats = engine.stats()
