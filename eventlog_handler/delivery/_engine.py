@@ -317,10 +317,11 @@ class Engine:
 
     # -- flush, close, exit -------------------------------------------------------------------
 
-    def flush(self, timeout: float = 5.0) -> bool:
-        """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent."""
+    def flush(self, timeout: float = 5.0, *, until_failure: bool = False) -> bool:
+        """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent
+        (``until_failure``: see :meth:`~eventlog_handler.delivery._lifecycle.Lifecycle.flush`)."""
         try:
-            return self.lifecycle.flush(timeout)
+            return self.lifecycle.flush(timeout, until_failure=until_failure)
         except Exception:  # pragma: no cover - flush must return
             return False
 

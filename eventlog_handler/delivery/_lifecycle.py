@@ -88,14 +88,15 @@ class Lifecycle:
             and not self.errands.pending
         )
 
-    def flush(self, timeout: float) -> bool:
+    def flush(self, timeout: float, *, until_failure: bool = False) -> bool:
         """Send what is pending now; wait at most ``timeout`` s. ``True`` when all was sent.
 
         Returns ``False`` as soon as the delivery is known to wait to retry a failure until
         after the deadline: a key the service refused (retried every ``min(60 s,
         max_backoff)``), or a long outage (its backoff grown past ``timeout``). Nothing can be
         sent before then; the events wait for the retry and the exit, as they would after the
-        wait."""
+        wait. ``until_failure``: also as soon as an attempt fails (the exception hooks' wait
+        before a thread or the program ends: retrying is the worker's and the exit's job)."""
         self.check_process()
         if threading.get_ident() in SENDER_THREADS:
             return False
@@ -110,6 +111,7 @@ class Lifecycle:
         with ledger.lock:
             state.flushing += 1
             ledger.changed.notify_all()
+            failures = ledger.retries
             try:
                 while not self.idle() and not self.intake.finished:
                     remaining = deadline - time.monotonic()
@@ -117,6 +119,8 @@ class Lifecycle:
                         break
                     if state.retry_after(deadline):
                         break  # no try before the deadline
+                    if until_failure and ledger.retries != failures:
+                        break
                     ledger.changed.wait(timeout=remaining)
                 return self.idle()
             finally:

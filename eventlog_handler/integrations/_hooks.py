@@ -219,8 +219,8 @@ class ExceptionHooks:
             data=data,
             settings=self.settings,
         )
-        if queued and wait:
-            get_engine(self.settings).flush(self.flush_timeout)
+        if queued and wait:  # not past a failed attempt: the worker and the exit retry
+            get_engine(self.settings).flush(self.flush_timeout, until_failure=True)
         return queued
 
 

@@ -148,3 +148,32 @@ def test_a_program_whose_server_is_not_running_exits_at_once(tmp_path: Path) -> 
     assert took < 15, f"the exit took {took:.1f} s: {done.stderr}"
     assert "5 event(s) could not be sent" in done.stderr, done.stderr
     assert "refused" in done.stderr, done.stderr
+
+
+def test_an_uncaught_exception_while_no_server_listens_ends_the_program_promptly(
+    tmp_path: Path,
+) -> None:
+    """The exception hook waits a moment for the error to be sent before the program ends;
+    against a closed port it waited its whole ``flush_timeout`` (30 s here), retrying, before
+    the exit flush retried again. It stops at the first failed attempt."""
+    url = f"http://127.0.0.1:{free_port()}"
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import eventlog_handler\n"
+        "eventlog_handler.setup(flush_timeout=30, shutdown_timeout=30)\n"
+        "raise RuntimeError('the job failed')\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(program)],
+        capture_output=True,
+        text=True,
+        env=child_env(url),
+        cwd=str(REPO),
+        timeout=90,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    assert "RuntimeError: the job failed" in done.stderr
+    assert took < 15, f"the program took {took:.1f} s to end: {done.stderr}"
+    assert "1 event(s) could not be sent" in done.stderr, done.stderr
