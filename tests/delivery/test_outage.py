@@ -153,9 +153,9 @@ def test_a_program_whose_server_is_not_running_exits_at_once(tmp_path: Path) -> 
 def test_an_uncaught_exception_while_no_server_listens_ends_the_program_promptly(
     tmp_path: Path,
 ) -> None:
-    """The exception hook waits a moment for the error to be sent before the program ends;
-    against a closed port it waited its whole ``flush_timeout`` (30 s here), retrying, before
-    the exit flush retried again. It stops at the first failed attempt."""
+    """An uncaught exception while no server listens: the exception hook's wait for the error
+    to be sent stops at the first failed attempt (it retried for up to 2 s), and the exit
+    flush at its refused connection (it retried for ``shutdown_timeout``, 30 s here)."""
     url = f"http://127.0.0.1:{free_port()}"
     program = tmp_path / "program.py"
     program.write_text(
