@@ -9,7 +9,9 @@ Every answer that is not a success raises a subclass of :class:`~eventlog_handle
 (see :mod:`eventlog_handler.api._errors`); a request that got no answer raises
 :class:`~eventlog_handler.api._errors.TransportError`. The token travels only in the
 ``Authorization`` header, only to ``server_url``'s origin, and is masked in ``repr`` and in
-every message; a password travels only in the body of the login request.
+every message; a password travels only in the body of the login request. A password in
+``server_url`` (or a token as its user) is ``[excluded]`` in ``repr`` and in every error's URL
+(:func:`~eventlog_handler.settings.shown_url`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from eventlog_handler.api._models import Project, ProjectConfig, Token
 from eventlog_handler.settings import (
     is_loopback_url,
     mask_secret,
+    shown_url,
     validate_server_url,
     validate_token,
 )
@@ -136,7 +139,7 @@ class Client:
 
     def __repr__(self) -> str:
         token = mask_secret(self._token) if self._token is not None else None
-        return f"Client({self.server_url!r}, token={token!r})"
+        return f"Client({shown_url(self.server_url)!r}, token={token!r})"
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -270,9 +273,13 @@ class Client:
 
         ``POST /api/v2/auth/login``: the token authenticates as the user (on the real server,
         the only kind of token that may create project tokens). The client uses it from then
-        on. A refused login is an :class:`~eventlog_handler.api._errors.AuthenticationError` (the
-        real server also answers 401 after 5 attempts in 15 minutes). The password is sent
-        only in this request's body and appears in no message.
+        on. A wrong email or password is an
+        :class:`~eventlog_handler.api._errors.AuthenticationError` (401). Repeated failures get an
+        account's logins refused for a while, the right password too: the local collector
+        answers 429 with ``Retry-After`` past 10 failures of an account (30 of an address) in 15
+        minutes, a :class:`~eventlog_handler.api._errors.RateLimitedError` whose ``retry_after``
+        says when to try again. The password is sent only in this request's body and appears
+        in no message.
         """
         if not isinstance(email, str) or not email.strip():
             raise ValueError("eventlog_handler: login needs an email address")

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from eventlog_handler.settings import shown_url
+
 
 class EventLogError(Exception):
     """Base class of every error this package raises."""
@@ -45,7 +47,10 @@ class TransportError(EventLogError):
 class ApiError(EventLogError):
     """The service answered with a status that is not a success.
 
-    ``title`` and ``errors`` come from the RFC 7807 problem body when there is one.
+    ``title`` and ``errors`` come from the RFC 7807 problem body when there is one. ``url`` and
+    ``location`` are kept as they may be printed (:func:`~eventlog_handler.settings.shown_url`):
+    a password in them, a token in the user's place and the query's values are ``[excluded]``,
+    so neither the message nor the attributes carry a secret of the server's URL.
     """
 
     def __init__(
@@ -61,9 +66,9 @@ class ApiError(EventLogError):
         self.title = title
         self.errors: dict[str, Any] = dict(errors or {})
         self.body = body
-        self.url = url
+        self.url = shown_url(url) if url else ""
         #: Where a redirect (3xx) points (never followed).
-        self.location = location
+        self.location = shown_url(location) if location else ""
         super().__init__(self._describe())
 
     def _describe(self) -> str:

@@ -1,7 +1,8 @@
 """``eventlog demo``: the package at work in one command, with no account.
 
 It starts the local collector on a loopback port (a free one unless told), connects logging to
-it with :func:`eventlog_handler.setup` exactly as a program would, sends a message, logs at
+it with :func:`eventlog_handler.setup` exactly as a program would, posts a message with
+``Client.submit()`` (past the handler: its statistics do not count it), logs at
 several levels with extras and a user, fails the same way three times (one stack, counted
 three times), logs a caught exception with a chained cause, lets an exception escape a thread,
 flushes, and prints the stacks the dashboard shows, the events, and the dashboard's address.
@@ -29,9 +30,16 @@ from eventlog_handler.cli._table import format_table
 from eventlog_handler.collector import Collector
 from eventlog_handler.wire._events import message_event
 
-#: Events the demo produces: 1 message, 4 logs (DEBUG..ERROR), 3 failed charges (one stack),
-#: 1 caught error with a cause, 1 thread error.
-EXPECTED_EVENTS = 10
+#: Events the demo logs through the handler: 4 logs (DEBUG..ERROR), 1 caught error with a
+#: cause, 3 failed reservations (one stack), 1 thread error.
+HANDLER_EVENTS = 9
+#: The message the demo posts with ``Client.submit()``, as a script with no logging would: it
+#: goes past the handler (its statistics do not count it) and has no level and no source.
+SUBMITTED_MESSAGE = "Disk space is low"
+#: Every event the collector receives.
+EXPECTED_EVENTS = HANDLER_EVENTS + 1
+#: The LEVEL cell of an event that has no level: a plain message (``{"message": ...}``).
+NO_LEVEL = "(message)"
 #: The port ``eventlog serve`` suggests for reopening the dashboard.
 REOPEN_PORT = 5000
 
@@ -79,7 +87,7 @@ def produce_events(collector: Collector) -> dict[str, Any]:
     # with no handler of its own would see them printed by Python's last resort).
     logging.getLogger("shop").addHandler(logging.NullHandler())
     try:
-        Client(collector.url, collector.project_token).submit(message_event("Disk space is low"))
+        Client(collector.url, collector.project_token).submit(message_event(SUBMITTED_MESSAGE))
         log = logging.getLogger("shop.checkout")
         with user_context("u-42", name="Ann", data={"plan": "pro"}):
             log.debug("cart loaded with %d items", 3, extra={"cart_id": "c-7"})
@@ -156,7 +164,7 @@ def describe(events: list[dict[str, Any]]) -> str:
         rows.append(
             (
                 str(event.get("type") or ""),
-                str(data.get("@level") or ""),
+                str(data.get("@level") or NO_LEVEL),
                 str(event.get("source") or ""),
                 str(user),
                 text[:70],
@@ -204,8 +212,17 @@ def run_demo(keep_serving: bool = False, port: int = 0) -> int:
         print(f"The collector grouped them into {len(stacks)} stacks (the dashboard's view):")
         print(describe_stacks(stacks))
         print()
-        print(f"The {len(events)} event(s) it received:")
+        posted = sum(1 for event in events if event.get("message") == SUBMITTED_MESSAGE)
+        print(
+            f"The {len(events)} event(s) it received ({len(events) - posted} logged through the "
+            f"handler, {posted} posted with Client.submit()):"
+        )
         print(describe(events))
+        if posted:
+            print(
+                f"{NO_LEVEL}: {SUBMITTED_MESSAGE!r} was posted with Client.submit(), not "
+                f"logged: a plain message, with no level or source."
+            )
         print()
         dropped = stats.get("dropped_total", 0)
         chatty = [event for event in events if event.get("source") == "shop.chatty"]
@@ -215,8 +232,9 @@ def run_demo(keep_serving: bool = False, port: int = 0) -> int:
             f"{QUIET_LINES} shop.chatty lines out."
         )
         print(
-            f"Handler statistics: captured {stats.get('captured')}, delivered "
-            f"{stats.get('delivered')}, dropped {dropped}."
+            f"Handler statistics (the logged events; the posted message went past it): "
+            f"captured {stats.get('captured')}, delivered {stats.get('delivered')}, "
+            f"dropped {dropped}."
         )
         ok = len(events) >= EXPECTED_EVENTS and not dropped and not chatty
         if not ok:

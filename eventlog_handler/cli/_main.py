@@ -179,8 +179,14 @@ def cmd_login(args: argparse.Namespace) -> int:
         token = client.login(email, password)
     except errors.AuthenticationError:
         raise CommandError(
-            f"login refused for {email}: wrong email or password (the server also refuses "
-            "after 5 attempts in 15 minutes)"
+            f"login refused for {email}: wrong email or password (after repeated failures the "
+            "server refuses the account's logins for a while, the right password too: the local "
+            "collector after 10 failures in 15 minutes)"
+        ) from None
+    except errors.RateLimitedError as exc:
+        raise CommandError(
+            f"logins of {email} are refused for now ({exc.status}): too many failed logins; "
+            f"{_retry_when(exc.retry_after)}"
         ) from None
     if args.export:
         print(f"export {ENV_USER_TOKEN}={shlex.quote(token)}")
@@ -188,6 +194,17 @@ def cmd_login(args: argparse.Namespace) -> int:
         print(token)
         print(f"logged in as {email}: use this session token as {ENV_USER_TOKEN}", file=sys.stderr)
     return EXIT_OK
+
+
+def _retry_when(seconds: float | None) -> str:
+    """When to try again, from the server's ``Retry-After`` (in seconds), said for a person."""
+    if seconds is None:
+        return "try again later (the server said not when)"
+    wait = max(1, math.ceil(seconds))
+    if wait < 120:
+        return f"try again in {wait} s"
+    minutes = math.ceil(wait / 60)
+    return f"try again in {minutes} minutes ({wait} s)"
 
 
 def _read_password(interactive: bool) -> str:

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from eventlog_handler.api import _errors as errors
 from eventlog_handler.api._client import Client
+from eventlog_handler.settings import shown_url
 
 __all__ = ["run_tail"]
 
@@ -60,7 +61,7 @@ def run_tail(
     """Print new events until interrupted (see the module docstring); returns the exit code."""
     query = " ".join(part for part in ("type:error" if errors_only else "", filter_text) if part)
     seen: OrderedDict[str, None] = OrderedDict()
-    base = client.server_url
+    base = shown_url(client.server_url)  # a password in it is not printed in every link
     first = True
     failing = False
     try:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
-from eventlog_handler.settings import DEFAULT_SERVER_URL, Settings, mask_secret
+from eventlog_handler.settings import (
+    DEFAULT_SERVER_URL,
+    MASK,
+    Settings,
+    mask_secret,
+    shown_url,
+    url_password,
+)
 
 
 def say(message: str) -> None:
@@ -19,12 +27,45 @@ def say(message: str) -> None:
 
 
 def redact(text: str, *secrets: str | None) -> str:
-    """``text`` (which may quote the server) without any of ``secrets`` (the API key, a
-    password in the server's URL) in it."""
-    for secret in secrets:
+    """``text`` (which may quote the server) without any of ``secrets`` in it.
+
+    ``secrets`` are :attr:`Settings.secrets <eventlog_handler.settings.Settings.secrets>`: the
+    API key first, which keeps its first 4 characters (:func:`mask_secret`: enough to tell two
+    keys apart), then a password in the server's URL (or a token as its user), masked whole
+    (``[excluded]``, as the line's own ``https://ci:[excluded]@host`` shows it): a password's
+    first characters are a good part of it. A secret that stands in a URL of ``text`` as its
+    password (or as its user) is masked whole too, wherever it is, and every URL in ``text``
+    is shown as :func:`shown_url` shows it.
+    """
+    whole = _url_credentials(text)
+    for index, secret in enumerate(secrets):
         if secret:
-            text = text.replace(secret, mask_secret(secret))
-    return text
+            masked = MASK if index or secret in whole else mask_secret(secret)
+            text = text.replace(secret, masked)
+    return _URL.sub(_shown, text)
+
+
+#: A URL in a text: a scheme, ``://``, and what follows up to a blank, a quote or a bracket.
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>`]+")
+#: What may end a sentence right after a URL and is not part of it.
+_TRAILING = ".,;:!?)]}"
+
+
+def _url_credentials(text: str) -> set[str]:
+    """The password (or, without one, the user: a token) of every URL in ``text``."""
+    found: set[str] = set()
+    for match in _URL.finditer(text):
+        url = match.group().rstrip(_TRAILING)
+        credential = url_password(url) or url_password(url, "username")
+        if credential and credential != MASK:
+            found.add(credential)
+    return found
+
+
+def _shown(match: re.Match[str]) -> str:
+    url = match.group()
+    bare = url.rstrip(_TRAILING)
+    return shown_url(bare) + url[len(bare) :]
 
 
 def shown_server(settings: Settings) -> str:

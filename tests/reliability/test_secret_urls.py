@@ -1,0 +1,63 @@
+"""A password in ``server_url`` (``http://ci:PASSWORD@host/path``) is masked whole, ``[excluded]``,
+in the line a program's stderr gets and in ``stats()["last_error"]`` when the server refuses the
+events (401, 404): not its first 4 characters, as the API key keeps (``Ik3v…``), since a
+password's first characters are a good part of it. A program in a process of its own, logging
+through ``eventlog_handler.setup()``, against a loopback server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.constants import API_KEY
+from tests.support.faultserver import FaultServer, Reply
+from tests.support.processes import run_program
+
+PASSWORD = "hunter2pw"
+
+PROGRAM = """
+import json, logging
+import eventlog_handler
+handle = eventlog_handler.setup(outage_notice=0, shutdown_timeout=1, retry_initial=0.05)
+log = logging.getLogger("app")
+for i in range(3):
+    log.warning("event %d", i)
+handle.flush(2)
+print(json.dumps(handle.stats()))
+"""
+
+
+def _echo(url: str) -> Reply:
+    """A 401 whose problem body quotes the request's URL and its credentials, as a proxy in
+    front of the service may."""
+    title = f"credentials ci:{PASSWORD} refused for {url}/api/v2/events"
+    body = json.dumps({"title": title, "status": 401}).encode()
+    return Reply(401, body, {"Content-Type": "application/problem+json"})
+
+
+@pytest.mark.parametrize("answer", [404, 401, "echo"])
+def test_the_urls_password_is_masked_whole_in_stderr_and_stats(
+    server: FaultServer, tmp_path: Path, answer: int | str
+) -> None:
+    host = server.url.removeprefix("http://")
+    url = f"http://ci:{PASSWORD}@{host}/wrong"
+    server.default = _echo(url) if answer == "echo" else answer
+
+    status, stderr, stdout = run_program(PROGRAM, url, tmp_path)
+
+    assert status == 0, stderr
+    stats = json.loads(stdout[-1])
+    last_error = str(stats["last_error"])
+    assert str(401 if answer == "echo" else answer) in last_error, last_error
+    refused = [line for line in stderr.splitlines() if " refused " in line or " answered " in line]
+    assert refused, stderr
+    shown = f"http://ci:[excluded]@{host}/wrong/api/v2/events"
+    assert shown in refused[0] and shown in last_error, (refused[0], last_error)
+    for text in (stderr, json.dumps(stats)):
+        assert PASSWORD not in text
+        assert PASSWORD[:4] not in text  # not "ci:hunt…@": the password is masked whole
+        assert API_KEY not in text
+    if answer == 401:  # the API key keeps its prefix, to tell two keys apart
+        assert f"refused the API key {API_KEY[:4]}…" in stderr
