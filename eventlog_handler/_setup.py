@@ -65,8 +65,8 @@ class EventLogSetup:
         settings = self.handler.settings
         if self.closed:
             state = "closed"
-        elif settings.problem is not None:
-            state = "unconfigured: nothing is sent"  # the problem was said on stderr
+        elif settings.problem is not None:  # said on stderr too; a bad URL is not shown
+            return f"<EventLogSetup unconfigured: nothing is sent ({settings.problem})>"
         else:
             state = "active"
         return f"<EventLogSetup {settings.shown_url} {state}>"

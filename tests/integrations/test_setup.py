@@ -12,6 +12,7 @@ import pytest
 import eventlog_handler
 from eventlog_handler import EventLogHandler, EventLogSetup, setup
 from eventlog_handler import _setup as configure
+from eventlog_handler.settings import DEFAULT_SERVER_URL
 from tests.support.capture import CaptureServer
 from tests.support.constants import API_KEY, FAST
 from tests.support.processes import marks, run_program
@@ -137,6 +138,12 @@ def test_setup_bad_settings(
     handle = setup(None, server.url)  # no key: said on stderr, not raised; nothing is sent
     assert handle.handler.settings.problem is not None
     assert "EVENTLOG_API_KEY" in handle.handler.settings.problem
+    handle.close()
+    capsys.readouterr()
+    # A malformed URL: the handle's repr says what is wrong, not the default URL in its place.
+    handle = setup(API_KEY, "127.0.0.1:5000")
+    assert "unconfigured" in repr(handle) and "must be an http:// or https:// URL" in repr(handle)
+    assert DEFAULT_SERVER_URL not in repr(handle)
     handle.close()
     capsys.readouterr()
     # A malformed level is said, naming it, and the default (INFO) applies: setup() never raises.
