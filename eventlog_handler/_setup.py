@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from eventlog_handler.handler import (
     DEFAULT_FLUSH_TIMEOUT,
     EventLogHandler,
     TraceLogHandler,
+    _ours,
     check_level,
     check_timeout,
 )
@@ -115,6 +117,8 @@ class EventLogSetup:
         them off (unless it put a handler of the package there itself), and the root logger's
         level back down if it raised it, the program's handlers keeping the level it set."""
         root = self.logger
+        if type(root.handlers) is not list:  # basicConfig's view (see _set_aside)
+            root.handlers = list(root.handlers)
         if not any(isinstance(handler, EventLogHandler) for handler in root.handlers):
             root.addHandler(self.handler)
         if (
@@ -149,7 +153,7 @@ def _trace_level(level: int) -> int:
     loggers = [logging.getLogger()]
     loggers.extend(
         item
-        for item in logging.Logger.manager.loggerDict.values()
+        for item in list(logging.Logger.manager.loggerDict.values())  # one step: no race
         if isinstance(item, logging.Logger)
     )
     for logger in loggers:
@@ -302,6 +306,7 @@ def setup(
         exception_capture.set_active(handler.settings)
         _CURRENT.sigterm = sigterm
         _CURRENT.trace_handler = trace_handler
+        handler.after_reconfiguration = functools.partial(_take_back, _CURRENT)
         _CURRENT.pinned = pinned
         if "celery" in sys.modules:
             celery.install(_current_handlers)
@@ -321,21 +326,20 @@ def setup(
         return _CURRENT
 
 
-def _ours(handler: logging.Handler) -> bool:
-    return isinstance(handler, EventLogHandler | TraceLogHandler)
-
-
 def _set_aside(is_basic: bool) -> EventLogSetup | None:
-    """Before the program configures logging: ``basicConfig`` does nothing where the root
-    logger has handlers, so it runs without the setup's (put back by :func:`_take_back`)."""
+    """Before the program configures logging: the root logger gets back the level it had
+    before the setup lowered it, so that the level it has afterwards is the program's
+    (:meth:`EventLogSetup.take_back` pins it on the program's handlers); ``basicConfig``,
+    which does nothing where the root logger has handlers, runs without seeing the setup's
+    (:class:`~eventlog_handler.integrations._console.Unseen`: they are still called)."""
     active = _CURRENT
     if active is None or active.closed:
         return None
-    if is_basic:
-        root = active.logger
-        for handler in (active.handler, active.trace_handler):
-            if handler is not None:
-                root.removeHandler(handler)
+    root = active.logger
+    if is_basic and type(root.handlers) is list:
+        root.handlers = console.Unseen(root.handlers, _ours)
+    if active._previous_level is not None and root.level == active.level:
+        root.setLevel(active._previous_level)
     return active
 
 

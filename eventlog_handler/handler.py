@@ -35,6 +35,8 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -46,6 +48,7 @@ from eventlog_handler.capture._records import capture_record
 from eventlog_handler.capture._session import open_session
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
 from eventlog_handler.delivery._stderr import say_unconfigured
+from eventlog_handler.integrations import _console as console
 from eventlog_handler.integrations import _signals as signals
 from eventlog_handler.integrations._hooks import ExceptionHooks, install_with
 from eventlog_handler.settings import Settings
@@ -138,6 +141,9 @@ class EventLogHandler(logging.Handler):
         #: The exception hooks this handler installed (a dictConfig handler: see the class doc).
         self.hooks: ExceptionHooks | None = None
         self._sigterm = False
+        #: Set by :func:`~eventlog_handler.setup`: called on a thread of its own once a logging
+        #: configuration that closed this handler (``dictConfig``, ``fileConfig``) is done.
+        self.after_reconfiguration: Callable[[], None] | None = None
         if hooks if hooks is not None else _built_by_logging_config():
             self.hooks = install_with(settings)
             self._sigterm = signals.flush_on_sigterm(auto=True)
@@ -247,6 +253,8 @@ class EventLogHandler(logging.Handler):
         works if it is used again); pending events are sent by the exit flush at the latest.
         """
         try:
+            if self.after_reconfiguration is not None and _logging_lock_held():
+                _when_configured(self.after_reconfiguration)
             if self.hooks is not None:
                 self.hooks.uninstall()
                 self.hooks = None
@@ -285,6 +293,8 @@ class TraceLogHandler(logging.Handler):
 
     def handle(self, record: logging.LogRecord) -> Any:
         try:
+            if record.name == "werkzeug":  # imported after setup(): its console (see _console)
+                console.werkzeug_console(_ours, record)
             if (
                 self.trace
                 and record.levelno < self.event_level
@@ -305,6 +315,11 @@ class TraceLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:  # pragma: no cover - handle() does it
         pass
+
+
+def _ours(handler: logging.Handler) -> bool:
+    """Whether ``handler`` is one of the package's handlers."""
+    return isinstance(handler, EventLogHandler | TraceLogHandler)
 
 
 def _other_handlers(name: str) -> bool:
@@ -336,6 +351,27 @@ def _built_by_logging_config() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _when_configured(callback: Callable[[], None]) -> None:
+    """Run ``callback`` on a thread of its own once the logging configuration in progress
+    (which holds :mod:`logging`'s module lock) is over: the way back for a setup whose handler
+    a ``dictConfig`` or ``fileConfig`` called by a name imported before ``setup()`` closed
+    and took off the root logger (gunicorn's ``from logging.config import dictConfig``)."""
+    lock = getattr(logging, "_lock", None)
+
+    def wait_then_run() -> None:
+        try:
+            if lock is not None:
+                with lock:
+                    pass
+            callback()
+        except Exception:  # pragma: no cover - never raises
+            pass
+
+    threading.Thread(
+        target=wait_then_run, name="eventlog-handler-reconfigured", daemon=True
+    ).start()
 
 
 def _logging_lock_held() -> bool:

@@ -16,6 +16,8 @@ lock; nothing here locks.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import copy as _copy
 from collections import deque
 from sys import getsizeof
 from typing import TYPE_CHECKING, Any
@@ -96,48 +98,92 @@ class Entry:
         return f"<Entry {kind} {self.source!r} created={self.created:.3f}>"
 
 
-def detached(exc: BaseException, depth: int = 0) -> BaseException | None:
+def detached(exc: BaseException) -> BaseException:
     """A copy of ``exc`` for a ``before_send`` hook's hint, without its traceback: the same
-    class, ``args`` and attributes (notes included), its cause and context copied the same
-    way (an exception group's members too). A queued entry that held the exception itself
+    class, ``args``, attributes (``__dict__``, slots, and what built-in exceptions keep in C:
+    ``errno``, ``filename``, ``name``...), cause and context, and exception groups' members;
+    exceptions among its arguments and attributes (a wrapped error, Django's
+    ``error_list=[self]``) copied the same way. A queued entry that held the exception itself
     would keep its traceback, and every frame's locals with it, alive until it is sent: memory
-    the byte bound can't see. Built without calling the class's own ``__init__`` (which may
-    want other arguments): the nearest built-in class's sets what it keeps in C (``errno``,
-    ``filename``, ``lineno``). ``None`` when the copy can't be made."""
+    the byte bound can't see.
+
+    Built without calling the class's own ``__init__`` (which may want other arguments); a class
+    that can't be built so (its own ``__new__``) is copied as :func:`copy.copy` copies it (its
+    ``__reduce__``, as pydantic's errors have), and one that can't be copied at all is given
+    as it is: the hint always has the exception."""
     try:
-        kind = type(exc)
-        if isinstance(exc, _GROUPS) and depth < 8:
-            group: Any = exc
-            members = [detached(member, depth + 1) for member in group.exceptions]
-            args: tuple[Any, ...] = (group.message, [m for m in members if m is not None])
-        else:
-            args = exc.args
+        return _detached(exc, {})
+    except Exception:
+        return exc
+
+
+def _detached(exc: BaseException, memo: dict[int, Any]) -> BaseException:
+    done = memo.get(id(exc))
+    if done is not None:
+        return done  # type: ignore[no-any-return]
+    kind = type(exc)
+    if isinstance(exc, _GROUPS):
+        group: Any = exc
+        args: tuple[Any, ...] = (group.message, [_detached(m, memo) for m in group.exceptions])
+    else:
+        args = exc.args
+    try:
         copy = kind.__new__(kind, *args)
         for base in kind.__mro__:
             if base.__module__ == "builtins":
                 base.__init__(copy, *args)  # type: ignore[misc]
                 break
-        if isinstance(exc, OSError):  # kept apart from args
-            for name in ("filename", "filename2"):
-                if getattr(exc, name) is not None:
-                    setattr(copy, name, getattr(exc, name))
-        state = getattr(exc, "__dict__", None)
-        if state:
-            copy.__dict__.update(state)
-        if depth < 8:
-            if exc.__cause__ is not None:
-                copy.__cause__ = detached(exc.__cause__, depth + 1)
-            if exc.__context__ is not None:
-                copy.__context__ = detached(exc.__context__, depth + 1)
-        copy.__suppress_context__ = exc.__suppress_context__
-        return copy
     except Exception:
-        return None
+        copy = _copy.copy(exc)
+    memo[id(exc)] = copy
+    copy.args = tuple(_detached_value(item, memo) for item in copy.args)
+    for base in kind.__mro__:
+        if base.__module__ == "builtins":
+            for name, attribute in vars(base).items():
+                if (
+                    type(attribute) in _C_ATTRIBUTES
+                    and not name.startswith("__")
+                    and name != "args"
+                ):
+                    with contextlib.suppress(AttributeError, TypeError, ValueError):
+                        value = getattr(exc, name)
+                        if value is not getattr(copy, name, None):
+                            setattr(copy, name, _detached_value(value, memo))
+        else:
+            for name in _slots(base):
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(copy, name, _detached_value(getattr(exc, name), memo))
+    state = getattr(exc, "__dict__", None)
+    if state:
+        copy.__dict__.update({key: _detached_value(value, memo) for key, value in state.items()})
+    copy.__traceback__ = None
+    copy.__cause__ = None if exc.__cause__ is None else _detached(exc.__cause__, memo)
+    copy.__context__ = None if exc.__context__ is None else _detached(exc.__context__, memo)
+    copy.__suppress_context__ = exc.__suppress_context__
+    return copy
+
+
+def _detached_value(value: Any, memo: dict[int, Any]) -> Any:
+    """``value`` with the exceptions in it (it, or the items of a list or tuple) detached."""
+    if isinstance(value, BaseException):
+        return _detached(value, memo)
+    kind = type(value)
+    if (kind is list or kind is tuple) and any(isinstance(i, BaseException) for i in value):
+        return kind(_detached_value(item, memo) for item in value)
+    return value
+
+
+def _slots(kind: type) -> tuple[str, ...]:
+    slots = vars(kind).get("__slots__", ())
+    names = (slots,) if isinstance(slots, str) else tuple(slots)
+    return tuple(name for name in names if name not in ("__dict__", "__weakref__"))
 
 
 _GROUPS: tuple[type, ...] = tuple(
     group for group in (getattr(builtins, "BaseExceptionGroup", None),) if group is not None
 )
+#: How built-in exceptions keep attributes in C (``OSError.filename``, ``ImportError.name``).
+_C_ATTRIBUTES = (type(OSError.filename), type(BaseException.args))
 
 #: Bytes an entry takes beyond what it carries: the entry, its dicts, the event it becomes.
 ENTRY_OVERHEAD = 600
@@ -151,6 +197,11 @@ def text_size(text: str) -> int:
     without a look at the characters), else what the interpreter really takes (up to four
     per character)."""
     return 56 + len(text) if text.isascii() else getsizeof(text)
+
+
+#: Containers :func:`estimate` walks at most: far more than JSON-safe data of any event holds
+#: (it has no cycles), a stop for a structure that holds itself.
+_MAX_CONTAINERS = 1_000_000
 
 
 def estimate(value: Any) -> int:
@@ -169,7 +220,9 @@ def estimate(value: Any) -> int:
         return 32
     total = 0
     pending: list[Any] = [value]
-    while pending:
+    budget = _MAX_CONTAINERS  # a structure that holds itself would be walked forever
+    while pending and budget:
+        budget -= 1
         item = pending.pop()
         kind = type(item)
         if kind is dict:

@@ -149,7 +149,6 @@ class Delivery:
                     with self.ledger.lock:
                         if self.state.closing and (
                             decision.action is Action.REFUSED
-                            or _nothing_listens(error)
                             or (spooling is not None and spooling.accepting())
                         ):
                             self._end_exit_sending()
@@ -207,12 +206,12 @@ class Delivery:
     def _end_exit_sending(self) -> None:
         """A request failed during the exit flush, and retrying within the exit's deadline
         can't help: the service refused the key or the URL (a configuration error no retry
-        mends), nothing listens at the server's address (the connection was refused: no
-        server runs there, and none starts in the seconds an exit may take), or the spool
-        takes events now (what is left goes to disk: the rule the exit applies when it begins
-        during a failure; a full or failing disk does not end it, and the events are retried
-        from memory until the deadline). The exit's deadline becomes now, so the program ends
-        at once instead of retrying until ``shutdown_timeout``. The lock is held."""
+        mends), or the spool takes events now (what is left goes to disk: the rule the exit
+        applies when it begins during a failure; a full or failing disk does not end it, and
+        the events are retried from memory until the deadline). The exit's deadline becomes
+        now, so the program ends at once instead of retrying until ``shutdown_timeout``. A
+        refused connection does not end it: a server starting or restarting meanwhile (a
+        collector started with the program, a deploy) takes the events. The lock is held."""
         state = self.state
         now = time.monotonic()
         if state.deadline is None or state.deadline > now:
@@ -420,8 +419,3 @@ class Delivery:
             )
         self._failing_since = self._outage_said_at = None
         self._failures = 0
-
-
-def _nothing_listens(error: errors.EventLogError) -> bool:
-    """Whether ``error`` is a refused connection: no server listens at the address."""
-    return isinstance(error, errors.TransportError) and error.kind == "refused"

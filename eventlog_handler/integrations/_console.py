@@ -38,7 +38,7 @@ def _loggers() -> list[logging.Logger]:
     found = [logging.getLogger()]
     found.extend(
         item
-        for item in logging.Logger.manager.loggerDict.values()
+        for item in list(logging.Logger.manager.loggerDict.values())  # one step: no race
         if isinstance(item, logging.Logger)
     )
     return found
@@ -86,11 +86,15 @@ def pin_levels(
             continue
         for handler in logger.handlers:
             if (
-                handler.level == logging.NOTSET
-                and not ours(handler)
-                and not isinstance(handler, logging.NullHandler)
-                and not any(isinstance(item, AsBefore) for item in handler.filters)
+                handler.level != logging.NOTSET
+                or ours(handler)
+                or isinstance(handler, logging.NullHandler)
             ):
+                continue
+            found = [item for item in handler.filters if isinstance(item, AsBefore)]
+            for guard in found:  # pinned before: the program's level is this one now
+                guard.before, guard.lowered_to = before, lowered_to
+            if not found:
                 guard = AsBefore(before, lowered_to)
                 handler.addFilter(guard)
                 pinned.append((handler, guard))
@@ -104,14 +108,40 @@ def unpin(pinned: list[tuple[logging.Handler, AsBefore]]) -> None:
     pinned.clear()
 
 
-def werkzeug_console(ours: Callable[[logging.Handler], bool]) -> None:
+class Unseen(list):  # type: ignore[type-arg]
+    """The root logger's handlers while ``basicConfig`` runs: :mod:`logging` still calls the
+    package's handlers (it iterates the list), but ``basicConfig``'s "no handler yet" test (its
+    length) and ``force``'s removal (a copy by slice) don't see them. Swapped in and out whole,
+    so a record logged meanwhile on another thread still reaches every handler."""
+
+    def __init__(self, items: Any, ours: Callable[[logging.Handler], bool]) -> None:
+        super().__init__(items)
+        self._ours = ours
+
+    def __len__(self) -> int:
+        return sum(1 for handler in list.__iter__(self) if not self._ours(handler))
+
+    def __getitem__(self, index: Any) -> Any:
+        found = list.__getitem__(self, index)
+        if isinstance(index, slice):
+            return [handler for handler in found if not self._ours(handler)]
+        return found
+
+
+def werkzeug_console(
+    ours: Callable[[logging.Handler], bool], record: logging.LogRecord | None = None
+) -> None:
     """Add werkzeug's console handler where werkzeug would add it if the package's handlers
-    were not on the root logger (it decides at its first log line, from the handlers it sees).
-    Nothing when werkzeug is not imported, or has decided already."""
+    were not on the root logger: it decides at its first log line, from the handlers it sees.
+    At ``setup()`` (no ``record``), before it decides; when werkzeug was imported after
+    ``setup()``, at its first ``record`` reaching the root logger (which the handler added
+    then prints). Nothing when werkzeug is not imported, or has a handler."""
     internal = sys.modules.get("werkzeug._internal")
-    if internal is None or getattr(internal, "_logger", True) is not None:
+    if internal is None:
         return
     logger = logging.getLogger("werkzeug")
+    if logger.handlers or (record is None and getattr(internal, "_logger", True) is not None):
+        return
     level = logger.getEffectiveLevel() if logger.level != logging.NOTSET else logging.INFO
     current: logging.Logger | None = logger
     while current is not None:
@@ -121,11 +151,13 @@ def werkzeug_console(ours: Callable[[logging.Handler], bool]) -> None:
         current = current.parent if current.propagate else None
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
-    make = getattr(internal, "_ColorStreamHandler", logging.StreamHandler)
     try:
-        logger.addHandler(make())
+        handler = getattr(internal, "_ColorStreamHandler", logging.StreamHandler)()
     except Exception:  # pragma: no cover - a werkzeug that changed its handler
-        logger.addHandler(logging.StreamHandler())
+        handler = logging.StreamHandler()
+    logger.addHandler(handler)
+    if record is not None and record.levelno >= logger.getEffectiveLevel():
+        handler.handle(record)
 
 
 #: The functions wrapped, by ``(module, name)``, with the original of each.

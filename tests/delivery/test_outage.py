@@ -122,58 +122,21 @@ def test_the_exit_line_names_the_default_server_as_such(monkeypatch: pytest.Monk
     assert DEFAULT_SERVER_URL in line, line
 
 
-def test_a_program_whose_server_is_not_running_exits_at_once(tmp_path: Path) -> None:
-    """The user's view: a script run while no server listens at its URL (the collector not
-    started) ends promptly, not after ``shutdown_timeout`` (30 s here) of retries against a
-    closed port, and says on stderr how many events were not sent and why."""
-    url = f"http://127.0.0.1:{free_port()}"
-    program = tmp_path / "program.py"
-    program.write_text(
-        "import logging, eventlog_handler\n"
-        "eventlog_handler.setup(shutdown_timeout=30)\n"
-        "for n in range(5):\n"
-        "    logging.getLogger('job').warning('step %d', n)\n"
-    )
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(program)],
-        capture_output=True,
-        text=True,
-        env=child_env(url),
-        cwd=str(REPO),
-        timeout=60,
-    )
-    took = time.monotonic() - started
-    assert done.returncode == 0, done.stderr
-    assert took < 15, f"the exit took {took:.1f} s: {done.stderr}"
-    assert "5 event(s) could not be sent" in done.stderr, done.stderr
-    assert "refused" in done.stderr, done.stderr
-
-
-def test_an_uncaught_exception_while_no_server_listens_ends_the_program_promptly(
-    tmp_path: Path,
-) -> None:
-    """An uncaught exception while no server listens: the exception hook's wait for the error
-    to be sent stops at the first failed attempt (it retried for up to 2 s), and the exit
-    flush at its refused connection (it retried for ``shutdown_timeout``, 30 s here)."""
-    url = f"http://127.0.0.1:{free_port()}"
-    program = tmp_path / "program.py"
-    program.write_text(
-        "import eventlog_handler\n"
-        "eventlog_handler.setup(flush_timeout=30, shutdown_timeout=30)\n"
-        "raise RuntimeError('the job failed')\n"
-    )
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(program)],
-        capture_output=True,
-        text=True,
-        env=child_env(url),
-        cwd=str(REPO),
-        timeout=90,
-    )
-    took = time.monotonic() - started
-    assert done.returncode == 1, done.stderr
-    assert "RuntimeError: the job failed" in done.stderr
-    assert took < 15, f"the program took {took:.1f} s to end: {done.stderr}"
-    assert "1 event(s) could not be sent" in done.stderr, done.stderr
+def test_the_exception_hooks_wait_ends_at_the_first_failed_attempt() -> None:
+    """Before a thread or the program ends, the exception hooks wait for the error to be sent
+    (``flush(until_failure=True)``): against a closed port that wait ends at the first failed
+    attempt, where a plain ``flush`` waits through the retries until its deadline (the worker
+    and the exit flush retry anyway)."""
+    engine = engine_at_the_default_server(retry_initial=0.5, max_backoff=0.5)
+    try:
+        engine.enqueue({"type": "error", "message": "x", "reference_id": "abcdef0123456789-3"})
+        started = time.monotonic()
+        assert not engine.flush(8, until_failure=True)
+        hooks_wait = time.monotonic() - started
+        started = time.monotonic()
+        assert not engine.flush(3)
+        plain_wait = time.monotonic() - started
+    finally:
+        engine.shutdown(0.1)
+    assert hooks_wait < 2.5, hooks_wait
+    assert plain_wait > 2.5, plain_wait

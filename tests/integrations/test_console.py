@@ -21,6 +21,58 @@ def sent_messages(server: FaultServer, count: int) -> list[str]:
     return sorted(str(event.get("message")) for event in server.accepted)
 
 
+def test_basicconfig_without_a_level_after_setup_prints_what_it_would_without_the_package(
+    tmp_path: Path,
+) -> None:
+    """``basicConfig(format=...)`` after ``setup()`` leaves the root logger's level alone:
+    without the package it is Python's WARNING, and the console prints warnings only. With it,
+    the root logger is at setup's level (DEBUG for the trace log): the console must not print
+    every library's DEBUG and INFO lines."""
+    program = """
+        import logging, eventlog_handler
+        eventlog_handler.setup()
+        logging.basicConfig(format="CONSOLE %(levelname)s %(name)s %(message)s")
+        for name in ("app", "some.library"):
+            logging.getLogger(name).debug("debug line")
+            logging.getLogger(name).info("info line")
+        logging.getLogger("app").warning("warning line")
+    """
+    with FaultServer() as server:
+        status, stderr, _ = run_program(program, server.url, tmp_path)
+        assert status == 0, stderr
+        assert [line for line in stderr.splitlines() if line.startswith("CONSOLE")] == [
+            "CONSOLE WARNING app warning line"
+        ], stderr
+        assert sent_messages(server, 3) == ["info line", "info line", "warning line"]
+
+
+def test_dictconfig_imported_by_name_before_setup_does_not_stop_the_events(
+    tmp_path: Path,
+) -> None:
+    """gunicorn's logging does ``from logging.config import dictConfig`` at import, before the
+    application's ``setup()``: a configuration through that name took the handler off the root
+    logger, and no event arrived after it."""
+    program = """
+        import logging, time
+        from logging.config import dictConfig
+        import eventlog_handler
+        eventlog_handler.setup()
+        dictConfig({
+            "version": 1,
+            "disable_existing_loggers": False,
+            "handlers": {"console": {"class": "logging.StreamHandler"}},
+            "root": {"level": "INFO", "handlers": ["console"]},
+        })
+        time.sleep(0.5)  # the setup takes its place back on a thread of its own
+        logging.getLogger("shop").error("payment failed")
+    """
+    with FaultServer() as server:
+        status, stderr, _ = run_program(program, server.url, tmp_path)
+        assert status == 0, stderr
+        assert "payment failed" in stderr  # the program's console
+        assert sent_messages(server, 1) == ["payment failed"]
+
+
 def test_basicconfig_after_setup_configures_the_console_and_events_keep_flowing(
     tmp_path: Path,
 ) -> None:
@@ -147,3 +199,53 @@ def test_flask_run_prints_its_lines_with_setup(tmp_path: Path) -> None:
     assert f"Running on http://127.0.0.1:{port}" in output, output
     assert '"GET / HTTP/1.0" 200' in output, output
     assert [event["message"] for event in server.accepted] == ["index served"]
+
+
+def test_a_flask_app_run_by_python_prints_its_lines_when_flask_comes_after_setup(
+    tmp_path: Path,
+) -> None:
+    """``python app.py`` with ``setup()`` at the top and Flask imported after it: werkzeug
+    decides at its first line, seeing the package's handlers, to print nothing; its lines are
+    printed as without the package."""
+    pytest.importorskip("flask")
+    port = _free_port()
+    program = tmp_path / "app.py"
+    program.write_text(
+        "import eventlog_handler\n"
+        "eventlog_handler.setup()\n"
+        "from flask import Flask\n"
+        "app = Flask(__name__)\n"
+        "@app.get('/')\n"
+        "def index():\n"
+        "    return 'ok'\n"
+        f"app.run(port={port})\n"
+    )
+    with FaultServer() as server:
+        process = subprocess.Popen(
+            [sys.executable, str(program)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=child_env(server.url),
+            cwd=str(REPO),
+        )
+        try:
+            assert _get(port), "the app did not answer"
+        finally:
+            process.terminate()
+            output, _ = process.communicate(timeout=20)
+    assert f"Running on http://127.0.0.1:{port}" in output, output
+    assert '"GET / HTTP/1.0" 200' in output, output
+
+
+def _get(port: int) -> bool:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                if sock.recv(100).startswith(b"HTTP/1."):
+                    return True
+        except OSError:
+            time.sleep(0.2)
+    return False

@@ -195,3 +195,42 @@ def test_entry_size_grows_with_what_the_entry_carries() -> None:
     assert entry_size(big) - entry_size(small) >= 15_000
     event = Entry(SETTINGS, {"message": "x" * 2_000}, 40, None, None, 0, 0, is_error=True)
     assert entry_size(event) > 2_000
+
+
+def test_estimate_counts_what_non_ascii_text_and_many_small_containers_hold() -> None:
+    import sys
+
+    wide = "\U0001f600" * 100_000
+    assert estimate(wide) >= sys.getsizeof(wide) > 400_000
+    rows = {f"k{j}": [[j, k, f"v{k}"] for k in range(20)] for j in range(500)}
+    assert estimate(rows) > 1_000_000  # every one of the 10,500 lists counted, not 2,000
+    loop: dict[str, object] = {}
+    loop["self"] = loop  # never made by the package; the walk still ends
+    assert estimate(loop) > 0
+
+
+def test_a_queued_exception_is_a_copy_without_its_traceback() -> None:
+    from eventlog_handler.delivery._buffer import detached
+
+    class Slotted(Exception):
+        __slots__ = ("code",)
+
+    def fail() -> None:
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            error = Slotted("outer")
+            error.code = 7
+            raise error from inner
+
+    try:
+        fail()
+    except Slotted as caught:
+        original = caught
+    copy = detached(original)
+    assert type(copy) is Slotted and copy.args == ("outer",) and copy.code == 7
+    assert copy.__traceback__ is None and original.__traceback__ is not None
+    assert type(copy.__cause__) is KeyError and copy.__cause__.__traceback__ is None
+    missing = FileNotFoundError(2, "No such file or directory", "/nowhere")
+    assert str(detached(missing)) == str(missing)
+    assert detached(ModuleNotFoundError("no", name="shop")).name == "shop"
