@@ -40,15 +40,29 @@ IGNORED_LOGGERS = frozenset(
     }
 )
 
+#: Loggers inside a library whose records never become events, with their children: Django's
+#: development server's request lines (one per request, at the level of its status: a 500's
+#: line would be a second error beside the error the middleware reports), like werkzeug's.
+IGNORED_SUBLOGGERS = ("django.server",)
+
 #: Servers and workers whose records below ``WARNING`` are their routine lifecycle lines ("Started
-#: server process", "Worker exiting", "Task ... received"): not events, but still in the trace
-#: log. Their warnings and errors are sent as usual.
+#: server process", "Worker exiting", "Task ... received", "Watching for file changes"): not
+#: events, but still in the trace log. Their warnings and errors are sent as usual.
 ROUTINE_LOGGERS = frozenset({"uvicorn", "gunicorn", "celery", "rq", "kombu", "billiard"})
+#: ... and such loggers inside a library (with their children).
+ROUTINE_SUBLOGGERS = ("django.utils.autoreload",)
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
 
 
 def is_routine_logger(name: str | None) -> bool:
     """Whether the records of ``name`` below ``WARNING`` are a server's routine lines."""
-    return bool(name) and str(name).partition(".")[0] in ROUTINE_LOGGERS
+    if not name:
+        return False
+    text = str(name)
+    return text.partition(".")[0] in ROUTINE_LOGGERS or _under(text, ROUTINE_SUBLOGGERS)
 
 
 #: Whether a logger's records are ignored, by name (names of a program repeat).
@@ -61,7 +75,7 @@ def is_ignored_logger(name: str | None) -> bool:
         return False
     ignored = _IGNORED_CACHE.get(name)
     if ignored is None:
-        ignored = name.partition(".")[0] in IGNORED_LOGGERS
+        ignored = name.partition(".")[0] in IGNORED_LOGGERS or _under(name, IGNORED_SUBLOGGERS)
         if len(_IGNORED_CACHE) < 10_000:
             _IGNORED_CACHE[name] = ignored
     return ignored
