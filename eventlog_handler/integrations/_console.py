@@ -60,15 +60,20 @@ class AsBefore(logging.Filter):
     through what reached it before ``setup()`` lowered the root logger (records at the root's
     old level and above, and records of loggers with a level of their own on their way up,
     which the root's level never filtered), and everything once the program sets the root
-    logger's level itself."""
+    logger's level itself, or the handler's."""
 
-    def __init__(self, before: int, lowered_to: int) -> None:
+    def __init__(self, handler: logging.Handler, before: int, lowered_to: int) -> None:
         super().__init__()
+        self.handler = handler
         self.before = before
         self.lowered_to = lowered_to
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= self.before or logging.root.level != self.lowered_to:
+        if (
+            record.levelno >= self.before
+            or logging.root.level != self.lowered_to
+            or self.handler.level != logging.NOTSET  # the program gave it a level since
+        ):
             return True
         logger = logging.Logger.manager.loggerDict.get(record.name)
         return isinstance(logger, logging.Logger) and not _level_from_root(logger)
@@ -95,7 +100,7 @@ def pin_levels(
             for guard in found:  # pinned before: the program's level is this one now
                 guard.before, guard.lowered_to = before, lowered_to
             if not found:
-                guard = AsBefore(before, lowered_to)
+                guard = AsBefore(handler, before, lowered_to)
                 handler.addFilter(guard)
                 pinned.append((handler, guard))
     return pinned

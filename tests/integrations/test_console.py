@@ -106,6 +106,9 @@ def test_a_console_configured_before_setup_prints_what_it_printed_before(tmp_pat
         logging.getLogger("app").warning("warning: both")
         logging.getLogger("debugged").setLevel(logging.DEBUG)
         logging.getLogger("debugged").debug("debug of a logger the program turned up")
+        logging.getLogger().handlers[0].setLevel(logging.INFO)  # the program's own choice
+        logging.getLogger("app").info("info once the console asks for it")
+        logging.getLogger().handlers[0].setLevel(logging.NOTSET)
         handle.close(5)
         logging.getLogger("app").info("info after close: neither")
     """
@@ -114,9 +117,11 @@ def test_a_console_configured_before_setup_prints_what_it_printed_before(tmp_pat
         assert status == 0, stderr
         assert "CONSOLE WARNING warning: both" in stderr
         assert "CONSOLE DEBUG debug of a logger the program turned up" in stderr
+        assert "CONSOLE INFO info once the console asks for it" in stderr
         assert "an event, not a console line" not in stderr, stderr
         assert "after close" not in stderr, stderr
-        assert sent_messages(server, 2) == [
+        assert sent_messages(server, 3) == [
+            "info once the console asks for it",
             "info: an event, not a console line",
             "warning: both",
         ]
