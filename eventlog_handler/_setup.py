@@ -127,6 +127,9 @@ class EventLogSetup:
             and self.trace_handler not in root.handlers
         ):
             root.addHandler(self.trace_handler)
+        for handler in (self.handler, self.trace_handler):
+            if handler is not None:
+                console.keep_registered(handler)
         if root.level > self.level:
             self.pinned.extend(console.pin_levels(root.level, self.level, _ours))
             self._previous_level = root.level
@@ -344,6 +347,9 @@ def _set_aside(is_basic: bool) -> EventLogSetup | None:
 
 
 def _take_back(active: EventLogSetup | None) -> None:
+    root = logging.getLogger()
+    if type(root.handlers) is not list:  # also when the setup was closed meanwhile
+        root.handlers = list(root.handlers)
     if active is not None and active is _CURRENT and not active.closed:
         active.take_back()
 

@@ -362,10 +362,11 @@ def _when_configured(callback: Callable[[], None]) -> None:
 
     def wait_then_run() -> None:
         try:
-            if lock is not None:
-                with lock:
-                    pass
-            callback()
+            if lock is None:
+                callback()
+                return
+            with lock:  # after the configuration, and before the program's next one
+                callback()
         except Exception:  # pragma: no cover - never raises
             pass
 

@@ -14,6 +14,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any
 
@@ -111,8 +112,10 @@ def source_minimum(name: str | None, ignore_loggers: tuple[str, ...] = ()) -> fl
 # -- exceptions already reported --------------------------------------------------------------
 
 _REPORTED_ATTR = "_eventlog_handler_reported"
-# Exceptions that refuse attributes (``__slots__``) are remembered here instead.
-_REPORTED_FALLBACK: deque[BaseException] = deque(maxlen=32)
+# Exceptions that refuse attributes (``__slots__``, a frozen dataclass) are remembered here
+# instead, by weak reference where they allow one: holding them would keep their tracebacks,
+# and every frame's locals, alive.
+_REPORTED_FALLBACK: deque[Any] = deque(maxlen=32)
 
 
 def mark_reported(exc: BaseException) -> None:
@@ -120,7 +123,10 @@ def mark_reported(exc: BaseException) -> None:
     try:
         setattr(exc, _REPORTED_ATTR, True)
     except Exception:
-        _REPORTED_FALLBACK.append(exc)
+        try:
+            _REPORTED_FALLBACK.append(weakref.ref(exc))
+        except TypeError:
+            _REPORTED_FALLBACK.append(lambda exc=exc: exc)
 
 
 def was_reported(exc: BaseException) -> bool:
@@ -130,7 +136,7 @@ def was_reported(exc: BaseException) -> bool:
             return True
     except Exception:
         pass
-    return any(item is exc for item in _REPORTED_FALLBACK)
+    return any(item() is exc for item in list(_REPORTED_FALLBACK))
 
 
 # -- records already sent by the structlog processor (or by a handler) -----------------------

@@ -20,6 +20,7 @@ import contextlib
 import copy as _copy
 from collections import deque
 from sys import getsizeof
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -122,11 +123,12 @@ def _detached(exc: BaseException, memo: dict[int, Any]) -> BaseException:
     if done is not None:
         return done  # type: ignore[no-any-return]
     kind = type(exc)
+    raw = _ARGS.__get__(exc)  # the exception's own, whatever a subclass's ``args`` does
     if isinstance(exc, _GROUPS):
         group: Any = exc
         args: tuple[Any, ...] = (group.message, [_detached(m, memo) for m in group.exceptions])
     else:
-        args = exc.args
+        args = raw
     try:
         copy = kind.__new__(kind, *args)
         for base in kind.__mro__:
@@ -136,41 +138,53 @@ def _detached(exc: BaseException, memo: dict[int, Any]) -> BaseException:
     except Exception:
         copy = _copy.copy(exc)
     memo[id(exc)] = copy
-    copy.args = tuple(_detached_value(item, memo) for item in copy.args)
+    # Set through the descriptors themselves: a frozen dataclass's __setattr__ refuses all.
+    _ARGS.__set__(copy, tuple(_detached_value(item, memo) for item in _ARGS.__get__(copy)))
     for base in kind.__mro__:
         if base.__module__ == "builtins":
-            for name, attribute in vars(base).items():
-                if (
-                    type(attribute) in _C_ATTRIBUTES
-                    and not name.startswith("__")
-                    and name != "args"
-                ):
-                    with contextlib.suppress(AttributeError, TypeError, ValueError):
-                        value = getattr(exc, name)
-                        if value is not getattr(copy, name, None):
-                            setattr(copy, name, _detached_value(value, memo))
+            names = [
+                name
+                for name, attribute in vars(base).items()
+                if type(attribute) in _C_ATTRIBUTES and not name.startswith("__") and name != "args"
+            ]
         else:
-            for name in _slots(base):
-                with contextlib.suppress(AttributeError, TypeError):
-                    setattr(copy, name, _detached_value(getattr(exc, name), memo))
+            names = list(_slots(base))
+        for name in names:
+            with contextlib.suppress(Exception):
+                value = object.__getattribute__(exc, name)
+                if value is not getattr(copy, name, None):
+                    object.__setattr__(copy, name, _detached_value(value, memo))
     state = getattr(exc, "__dict__", None)
     if state:
         copy.__dict__.update({key: _detached_value(value, memo) for key, value in state.items()})
-    copy.__traceback__ = None
-    copy.__cause__ = None if exc.__cause__ is None else _detached(exc.__cause__, memo)
-    copy.__context__ = None if exc.__context__ is None else _detached(exc.__context__, memo)
-    copy.__suppress_context__ = exc.__suppress_context__
+    _TRACEBACK.__set__(copy, None)
+    cause, context = exc.__cause__, exc.__context__
+    _CAUSE.__set__(copy, None if cause is None else _detached(cause, memo))
+    _CONTEXT.__set__(copy, None if context is None else _detached(context, memo))
+    _SUPPRESS.__set__(copy, exc.__suppress_context__)
     return copy
 
 
 def _detached_value(value: Any, memo: dict[int, Any]) -> Any:
-    """``value`` with the exceptions in it (it, or the items of a list or tuple) detached."""
+    """``value`` with the exceptions in it (it, or the items of a list, tuple or dict)
+    detached; a traceback or a frame is ``None``."""
     if isinstance(value, BaseException):
         return _detached(value, memo)
     kind = type(value)
+    if kind is TracebackType or kind is FrameType:  # an attribute that keeps frames alive
+        return None
     if (kind is list or kind is tuple) and any(isinstance(i, BaseException) for i in value):
         return kind(_detached_value(item, memo) for item in value)
+    if kind is dict and any(isinstance(item, BaseException) for item in value.values()):
+        return {key: _detached_value(item, memo) for key, item in value.items()}
     return value
+
+
+_ARGS: Any = BaseException.__dict__["args"]
+_TRACEBACK: Any = BaseException.__dict__["__traceback__"]
+_CAUSE: Any = BaseException.__dict__["__cause__"]
+_CONTEXT: Any = BaseException.__dict__["__context__"]
+_SUPPRESS: Any = BaseException.__dict__["__suppress_context__"]
 
 
 def _slots(kind: type) -> tuple[str, ...]:

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 #: While a failure lasts, the outage line is repeated at most this often.
 OUTAGE_REPEAT = 300.0
+#: Seconds the exit flush goes on retrying once a connection was refused (no server listens),
+#: in pauses of a quarter of it.
+REFUSED_AT_EXIT = 1.0
 
 
 class Delivery:
@@ -146,16 +149,20 @@ class Delivery:
                     spilled = (
                         spooling is not None and part.origin is None and spooling.spill_parts(parts)
                     )
+                    delay = decision.delay
                     with self.ledger.lock:
                         if self.state.closing and (
                             decision.action is Action.REFUSED
                             or (spooling is not None and spooling.accepting())
                         ):
                             self._end_exit_sending()
+                        elif self.state.closing and _nothing_listens(error):
+                            self._shorten_exit(REFUSED_AT_EXIT)
+                            delay = min(delay, REFUSED_AT_EXIT / 4)
                     if spilled:
-                        self.pause(decision.delay)
+                        self.pause(delay)
                         return False
-                    if not self.pause(decision.delay):
+                    if not self.pause(delay):
                         return False
                 elif decision.action is Action.SPLIT:
                     parts.popleft()
@@ -216,6 +223,17 @@ class Delivery:
         now = time.monotonic()
         if state.deadline is None or state.deadline > now:
             state.deadline = now
+            self.ledger.changed.notify_all()
+
+    def _shorten_exit(self, seconds: float) -> None:
+        """A connection was refused during the exit flush: nothing listens at the server's
+        address. The exit retries for ``seconds`` more at most (a server starting meanwhile, a
+        collector started with the program, still gets the events), not until
+        ``shutdown_timeout``. The lock is held."""
+        state = self.state
+        end = time.monotonic() + seconds
+        if state.deadline is None or state.deadline > end:
+            state.deadline = end
             self.ledger.changed.notify_all()
 
     def settle_part(self, part: Part, reason: str | None) -> None:
@@ -419,3 +437,8 @@ class Delivery:
             )
         self._failing_since = self._outage_said_at = None
         self._failures = 0
+
+
+def _nothing_listens(error: errors.EventLogError) -> bool:
+    """Whether ``error`` is a refused connection: no server listens at the address."""
+    return isinstance(error, errors.TransportError) and error.kind == "refused"

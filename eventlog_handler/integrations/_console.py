@@ -165,6 +165,18 @@ def werkzeug_console(
         handler.handle(record)
 
 
+def keep_registered(handler: logging.Handler) -> None:
+    """Put ``handler`` back on :mod:`logging`'s list of the handlers a configuration closes
+    (``dictConfig`` and ``fileConfig`` empty it), so that the next configuration closes it
+    too, which is how the setup notices a configuration it did not wrap."""
+    refs = getattr(logging, "_handlerList", None)
+    add = getattr(logging, "_addHandlerRef", None)
+    if refs is None or add is None:
+        return
+    if not any(ref() is handler for ref in list(refs)):
+        add(handler)
+
+
 #: The functions wrapped, by ``(module, name)``, with the original of each.
 _WRAPPED: dict[tuple[Any, str], Any] = {}
 

@@ -140,3 +140,69 @@ def test_the_exception_hooks_wait_ends_at_the_first_failed_attempt() -> None:
         engine.shutdown(0.1)
     assert hooks_wait < 2.5, hooks_wait
     assert plain_wait > 2.5, plain_wait
+
+
+EXIT_PROGRAM = """
+import logging, eventlog_handler
+eventlog_handler.setup(shutdown_timeout=30)
+logging.getLogger("job").error("the job failed")
+print("EXITING", flush=True)
+"""
+
+
+def test_a_program_whose_server_is_not_running_exits_within_a_second_of_retries(
+    tmp_path: Path,
+) -> None:
+    """No server listens at the URL (the collector not started): once a connection is
+    refused, the exit flush retries for about a second, not for ``shutdown_timeout`` (30 s
+    here), and says what could not be sent."""
+    url = f"http://127.0.0.1:{free_port()}"
+    program = tmp_path / "program.py"
+    program.write_text(EXIT_PROGRAM)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(program)],
+        capture_output=True,
+        text=True,
+        env=child_env(url),
+        cwd=str(REPO),
+        timeout=90,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert took < 10, f"the exit took {took:.1f} s: {done.stderr}"
+    assert "1 event(s) could not be sent" in done.stderr, done.stderr
+    assert "refused" in done.stderr, done.stderr
+
+
+def test_a_server_that_starts_during_the_exit_still_gets_the_events(tmp_path: Path) -> None:
+    """The collector starts while the program ends (started with it, or restarting): the
+    connection is refused at first, and the exit's retries deliver the error once it
+    listens, 0.4 s later."""
+    port = free_port()
+    program = tmp_path / "program.py"
+    program.write_text(EXIT_PROGRAM)
+    process = subprocess.Popen(
+        [sys.executable, str(program)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(f"http://127.0.0.1:{port}"),
+        cwd=str(REPO),
+    )
+    server = None
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "EXITING"
+        time.sleep(0.4)
+        server = FaultServer(port=port).start()
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 0, stderr
+        assert server.wait_for(1, timeout=5), stderr
+        assert [event["message"] for event in server.accepted] == ["the job failed"]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        if server is not None:
+            server.stop()

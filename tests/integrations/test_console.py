@@ -65,12 +65,20 @@ def test_dictconfig_imported_by_name_before_setup_does_not_stop_the_events(
         })
         time.sleep(0.5)  # the setup takes its place back on a thread of its own
         logging.getLogger("shop").error("payment failed")
+        dictConfig({  # a reload configures again: the setup comes back again
+            "version": 1,
+            "disable_existing_loggers": False,
+            "handlers": {"console": {"class": "logging.StreamHandler"}},
+            "root": {"level": "INFO", "handlers": ["console"]},
+        })
+        time.sleep(0.5)
+        logging.getLogger("shop").error("refund failed")
     """
     with FaultServer() as server:
         status, stderr, _ = run_program(program, server.url, tmp_path)
         assert status == 0, stderr
         assert "payment failed" in stderr  # the program's console
-        assert sent_messages(server, 1) == ["payment failed"]
+        assert sent_messages(server, 2) == ["payment failed", "refund failed"]
 
 
 def test_basicconfig_after_setup_configures_the_console_and_events_keep_flowing(

@@ -234,3 +234,37 @@ def test_a_queued_exception_is_a_copy_without_its_traceback() -> None:
     missing = FileNotFoundError(2, "No such file or directory", "/nowhere")
     assert str(detached(missing)) == str(missing)
     assert detached(ModuleNotFoundError("no", name="shop")).name == "shop"
+
+
+def test_exceptions_that_refuse_attributes_are_copied_and_not_kept_alive() -> None:
+    import dataclasses
+    import gc
+    import weakref
+
+    from eventlog_handler.capture._admit import mark_reported, was_reported
+    from eventlog_handler.delivery._buffer import detached
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen(Exception):
+        code: int
+
+    def fail() -> None:
+        raise Frozen(3)
+
+    try:
+        fail()
+    except Frozen as caught:
+        original = caught
+    original.__dict__["extra"] = {"inner": KeyError("x"), "tb": original.__traceback__}
+    copy = detached(original)
+    assert type(copy) is Frozen and copy.code == 3 and copy is not original
+    assert copy.__traceback__ is None and copy.extra["tb"] is None
+    assert (
+        type(copy.extra["inner"]) is KeyError and copy.extra["inner"] is not original.extra["inner"]
+    )
+    mark_reported(original)  # a frozen dataclass refuses the mark: remembered weakly
+    assert was_reported(original)
+    held = weakref.ref(original)
+    del original, copy
+    gc.collect()
+    assert held() is None  # the package did not keep it (nor its frames) alive
