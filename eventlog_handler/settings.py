@@ -336,16 +336,17 @@ def shown_url(url: str) -> str:
     if mark:
         url = head + mark + _masked_query(query)
     password = url_password(url)
-    if not password:
-        if url_password(url, "username") is None:
-            return url
-        head, sep, tail = url.partition("://")
-        _, at, rest = tail.rpartition("@")
-        return f"{head}{sep}{MASK}{at}{rest}" if at else url  # a token as the user
+    if not password and url_password(url, "username") is None:
+        return url
     head, sep, tail = url.partition("://")
-    userinfo, at, rest = tail.rpartition("@")
+    authority, slash, path = tail.partition("/")  # an "@" in the path is not the user's
+    userinfo, at, host = authority.rpartition("@")
+    if not at:
+        return url.replace(password, MASK) if password else url
+    if not password:
+        return f"{head}{sep}{MASK}{at}{host}{slash}{path}"  # a token as the user
     user = userinfo.partition(":")[0]
-    return f"{head}{sep}{user}:{MASK}{at}{rest}" if at else url.replace(password, MASK)
+    return f"{head}{sep}{user}:{MASK}{at}{host}{slash}{path}"
 
 
 def _masked_query(text: str) -> str:

@@ -373,3 +373,22 @@ def test_loopback_urls(url):
 )
 def test_non_loopback_urls(url):
     assert is_loopback_url(url) is False
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://u:p4ss@host/@x", "https://u:[excluded]@host/@x"),  # "@" in the path
+        ("https://u:p4ss@[::1]:80/p@q", "https://u:[excluded]@[::1]:80/p@q"),
+        ("http://TOKEN12345678@h/x", "http://[excluded]@h/x"),
+        (
+            "http://ci:hunter2@127.0.0.1:5000/a?b=c",
+            "http://ci:[excluded]@127.0.0.1:5000/a?b=[excluded]",
+        ),
+        ("http://h/x", "http://h/x"),
+    ],
+)
+def test_shown_url_masks_the_credentials_and_keeps_host_and_path(url: str, shown: str) -> None:
+    from eventlog_handler.settings import shown_url
+
+    assert shown_url(url) == shown
