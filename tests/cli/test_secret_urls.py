@@ -6,11 +6,8 @@ first characters, on any failure nor in any line; the user and the host stay rea
 from __future__ import annotations
 
 import os
-import queue
-import signal
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -18,6 +15,7 @@ from eventlog_handler.api import Client, NotFoundError
 from eventlog_handler.collector import Collector
 from tests.support.collector import Client as HttpClient
 from tests.support.constants import REPO
+from tests.support.processes import stop_with_ctrl_c, with_lines
 
 PASSWORD = "hunter2pw"
 WRONG_KEY = "Wr0ngKeyWr0ngKeyWr0ngKeyWr0ngKeyWr0ngKey"
@@ -98,32 +96,13 @@ def test_tails_links_never_carry_a_token_in_the_url(collector: Collector) -> Non
     token = collector.user_token
     host = _host(collector)
     env = _env(collector, f"http://client:{token}@{host}")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "eventlog_handler.cli", "tail", "--interval", "0.2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(REPO),
+    process, lines = with_lines(
+        [sys.executable, "-m", "eventlog_handler.cli", "tail", "--interval", "0.2"], env
     )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line)
-
-    threading.Thread(target=pump, daemon=True).start()
     try:
         line = lines.get(timeout=30)
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=15)
-        finally:
-            if process.poll() is None:
-                process.kill()
-    stderr = process.stderr.read() if process.stderr else ""
+        _, stderr = stop_with_ctrl_c(process)
     assert "Disk space is low" in line, line + stderr
     assert f"http://client:[excluded]@{host}/stacks/" in line
     for output in (line, stderr):

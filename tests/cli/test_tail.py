@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import os
 import queue
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 from eventlog_handler.collector import Collector
 from tests.support.collector import Client
 from tests.support.constants import REPO
+from tests.support.processes import stop_with_ctrl_c, with_lines
 
 
 def _tail(collector: Collector, *args: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
@@ -22,37 +21,11 @@ def _tail(collector: Collector, *args: str) -> tuple[subprocess.Popen[str], queu
     env["EVENTLOG_USER_TOKEN"] = collector.user_token
     env["NO_PROXY"] = "127.0.0.1"
     command = [sys.executable, "-m", "eventlog_handler.cli", "tail", "--server-url", collector.url]
-    process = subprocess.Popen(
-        [*command, "--interval", "0.2", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-
-    threading.Thread(target=pump, daemon=True).start()
-    return process, lines
+    return with_lines([*command, "--interval", "0.2", *args], env)
 
 
 def _next(lines: queue.Queue[str], timeout: float = 15) -> str:
     return lines.get(timeout=timeout)
-
-
-def _stop(process: subprocess.Popen[str]) -> tuple[int, str]:
-    process.send_signal(signal.SIGINT)  # Ctrl-C
-    try:
-        process.wait(timeout=15)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    stderr = process.stderr.read() if process.stderr else ""
-    return process.returncode, stderr
 
 
 def test_new_events_print_as_they_arrive_and_ctrl_c_ends(collector: Collector) -> None:
@@ -70,7 +43,7 @@ def test_new_events_print_as_they_arrive_and_ctrl_c_ends(collector: Collector) -
         time.sleep(0.6)
         assert lines.empty()  # each event once
     finally:
-        code, stderr = _stop(process)
+        code, stderr = stop_with_ctrl_c(process)
         http.close()
     assert code == 0, stderr
 
@@ -88,7 +61,7 @@ def test_errors_only(collector: Collector) -> None:
         time.sleep(0.6)
         assert lines.empty()
     finally:
-        code, stderr = _stop(process)
+        code, stderr = stop_with_ctrl_c(process)
         http.close()
     assert code == 0, stderr
 
@@ -104,6 +77,6 @@ def test_a_server_that_is_gone_is_said_once(collector: Collector) -> None:
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     time.sleep(1.5)
-    code, stderr = _stop(process)
+    code, stderr = stop_with_ctrl_c(process)
     assert code == 0
     assert stderr.count("trying again") == 1, stderr

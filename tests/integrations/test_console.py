@@ -3,10 +3,8 @@ a user observes them: the program's stderr, and the events a loopback server rec
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from tests.support.constants import REPO
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env, run_program
+from tests.support.waits import free_port, http_status
 
 
 def sent_messages(server: FaultServer, count: int) -> list[str]:
@@ -162,12 +161,6 @@ def test_dictconfig_with_a_root_section_after_setup_does_not_stop_the_events(
         assert sent_messages(server, 2) == ["order placed", "stock low"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_flask_run_prints_its_lines_with_setup(tmp_path: Path) -> None:
     """``flask run``: werkzeug prints ``* Running on ...`` and one line per request only when
     no handler would; the package's handlers on the root logger made it print nothing."""
@@ -182,7 +175,7 @@ def test_flask_run_prints_its_lines_with_setup(tmp_path: Path) -> None:
         "    logging.getLogger('shop').warning('index served')\n"
         "    return 'ok'\n"
     )
-    port = _free_port()
+    port = free_port()
     with FaultServer() as server:
         env = child_env(server.url)
         env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
@@ -195,22 +188,13 @@ def test_flask_run_prints_its_lines_with_setup(tmp_path: Path) -> None:
             cwd=str(REPO),
         )
         try:
-            deadline = time.monotonic() + 30
-            answered = False
-            while time.monotonic() < deadline and not answered:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                        sock.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-                        answered = sock.recv(100).startswith(b"HTTP/1.")
-                except OSError:
-                    time.sleep(0.2)
-            assert answered, "flask run did not answer"
+            assert http_status(port) == 200
             assert server.wait_for(1, timeout=10)
         finally:
             process.terminate()
             output, _ = process.communicate(timeout=20)
     assert f"Running on http://127.0.0.1:{port}" in output, output
-    assert '"GET / HTTP/1.0" 200' in output, output
+    assert '"GET / HTTP/1.1" 200' in output, output
     assert [event["message"] for event in server.accepted] == ["index served"]
 
 
@@ -221,7 +205,7 @@ def test_a_flask_app_run_by_python_prints_its_lines_when_flask_comes_after_setup
     decides at its first line, seeing the package's handlers, to print nothing; its lines are
     printed as without the package."""
     pytest.importorskip("flask")
-    port = _free_port()
+    port = free_port()
     program = tmp_path / "app.py"
     program.write_text(
         "import eventlog_handler\n"
@@ -243,22 +227,9 @@ def test_a_flask_app_run_by_python_prints_its_lines_when_flask_comes_after_setup
             cwd=str(REPO),
         )
         try:
-            assert _get(port), "the app did not answer"
+            assert http_status(port) == 200
         finally:
             process.terminate()
             output, _ = process.communicate(timeout=20)
     assert f"Running on http://127.0.0.1:{port}" in output, output
-    assert '"GET / HTTP/1.0" 200' in output, output
-
-
-def _get(port: int) -> bool:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                sock.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-                if sock.recv(100).startswith(b"HTTP/1."):
-                    return True
-        except OSError:
-            time.sleep(0.2)
-    return False
+    assert '"GET / HTTP/1.1" 200' in output, output

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +93,33 @@ def marks(lines: list[str]) -> dict[str, Any]:
             _, name, text = line.split(" ", 2)
             found[name] = json.loads(text)
     return found
+
+
+def with_lines(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], Any]:
+    """Start ``command``; its stdout lines (without the newline) arrive in the returned queue
+    as it prints them (a command that runs until stopped: ``eventlog tail``)."""
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+
+    threading.Thread(target=pump, daemon=True).start()
+    return process, lines
+
+
+def stop_with_ctrl_c(process: subprocess.Popen[str]) -> tuple[int, str]:
+    """Stop ``process`` as Ctrl-C does (killed if it does not end within 15 s); its exit
+    status and stderr."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    stderr = process.stderr.read() if process.stderr else ""
+    return process.returncode, stderr

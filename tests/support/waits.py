@@ -1,7 +1,8 @@
-"""Waiting for a condition, and loopback ports."""
+"""Waiting for a condition, for a server to answer, and loopback ports."""
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 from typing import Any
@@ -24,3 +25,22 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def http_status(port: int, path: str = "/", timeout: float = 30) -> int:
+    """The status of ``GET path`` on 127.0.0.1:``port``, its answer read to the end as a
+    browser reads it, waiting up to ``timeout`` s for the server to start listening."""
+    deadline = time.monotonic() + timeout
+    while True:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            connection.request("GET", path)
+            answer = connection.getresponse()
+            answer.read()
+            return answer.status
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+        finally:
+            connection.close()

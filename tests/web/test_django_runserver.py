@@ -5,9 +5,7 @@ event, and ``SIGTERM`` (``--noreload``) delivers what the process logged."""
 
 from __future__ import annotations
 
-import http.client
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ import pytest
 from tests.support.constants import REPO
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
+from tests.support.waits import free_port, http_status
 
 pytest.importorskip("django")
 
@@ -56,32 +55,10 @@ urlpatterns = [path("ok/", ok), path("boom/", boom)]
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _get(port: int, path: str, deadline: float) -> int:
-    """The status of ``GET path``, the answer read to its end, as a browser reads it."""
-    while time.monotonic() < deadline:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        try:
-            connection.request("GET", path)
-            answer = connection.getresponse()
-            answer.read()
-            return answer.status
-        except OSError:
-            time.sleep(0.2)
-        finally:
-            connection.close()
-    raise AssertionError(f"runserver did not answer {path}")
-
-
 def test_runserver_request_lines_are_not_events_and_sigterm_delivers(tmp_path: Path) -> None:
     (tmp_path / "shop_settings.py").write_text(SETTINGS)
     (tmp_path / "shop_urls.py").write_text(URLS)
-    port = _free_port()
+    port = free_port()
     with FaultServer() as server:
         env = child_env(server.url, DJANGO_SETTINGS_MODULE="shop_settings")
         env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
@@ -94,9 +71,8 @@ def test_runserver_request_lines_are_not_events_and_sigterm_delivers(tmp_path: P
             cwd=str(REPO),
         )
         try:
-            deadline = time.monotonic() + 30
-            assert _get(port, "/ok/", deadline) == 200
-            assert _get(port, "/boom/", deadline) == 500
+            assert http_status(port, "/ok/") == 200
+            assert http_status(port, "/boom/") == 500
             time.sleep(0.5)  # the request lines are logged after the answers
             process.send_signal(signal.SIGTERM)  # flush_interval is 30 s: only the flush sends
             output, _ = process.communicate(timeout=20)
