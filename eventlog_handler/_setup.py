@@ -153,13 +153,7 @@ def _trace_level(level: int) -> int:
     some handler the program configured would then print records it never printed before (a
     handler whose own level is below ``level``): then ``level``, and the trace log keeps what
     reaches it."""
-    loggers = [logging.getLogger()]
-    loggers.extend(
-        item
-        for item in list(logging.Logger.manager.loggerDict.values())  # one step: no race
-        if isinstance(item, logging.Logger)
-    )
-    for logger in loggers:
+    for logger in console.all_loggers():
         for handler in logger.handlers:
             if isinstance(handler, (EventLogHandler, TraceLogHandler, logging.NullHandler)):
                 continue

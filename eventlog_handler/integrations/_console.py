@@ -34,11 +34,13 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _loggers() -> list[logging.Logger]:
+def all_loggers() -> list[logging.Logger]:
+    """The root logger and every logger made so far (a copy taken in one step: loggers made
+    meanwhile on another thread don't disturb it)."""
     found = [logging.getLogger()]
     found.extend(
         item
-        for item in list(logging.Logger.manager.loggerDict.values())  # one step: no race
+        for item in list(logging.Logger.manager.loggerDict.values())
         if isinstance(item, logging.Logger)
     )
     return found
@@ -86,7 +88,7 @@ def pin_levels(
     a level of its own on a logger that takes its level from the root: the root logger goes
     from ``before`` down to ``lowered_to``. Returns what was added, for :func:`unpin`."""
     pinned: list[tuple[logging.Handler, AsBefore]] = []
-    for logger in _loggers():
+    for logger in all_loggers():
         if not _level_from_root(logger):
             continue
         for handler in logger.handlers:
