@@ -8,7 +8,10 @@ was doing just before it failed, as the official clients' trace log (and sentry'
 give it.
 
 Noting a record costs one context-variable lookup and one ``deque.append`` of a small tuple:
-the message is formatted only when an error needs the lines. Rings are bounded (their length
+the message is formatted only when an error needs the lines, if its template is a short string
+and its arguments are short strings, numbers, booleans or ``None`` (:func:`_kept`). Any other
+record is formatted at once: a ring must not keep the program's objects alive (a payload, a
+connection its program has let go of), nor show them as they were changed later. Rings are bounded (their length
 is the largest ``trace_size`` asked for, at most :data:`MAX_TRACE`), belong to their thread or
 task and go away with it. Lines carry no ``extra=`` data, only the message, and are scrubbed
 of secrets with the rest of the event before it is sent.
@@ -107,12 +110,34 @@ def note(record: logging.LogRecord) -> None:
         last = ring[-1]
         if last[1] == created and last[0] == id(record):
             return  # a second handler saw the same record
-    ring.append((id(record), created, record.levelno, record.name, record.msg, record.args))
+    item = (id(record), created, record.levelno, record.name, record.msg, record.args)
+    ring.append(item if _kept(item[4], item[5]) else (item[0], created, _line(item)))
 
 
 def note_event(created: float, levelno: int, source: str | None, message: Any) -> None:
     """Remember an event that did not come from a :class:`logging.LogRecord` (structlog)."""
-    _ring().append((0, created, levelno, source or "", message, None))
+    item = (0, created, levelno, source or "", message, None)
+    _ring().append(item if _kept(message, None) else (0, created, _line(item)))
+
+
+def _kept(msg: Any, args: Any) -> bool:
+    """Whether a record's template and arguments may wait in a ring as they are: a string of
+    at most :data:`MAX_LINE` characters, and arguments (a tuple) that are such strings, numbers,
+    booleans or ``None``. Nothing else is kept: it could be large, hold a resource, or change."""
+    if type(msg) is not str or len(msg) > MAX_LINE:
+        return False
+    if not args:
+        return True
+    if type(args) is not tuple:
+        return False  # a mapping for %(name)s
+    for arg in args:
+        kind = type(arg)
+        if kind is str:
+            if len(arg) > MAX_LINE:
+                return False
+        elif kind is not int and kind is not float and kind is not bool and arg is not None:
+            return False
+    return True
 
 
 def lines(limit: int) -> list[str]:

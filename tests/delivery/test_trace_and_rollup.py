@@ -73,6 +73,64 @@ def test_an_error_carries_the_last_25_lines_of_its_thread(
     assert [line.split(": ", 1)[1] for line in task_trace] == [f"b line {i}" for i in range(5)]
 
 
+KEPT_OBJECTS = """
+import gc, json, logging, weakref
+import eventlog_handler
+
+eventlog_handler.setup()
+log = logging.getLogger("app.objects")
+log.setLevel(logging.DEBUG)
+
+class Connection:
+    def __repr__(self):
+        return "<Connection open>"
+
+freed = []
+connection = Connection()
+weakref.finalize(connection, freed.append, "connection")
+log.debug("using %r", connection)
+del connection
+class Payload(bytearray):
+    pass
+
+payload = Payload(50_000_000)
+weakref.finalize(payload, freed.append, "payload")
+log.debug("received %d bytes: %r", len(payload), payload)
+del payload
+cart = ["apple"]
+log.info("cart is %s", cart)
+cart.append("pear")
+log.info("template only, %s", "a short string")
+gc.collect()
+print("MARK freed", json.dumps(freed), flush=True)
+try:
+    raise RuntimeError("checkout")
+except RuntimeError:
+    log.exception("checkout failed")
+"""
+
+
+def test_the_trace_log_keeps_no_object_of_the_program_alive_and_shows_it_as_it_was_logged(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """A line's arguments that are not short plain values are formatted when it is logged: the
+    program's objects are freed when it lets go of them (a connection, a 50 MB payload), and
+    the error's trace shows a list as it was then, not as it was changed later."""
+    code, stderr, lines = run_program(KEPT_OBJECTS, server.url, tmp_path)
+    assert code == 0, stderr
+    assert sorted(marks(lines)["freed"]) == ["connection", "payload"]
+    errors = [e for e in server.accepted if e.get("type") == "error"]
+    assert len(errors) == 1
+    texts = [line.split(" ", 2)[2] for line in errors[0]["data"]["@trace"]]
+    assert texts[0] == "app.objects: using <Connection open>"
+    assert texts[1].startswith("app.objects: received 50000000 bytes: Payload(b'\\x00")
+    assert len(texts[1]) < 600  # cut to a line's limit
+    assert texts[2:] == [
+        "app.objects: cart is ['apple']",
+        "app.objects: template only, a short string",
+    ]
+
+
 ROLLUP = """
 import json, logging, time
 import eventlog_handler
