@@ -20,7 +20,8 @@ where no wakeup descriptor was set. A library that sets its own later (asyncio, 
 takes it over and is told that none was set, as it would be without this package; when it
 lets it go, the watcher's is set again. A forked child does not share the parent's descriptor:
 it starts over without one. The package's threads block every signal (:func:`block_signals`),
-so the kernel gives a process's signals to the program's threads.
+so the kernel gives a process's signals to the program's threads. Where gevent or eventlet
+made threads greenlets of the main thread, there is no watcher, and nothing is blocked.
 
 The byte in the pipe does not say which handler the main thread will run: a program that puts
 a handler of its own in place for a moment, gets ``SIGTERM`` then, and puts the flush back
@@ -30,8 +31,10 @@ within a few milliseconds, would be nudged into the flush as if the signal were 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -69,7 +72,7 @@ def terminate_gracefully(flush: Callable[[], object]) -> bool:
     """In a multiprocessing child, flush when ``SIGTERM`` ends it; ``True`` if installed.
     Only from the main thread, and only where ``SIGTERM`` has its default disposition (or the
     flush this process inherited from its parent, which is replaced)."""
-    if threading.current_thread() is not threading.main_thread():
+    if not main_os_thread():
         return False
     try:
         current = signal.getsignal(signal.SIGTERM)
@@ -84,9 +87,50 @@ def terminate_gracefully(flush: Callable[[], object]) -> bool:
 def block_signals() -> None:
     """Keep signals away from the calling thread (one of this package's threads): the kernel
     then hands a process's signals to the program's threads, and a program that blocks
-    ``SIGTERM`` to ``sigwait`` for it gets it."""
+    ``SIGTERM`` to ``sigwait`` for it gets it. Not in a green thread (:func:`green_thread`):
+    there the mask is the main thread's, and blocking would keep every signal from the
+    program (``SIGTERM``, Ctrl-C, the ``SIGCHLD`` that ends a ``subprocess.run``)."""
+    if green_thread():
+        return
     with contextlib.suppress(AttributeError, ValueError, OSError):
         signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _FAULTS)
+
+
+def main_os_thread() -> bool:
+    """Whether the caller runs on the main thread's OS thread, where Python lets a program set
+    signal handlers: the main thread, or a greenlet on it (eventlet's monkey-patching makes
+    its main greenlet a thread other than :func:`threading.main_thread`)."""
+    if threading.current_thread() is threading.main_thread():
+        return True
+    try:
+        return threading.get_native_id() == _main_native_id()
+    except Exception:  # pragma: no cover - no native ids here
+        return False
+
+
+def green_thread() -> bool:
+    """Whether the calling thread, not the main one, runs on the main thread's OS thread: a
+    greenlet, where gevent's or eventlet's monkey-patching made :mod:`threading` start
+    greenlets instead of OS threads."""
+    try:
+        return (
+            threading.current_thread() is not threading.main_thread()
+            and threading.get_native_id() == _main_native_id()
+        )
+    except Exception:  # pragma: no cover - no native ids here: OS threads
+        return False
+
+
+def _main_native_id() -> int | None:
+    """The OS id of the main thread. On Linux the process's id: a forked child's main thread
+    keeps its parent's ``native_id`` in :mod:`threading` (gunicorn's workers, which gevent
+    patches after the fork)."""
+    if _LINUX:
+        return os.getpid()
+    return threading.main_thread().native_id
+
+
+_LINUX: bool = sys.platform.startswith("linux")
 
 
 #: Signals a thread's own fault raises (``faulthandler`` reports them): never blocked.
@@ -102,6 +146,8 @@ def _flush_then(flush: Callable[[], object], previous: Any) -> Handler:
     started = [False]
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if _spawned_from_event_loop(on_sigterm, signum, frame):
+            return
         if started[0]:
             # The watcher's nudge, or a second SIGTERM, while the flush runs: not flushed
             # again, but the program's own handler hears every signal.
@@ -123,6 +169,34 @@ def _flush_then(flush: Callable[[], object], previous: Any) -> Handler:
     if ends:
         setattr(on_sigterm, FLUSH_MARK, started)
     return on_sigterm
+
+
+def _spawned_from_event_loop(handler: Handler, signum: int, frame: FrameType | None) -> bool:
+    """Under gevent or eventlet, a signal handler may run in their event loop's own greenlet,
+    which must not wait (gevent raises ``BlockingSwitchOutError``): then the handler is
+    started in a greenlet of its own, which the loop runs next. ``True`` when it was."""
+    try:
+        green = _event_loop_spawn()
+        if green is None:
+            return False
+        green(handler, signum, frame)
+    except Exception:  # not run here after all: the handler runs as it is
+        return False
+    return True
+
+
+def _event_loop_spawn() -> Callable[..., Any] | None:
+    """``spawn`` of gevent or eventlet when the caller runs in their event loop's greenlet."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("threading"):
+        gevent: Any = importlib.import_module("gevent")
+        return gevent.spawn if gevent.getcurrent() is gevent.get_hub() else None
+    patcher = sys.modules.get("eventlet.patcher")
+    if patcher is not None and patcher.is_monkey_patched("thread"):
+        eventlet: Any = importlib.import_module("eventlet")
+        hub = importlib.import_module("eventlet.hubs").get_hub()
+        return eventlet.spawn if eventlet.getcurrent() is hub.greenlet else None
+    return None
 
 
 def _watch() -> None:
@@ -187,8 +261,13 @@ def _set_wakeup_fd(fd: int, /, *, warn_on_full_buffer: bool = True) -> int:
 
 
 def _watcher(reader: int, main: int | None) -> None:
-    block_signals()
     try:
+        if green_thread():
+            # gevent or eventlet: a blocking read would stop the whole program here, and
+            # no wait in C keeps the handler from running (their loops run it): no watcher.
+            stop_watching()
+            return
+        block_signals()
         while main is not None:
             caught = os.read(reader, 64)
             if not caught:

@@ -14,7 +14,6 @@ It can only be installed from the main thread (a rule of :mod:`signal`); elsewhe
 from __future__ import annotations
 
 import signal
-import threading
 from typing import Any
 
 from eventlog_handler.delivery import _engine as transport
@@ -36,7 +35,7 @@ def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> boo
     :mod:`eventlog_handler.delivery._sigterm`'s.
     """
     global _installed, _previous
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+    if not sigterm.main_os_thread() or not hasattr(signal, "SIGTERM"):
         return False
     if _installed is not None and signal.getsignal(signal.SIGTERM) is _installed:
         return True
@@ -90,7 +89,7 @@ _ENDING = frozenset(
 def remove_sigterm_flush() -> bool:
     """Put back the previous ``SIGTERM`` handler if ours is still the one installed."""
     global _installed, _previous
-    if _installed is None or threading.current_thread() is not threading.main_thread():
+    if _installed is None or not sigterm.main_os_thread():
         return False
     if signal.getsignal(signal.SIGTERM) is not _installed:  # replaced since: theirs stays
         _installed = None
