@@ -202,6 +202,9 @@ class Settings:
     heartbeat_interval: float = 60.0
     #: Why nothing can be sent (a missing or malformed key or URL), or ``None``.
     problem: str | None = dataclasses.field(default=None, compare=False)
+    #: Malformed ``EVENTLOG_*`` variables ignored by a lenient :meth:`from_options` (the
+    #: defaults apply in their place), a line each, said on stderr once.
+    ignored_environment: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def shown_url(self) -> str:
@@ -244,7 +247,9 @@ class Settings:
         :class:`TypeError`, like an unknown keyword argument; a malformed value a
         :class:`ValueError` naming it. With ``lenient``, a missing or malformed ``api_key`` or
         ``server_url`` (often the environment of a machine, not the program) is not raised: the
-        settings come back with :attr:`problem` saying what is wrong, and nothing is sent.
+        settings come back with :attr:`problem` saying what is wrong, and nothing is sent; nor
+        is a malformed value of another ``EVENTLOG_*`` variable: it is ignored, the default
+        applies, and :attr:`ignored_environment` says so.
         """
         env = os.environ if environ is None else environ
         given = {key: value for key, value in (options or {}).items() if value is not None}
@@ -252,27 +257,31 @@ class Settings:
         unknown = sorted(set(given) - known)
         if unknown:
             raise TypeError(_unknown_options(unknown, known))
-        if "server_url" not in given and env.get(ENV_SERVER_URL):
-            given["server_url"] = env[ENV_SERVER_URL]
-        if "api_key" not in given and env.get(ENV_API_KEY):
-            given["api_key"] = env[ENV_API_KEY]
-        if "spool_path" not in given and env.get(ENV_SPOOL_PATH):
-            given["spool_path"] = env[ENV_SPOOL_PATH]
-        if "version" not in given and env.get(ENV_VERSION):
-            given["version"] = env[ENV_VERSION]
-        if "environment" not in given and env.get(ENV_ENVIRONMENT):
-            given["environment"] = env[ENV_ENVIRONMENT]
+        from_environment: dict[str, str] = {}
+        for name, variable in _ENVIRONMENT.items():
+            if name not in given and env.get(variable):
+                given[name] = env[variable]
+                from_environment[name] = variable
         values: dict[str, Any] = {}
         problems: list[str] = []
+        ignored: list[str] = []
         for field in dataclasses.fields(cls):
             if field.name in given:
                 try:
                     values[field.name] = _CONVERTERS[field.name](field.name, given[field.name])
                 except ValueError as exc:
-                    if not lenient or field.name not in _CONNECTION:
+                    said = str(exc).removeprefix("eventlog_handler: ")
+                    if lenient and field.name in _CONNECTION:
+                        problems.append(f"{_CONNECTION[field.name]}: {said}")
+                    elif lenient and field.name in from_environment:
+                        ignored.append(
+                            f"{from_environment[field.name]}: {said}; "
+                            f"the default ({field.default!r}) is used"
+                        )
+                    else:
                         raise
-                    source = _CONNECTION[field.name]
-                    problems.append(f"{source}: {str(exc).removeprefix('eventlog_handler: ')}")
+        if ignored:
+            values["ignored_environment"] = tuple(ignored)
         if require_api_key and not values.get("api_key") and not problems:
             missing = (
                 "eventlog_handler: setting 'api_key' is missing: pass api_key=... "
@@ -414,6 +423,15 @@ _NOT_KEY_CHARS = re.compile(r"[^\w*]|_")
 
 
 #: The settings that say where to send and with which key, and where they usually come from.
+#: The options the environment may give, and their variables.
+_ENVIRONMENT = {
+    "server_url": ENV_SERVER_URL,
+    "api_key": ENV_API_KEY,
+    "spool_path": ENV_SPOOL_PATH,
+    "version": ENV_VERSION,
+    "environment": ENV_ENVIRONMENT,
+}
+
 _CONNECTION = {
     "api_key": f"{ENV_API_KEY} (api_key)",
     "server_url": f"{ENV_SERVER_URL} (server_url)",

@@ -84,7 +84,12 @@ _SAID: set[str] = set()
 
 def say_unconfigured(settings: Settings) -> None:
     """Say once per process why nothing can be sent, when a key or URL is missing or malformed
-    (the program runs on: its events are counted as dropped, ``unconfigured``)."""
+    (the program runs on: its events are counted as dropped, ``unconfigured``), and which
+    malformed ``EVENTLOG_*`` variables were ignored."""
+    for line in settings.ignored_environment:
+        if line not in _SAID:
+            _SAID.add(line)
+            say(f"eventlog_handler: {line}")
     problem = settings.problem
     if problem is None or problem in _SAID:
         return

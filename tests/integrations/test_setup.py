@@ -209,3 +209,38 @@ def test_a_program_with_a_misconfigured_setup_runs_on_and_its_events_arrive(
     assert "Traceback" not in stderr
     events = server.wait_for(1, timeout=10)
     assert [event["message"] for event in events] == ["order 7 placed"]
+
+
+def test_malformed_environment_variables_are_said_and_the_program_runs_on(
+    server: CaptureServer, tmp_path: Path
+) -> None:
+    """A container's environment with a blank in ``EVENTLOG_ENVIRONMENT`` ("Production EU"),
+    a tab in ``EVENTLOG_VERSION`` and a blank ``EVENTLOG_SPOOL_PATH``: the program starts, runs
+    to its end, each variable is named once on stderr with the default used instead, and its
+    events arrive."""
+    program = """
+        import logging
+        import eventlog_handler
+
+        eventlog_handler.setup()
+        logging.getLogger("shop").warning("order %s placed", 7)
+        eventlog_handler.setup()  # again: said once
+        print("MARK done {}")
+    """
+    status, stderr, lines = run_program(
+        program,
+        server.url,
+        tmp_path,
+        EVENTLOG_ENVIRONMENT="Production EU",
+        EVENTLOG_VERSION="1.2\t3",
+        EVENTLOG_SPOOL_PATH=" ",
+    )
+    assert status == 0, stderr
+    assert marks(lines) == {"done": {}}
+    assert "Traceback" not in stderr
+    for variable in ("EVENTLOG_ENVIRONMENT", "EVENTLOG_VERSION", "EVENTLOG_SPOOL_PATH"):
+        assert stderr.count(f"eventlog_handler: {variable}: setting") == 1, stderr
+    assert "got 'Production EU'; the default (None) is used" in stderr
+    events = server.wait_for(1, timeout=10)
+    assert [event["message"] for event in events] == ["order 7 placed"]
+    assert "Production EU" not in str(events)
