@@ -253,7 +253,7 @@ class Settings:
         """
         env = os.environ if environ is None else environ
         given = {key: value for key, value in (options or {}).items() if value is not None}
-        known = {field.name for field in dataclasses.fields(cls)}
+        known = OPTION_NAMES
         unknown = sorted(set(given) - known)
         if unknown:
             raise TypeError(_unknown_options(unknown, known))
@@ -299,7 +299,7 @@ class Settings:
         """``options`` without the unknown and the malformed ones, and a line naming each of
         those (the defaults apply in their place). ``api_key`` and ``server_url`` are kept as
         given: :meth:`from_options` with ``lenient`` says what is wrong with them."""
-        known = {field.name for field in dataclasses.fields(cls)}
+        known = OPTION_NAMES
         usable: dict[str, Any] = {}
         said: list[str] = []
         unknown = sorted(name for name in options if name not in known)
@@ -423,6 +423,13 @@ _NOT_KEY_CHARS = re.compile(r"[^\w*]|_")
 
 
 #: The settings that say where to send and with which key, and where they usually come from.
+#: What :class:`Settings` says of itself, not options a program gives.
+_NOT_OPTIONS = frozenset({"problem", "ignored_environment"})
+#: The names of the options (the keyword arguments of ``setup()`` and the handler).
+OPTION_NAMES = frozenset(
+    field.name for field in dataclasses.fields(Settings) if field.name not in _NOT_OPTIONS
+)
+
 #: The options the environment may give, and their variables.
 _ENVIRONMENT = {
     "server_url": ENV_SERVER_URL,

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from eventlog_handler import settings
-from eventlog_handler.settings import Settings, is_loopback_url, mask_secret
+from eventlog_handler.settings import OPTION_NAMES, Settings, is_loopback_url, mask_secret
 
 from .conftest import TOKEN
 
@@ -50,9 +50,9 @@ def test_default_exclusions_are_normalized_words():
 def test_every_field_accepts_its_own_default_back():
     defaults = Settings()
     options = {
-        field.name: getattr(defaults, field.name)
-        for field in dataclasses.fields(Settings)
-        if getattr(defaults, field.name) is not None
+        name: getattr(defaults, name)
+        for name in OPTION_NAMES
+        if getattr(defaults, name) is not None
     }
     options["api_key"] = TOKEN
     s = build(options)
@@ -392,3 +392,19 @@ def test_shown_url_masks_the_credentials_and_keeps_host_and_path(url: str, shown
     from eventlog_handler.settings import shown_url
 
     assert shown_url(url) == shown
+
+
+def test_what_settings_say_of_themselves_are_not_options(capsys):
+    """``problem`` and ``ignored_environment`` are not options: the handler refuses them as
+    unknown, and ``setup()`` names them as unknown and runs on."""
+    import eventlog_handler
+
+    assert "problem" not in OPTION_NAMES and "ignored_environment" not in OPTION_NAMES
+    with pytest.raises(TypeError, match="unknown option"):
+        build({"api_key": TOKEN, "problem": "none"})
+    handle = eventlog_handler.setup(TOKEN, "http://127.0.0.1:9", problem="none")
+    try:
+        assert "unknown option(s): problem" in capsys.readouterr().err
+        assert handle.handler.settings.problem is None
+    finally:
+        handle.close(0.1)
