@@ -17,6 +17,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -320,7 +321,7 @@ class Settings:
         return usable, said
 
 
-def _unknown_options(unknown: list[str], known: set[str]) -> str:
+def _unknown_options(unknown: list[str], known: AbstractSet[str]) -> str:
     """Names the unknown options, each with the known option closest to it, if one is close."""
     close = {n: difflib.get_close_matches(n, sorted(known), 1, 0.8) for n in unknown}
     said = ", ".join(f"{n} (did you mean {c[0]}?)" if c else n for n, c in close.items())
@@ -346,7 +347,9 @@ def shown_url(url: str) -> str:
         url = head + mark + _masked_query(query)
     password = url_password(url)
     if not password and url_password(url, "username") is None:
-        return url
+        # Not a URL to urlsplit (no scheme, or a mistyped one: "user:pw@host",
+        # "https//user:pw@host"): a "name:secret@" in it is masked all the same.
+        return url if _has_netloc(url) else _LOOSE_USERINFO.sub(rf"\1\2:{MASK}@", url)
     head, sep, tail = url.partition("://")
     authority, slash, path = tail.partition("/")  # an "@" in the path is not the user's
     userinfo, at, host = authority.rpartition("@")
@@ -356,6 +359,17 @@ def shown_url(url: str) -> str:
         return f"{head}{sep}{MASK}{at}{host}{slash}{path}"  # a token as the user
     user = userinfo.partition(":")[0]
     return f"{head}{sep}{user}:{MASK}{at}{host}{slash}{path}"
+
+
+#: A ``name:secret@`` at the start of a text or after a ``/`` or ``:``.
+_LOOSE_USERINFO = re.compile(r"(^|[/:])([^/:@\s]*):([^/@\s]+)@")
+
+
+def _has_netloc(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).netloc)
+    except ValueError:
+        return False
 
 
 def _masked_query(text: str) -> str:

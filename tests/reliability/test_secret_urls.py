@@ -61,3 +61,24 @@ def test_the_urls_password_is_masked_whole_in_stderr_and_stats(
         assert API_KEY not in text
     if answer == 401:  # the API key keeps its prefix, to tell two keys apart
         assert f"refused the API key {API_KEY[:4]}…" in stderr
+
+
+@pytest.mark.parametrize(
+    "mistyped", ["{auth}@{host}", "https//{auth}@{host}", "http:/{auth}@{host}"]
+)
+def test_a_mistyped_urls_password_is_never_printed(
+    server: FaultServer, tmp_path: Path, mistyped: str
+) -> None:
+    """A server URL without its scheme, or with a mistyped one, from the environment: the
+    program runs on, stderr says the URL is malformed, and the password in it is masked."""
+    host = server.url.removeprefix("http://")
+    url = mistyped.format(auth=f"ci:{PASSWORD}", host=host)
+
+    status, stderr, stdout = run_program(PROGRAM, url, tmp_path)
+
+    assert status == 0, stderr
+    assert "must be an http:// or https:// URL" in stderr, stderr
+    assert "ci:[excluded]@" in stderr or ":[excluded]@" in stderr, stderr
+    assert PASSWORD not in stderr and PASSWORD[:4] not in stderr, stderr
+    assert PASSWORD not in stdout[-1]
+    assert server.accepted == []

@@ -386,6 +386,12 @@ def test_non_loopback_urls(url):
             "http://ci:[excluded]@127.0.0.1:5000/a?b=[excluded]",
         ),
         ("http://h/x", "http://h/x"),
+        # Not URLs to urlsplit (no scheme, or a mistyped one): masked all the same.
+        ("ci:p4ss@127.0.0.1:5000", "ci:[excluded]@127.0.0.1:5000"),
+        ("https//ci:p4ss@h:80/x", "https//ci:[excluded]@h:80/x"),
+        ("http:/ci:p4ss@h", "http:/ci:[excluded]@h"),
+        ("http:ci:p4ss@h", "http:[excluded]@h"),
+        ("http://127.0.0.1:5000/a:b@c", "http://127.0.0.1:5000/a:b@c"),  # a path's ":" and "@"
     ],
 )
 def test_shown_url_masks_the_credentials_and_keeps_host_and_path(url: str, shown: str) -> None:
