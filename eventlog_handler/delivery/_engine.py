@@ -410,6 +410,16 @@ def shutdown_all(timeout: float | None = None) -> int:
     return unsent
 
 
+def forget_finished() -> None:
+    """Forget the engines whose exit flush has run, so that the next event makes new ones: a
+    process that outlived the ``SIGTERM`` after that flush (see
+    :mod:`eventlog_handler.delivery._sigterm`) goes on sending."""
+    with _REGISTRY_LOCK:
+        for key, engine in list(_ENGINES.items()):
+            if engine.intake.finished:
+                del _ENGINES[key]
+
+
 def remove_engines(server_url: str, timeout: float = 1.0) -> int:
     """Shut down and forget every engine that sends to ``server_url``; return events unsent."""
     with _REGISTRY_LOCK:

@@ -41,6 +41,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from eventlog_handler.delivery._stderr import say
+
 Handler = Callable[[int, "FrameType | None"], None]
 
 #: The attribute of a handler made here that ends the process by the default action: a list
@@ -58,10 +60,13 @@ _pipe: tuple[int, int] | None = None
 _original_set_wakeup_fd = signal.set_wakeup_fd
 
 
-def install(flush: Callable[[], object], previous: Any) -> Handler:
+def install(
+    flush: Callable[[], object], previous: Any, resume: Callable[[], object] | None = None
+) -> Handler:
     """Install the ``SIGTERM`` handler that runs ``flush`` and then chains to ``previous``
-    (see the module docstring); the main thread only. Returns the handler."""
-    handler = _flush_then(flush, previous)
+    (see the module docstring); the main thread only. Returns the handler. ``resume`` is
+    called when the process outlives the default action (see :func:`_flush_then`)."""
+    handler = _flush_then(flush, previous, resume)
     signal.signal(signal.SIGTERM, handler)
     if getattr(handler, FLUSH_MARK, None) is not None:
         _watch()
@@ -141,7 +146,14 @@ _FAULTS = frozenset(
 )
 
 
-def _flush_then(flush: Callable[[], object], previous: Any) -> Handler:
+def _flush_then(
+    flush: Callable[[], object], previous: Any, resume: Callable[[], object] | None = None
+) -> Handler:
+    """The handler: ``flush``, then ``previous``. Where that is the default action, it is
+    taken by sending ``SIGTERM`` again; a process that is still there afterwards is the
+    first of its PID namespace (a container's process 1 without an init), for which the
+    kernel ignores it. That program runs on as it would have without this package; the
+    handler is put back, ``resume`` called (delivery goes on), and stderr says so once."""
     ends = previous in (signal.SIG_DFL, None)  # None: a handler not set from Python
     started = [False]
 
@@ -161,14 +173,32 @@ def _flush_then(flush: Callable[[], object], previous: Any) -> Handler:
             if ends:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGTERM)
-            else:
-                started[0] = False
+                _outlived_sigterm(on_sigterm, resume)
+            started[0] = False
         if callable(previous):
             previous(signum, frame)
 
     if ends:
         setattr(on_sigterm, FLUSH_MARK, started)
     return on_sigterm
+
+
+def _outlived_sigterm(handler: Handler, resume: Callable[[], object] | None) -> None:
+    """Still running after ``SIGTERM``'s default action (see :func:`_flush_then`)."""
+    signal.signal(signal.SIGTERM, handler)
+    if resume is not None:
+        resume()
+    if not _said_outlived:
+        _said_outlived.append(True)
+        say(
+            "eventlog_handler: SIGTERM did not end this process: it is process 1 of its "
+            "container, which ignores SIGTERM without a handler of its own. The events it "
+            "logged so far were sent, and sending goes on. Run it under an init "
+            "(docker run --init, tini) for SIGTERM to end it."
+        )
+
+
+_said_outlived: list[bool] = []
 
 
 def _spawned_from_event_loop(handler: Handler, signum: int, frame: FrameType | None) -> bool:

@@ -42,7 +42,9 @@ def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> boo
     previous = signal.getsignal(signal.SIGTERM)
     if auto and previous not in (signal.SIG_DFL, None):
         return False
-    _installed = sigterm.install(lambda: transport.shutdown_all(timeout), previous)
+    _installed = sigterm.install(
+        lambda: transport.shutdown_all(timeout), previous, transport.forget_finished
+    )
     _previous = previous
     return True
 

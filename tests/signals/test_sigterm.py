@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -248,3 +249,65 @@ def test_a_program_that_sigwaits_for_sigterm_gets_it(server: FaultServer) -> Non
     assert sorted(e["message"] for e in server.accepted) == sorted(
         [*(f"pending {i}" for i in range(25)), "stopping"]
     )
+
+
+def _can_make_pid_namespaces() -> bool:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return False
+    done = subprocess.run(
+        [unshare, "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30
+    )
+    return done.returncode == 0
+
+
+PROCESS_ONE = """
+import logging, os, sys, time
+sys.path.insert(0, {root!r})
+import eventlog_handler
+eventlog_handler.setup(api_key={key!r}, server_url={url!r}, flush_interval=60)
+log = logging.getLogger("init")
+for i in range(5):
+    log.warning("before %d", i)
+print("ready", os.getpid(), flush=True)
+time.sleep(2)  # SIGTERM arrives here, and is ignored: this is process 1
+for i in range(5):
+    log.warning("after %d", i)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _can_make_pid_namespaces(),
+    reason="needs unshare(1) and the right to make a PID namespace (root)",
+)
+def test_process_one_of_a_container_runs_on_after_sigterm_and_so_does_delivery(
+    server: FaultServer,
+) -> None:
+    """``docker run`` without ``--init`` makes the program process 1 of its PID namespace,
+    for which the kernel ignores ``SIGTERM`` without a handler (``docker stop``). The flush
+    sends what was logged, the program runs on as it does without the package, and what it
+    logs afterwards is sent too, not dropped as after an exit; stderr says why, once."""
+    code = PROCESS_ONE.format(root=str(ROOT), key=API_KEY, url=server.url)
+    process = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().split() == ["ready", "1"]
+        (child,) = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        os.kill(int(child), signal.SIGTERM)  # from outside, as docker stop sends it
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert stdout.strip() == "done"
+    messages = sorted(e["message"] for e in server.accepted)
+    assert messages == sorted(
+        [*(f"before {i}" for i in range(5)), *(f"after {i}" for i in range(5))]
+    )
+    assert stderr.count("SIGTERM did not end this process") == 1, stderr
+    assert "docker run --init" in stderr
