@@ -122,6 +122,7 @@ class Client:
         timeout: float | tuple[float, float] = 10.0,
         verify: bool | str = True,
         session: requests.Session | None = None,
+        warn_insecure: bool = True,
     ) -> None:
         self.server_url = validate_server_url("server_url", server_url)
         self._token = validate_token("token", token) if token is not None else None
@@ -129,7 +130,11 @@ class Client:
         self.verify = verify
         self._session = session
         self._session_pid = os.getpid()
-        if not is_loopback_url(self.server_url) and self.server_url.startswith("http://"):
+        if (
+            warn_insecure
+            and not is_loopback_url(self.server_url)
+            and self.server_url.startswith("http://")
+        ):
             warnings.warn(
                 f"eventlog_handler: the token would be sent over plain http:// to "
                 f"{urlsplit(self.server_url).hostname}; use https://",

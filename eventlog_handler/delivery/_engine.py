@@ -362,12 +362,14 @@ class Engine:
 def _default_client(settings: Settings, timeout: float | None) -> Client:
     total = settings.timeout if timeout is None else max(0.05, min(timeout, settings.timeout))
     assert settings.api_key is not None
-    return Sender(
-        settings.server_url,
-        settings.api_key,
-        timeout=(min(total, 5.0), total),
-        verify=settings.verify,
-    )
+    options: dict[str, Any] = {"timeout": (min(total, 5.0), total), "verify": settings.verify}
+    try:
+        return Sender(settings.server_url, settings.api_key, **options)
+    except Warning as exc:
+        # A warnings filter made the plain-http notice an error (python -W error): the worker
+        # must not stop for it. Said on stderr instead, and the events are sent all the same.
+        say(str(exc))
+        return Sender(settings.server_url, settings.api_key, warn_insecure=False, **options)
 
 
 # -- one engine per process per (server, key) -------------------------------------------------

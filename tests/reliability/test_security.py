@@ -248,6 +248,26 @@ def test_https_and_loopback_do_not_warn(url: str) -> None:
         Client(url, API_KEY)
 
 
+def test_a_filter_that_makes_the_notice_an_error_does_not_stop_delivery(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Under ``python -W error`` the plain-http notice raised where the worker makes its
+    sender, which stopped the worker for good: the notice is said on stderr instead, and the
+    sender is made all the same (constructed only: nothing is sent)."""
+    from eventlog_handler.delivery import _engine
+    from eventlog_handler.delivery._sender import Sender
+    from eventlog_handler.settings import Settings
+
+    settings = Settings.from_options({"api_key": API_KEY, "server_url": "http://10.1.2.3:5000"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sender = _engine._default_client(settings, None)
+    assert isinstance(sender, Sender)
+    said = capsys.readouterr().err
+    assert "sent over plain http:// to 10.1.2.3" in said
+    assert_no_key(said)
+
+
 # -- data exclusions -------------------------------------------------------------------------
 
 
