@@ -285,7 +285,11 @@ class Lifecycle:
                 ended = False
                 try:
                     events, created, weights = self.pipeline.run(batch, rollup=False)
-                    self.delivery.send_events(events, created, weights, self.client(remaining))
+                    client = self.client(remaining)
+                    try:
+                        self.delivery.send_events(events, created, weights, client)
+                    finally:
+                        client.close()
                 finally:
                     with ledger.lock:
                         # The delivery ended the exit's sending early (a refusal, a failure
@@ -297,7 +301,17 @@ class Lifecycle:
                     break
             remaining = deadline - time.monotonic()
             if self.errands.queue and remaining > 0.05 and not state.over(time.monotonic()):
-                self.errands.work(lambda: self.client(remaining), hurried=True)
+                made: list[Client] = []
+
+                def client() -> Client:
+                    made.append(self.client(remaining))
+                    return made[-1]
+
+                try:
+                    self.errands.work(client, hurried=True)
+                finally:
+                    for each in made:
+                        each.close()
         finally:
             SENDER_THREADS.discard(ident)
         with ledger.lock:

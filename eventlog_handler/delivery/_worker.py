@@ -143,7 +143,11 @@ class Worker:
                 ledger.changed.notify_all()
 
     def _fetch_settings(self, version: int | None) -> dict[str, Any] | None:
-        return self.client(CONFIG_TIMEOUT).get_config(version)
+        client = self.client(CONFIG_TIMEOUT)  # a client of its own, closed after
+        try:
+            return client.get_config(version)
+        finally:
+            client.close()
 
     def _next(self) -> list[Entry] | None:
         """Wait until a batch (or other work) is due and take it; ``None`` to stop.

@@ -50,6 +50,12 @@ class ScriptedService:
     def get_config(self, version: int | None = None) -> None:
         return None
 
+    closed = 0
+
+    def close(self) -> None:
+        """A client the engine made for one use is closed after it (its connections)."""
+        self.closed += 1
+
 
 def engine_for(service: ScriptedService, spool: Path, **options: Any) -> transport.Engine:
     settings = Settings.from_options(
@@ -113,6 +119,7 @@ def test_the_exiting_thread_stops_at_a_refusal_and_spools_the_rest(tmp_path: Pat
     stats = engine.stats()
     assert len(service.posts) == 1
     assert stats["spooled"] == 100 == accounted(stats), stats
+    assert service.closed >= 1  # the clients made for the exit are closed after it
 
 
 def test_a_failed_write_counts_nothing_twice(
