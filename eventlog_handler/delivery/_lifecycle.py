@@ -303,12 +303,12 @@ class Lifecycle:
             if self.errands.queue and remaining > 0.05 and not state.over(time.monotonic()):
                 made: list[Client] = []
 
-                def client() -> Client:
+                def make() -> Client:
                     made.append(self.client(remaining))
                     return made[-1]
 
                 try:
-                    self.errands.work(client, hurried=True)
+                    self.errands.work(make, hurried=True)
                 finally:
                     for each in made:
                         each.close()
