@@ -134,7 +134,7 @@ class Settings:
     #: Bytes held in memory for delivery at most (the queue, the batch in flight, the roll-up's
     #: held events), estimated from what each event carries; beyond it the oldest log event is
     #: evicted first (or written to the spool, when there is one).
-    memory_budget: int = 64 * 1024 * 1024
+    memory_budget: int = 64 * 1024 * 1024  # or less in a container (see container_memory_budget)
     #: Events per request at most.
     batch_size: int = 500
     #: Bytes per request at most, as sent (after gzip). The service refuses more than 200,000.
@@ -263,6 +263,10 @@ class Settings:
             if name not in given and env.get(variable):
                 given[name] = env[variable]
                 from_environment[name] = variable
+        if "memory_budget" not in given:
+            budget = container_memory_budget()
+            if budget is not None:
+                given["memory_budget"] = budget
         values: dict[str, Any] = {}
         problems: list[str] = []
         ignored: list[str] = []
@@ -437,6 +441,54 @@ _NOT_KEY_CHARS = re.compile(r"[^\w*]|_")
 
 
 #: The settings that say where to send and with which key, and where they usually come from.
+@functools.lru_cache(maxsize=1)
+def container_memory_budget() -> int | None:
+    """The default ``memory_budget`` in a memory-limited cgroup (a container with ``--memory``,
+    a Kubernetes limit): an eighth of the limit, at most the usual 64 MiB and at least 2 MiB;
+    ``None`` without a limit (or where none can be read). The process holds more than the
+    estimate of what it queues (the allocator's and the interpreter's share): 64 MiB would fill
+    a small container, and its program would be killed for memory the events took."""
+    limit = _cgroup_memory_limit()
+    if limit is None:
+        return None
+    return max(2 * 1024 * 1024, min(Settings.memory_budget, limit // 8))
+
+
+def _cgroup_memory_limit() -> int | None:
+    """The memory limit of this process's cgroup in bytes (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), or ``None``."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as lines:
+            groups = [line.rstrip("\n").split(":", 2) for line in lines]
+    except (OSError, ValueError):
+        return None
+    candidates: list[str] = []
+    for parts in groups:
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        path = path.lstrip("/")
+        if controllers == "":  # v2
+            candidates += [f"/sys/fs/cgroup/{path}/memory.max", "/sys/fs/cgroup/memory.max"]
+        elif "memory" in controllers.split(","):  # v1
+            base = "/sys/fs/cgroup/memory"
+            candidates += [f"{base}/{path}/memory.limit_in_bytes", f"{base}/memory.limit_in_bytes"]
+    for candidate in candidates:
+        try:
+            with open(candidate, encoding="ascii") as file:
+                text = file.read().strip()
+        except (OSError, ValueError):
+            continue
+        if text == "max":
+            return None
+        try:
+            limit = int(text)
+        except ValueError:
+            return None
+        return limit if 0 < limit < 2**60 else None  # v1 says "unlimited" with a huge number
+    return None
+
+
 #: What :class:`Settings` says of itself, not options a program gives.
 _NOT_OPTIONS = frozenset({"problem", "ignored_environment"})
 #: The names of the options (the keyword arguments of ``setup()`` and the handler).

@@ -12,15 +12,18 @@ Two traffic shapes that grew without bound before the byte budget:
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.constants import REPO
 from tests.support.faultserver import Delay, FaultServer
-from tests.support.processes import child_env
+from tests.support.processes import child_env, marks
 
 BUDGET_MB = 16
 #: What the interpreter, the package and the allocator's slack may add beyond the budget.
@@ -266,3 +269,85 @@ def test_many_small_containers_in_extra_count_in_full(tmp_path: Path) -> None:
         timeout=90,
     )
     assert peak - start < BUDGET_MB + SLACK_MB, (start, peak, stderr)
+
+
+CONTAINER_LIMIT = 80 * 1024 * 1024
+
+
+def _memory_cgroup(name: str) -> Path | None:
+    """A new memory cgroup limited to :data:`CONTAINER_LIMIT` (v2 or v1), or ``None`` where
+    this process may not make one (not root, no memory controller)."""
+    v2 = Path("/sys/fs/cgroup")
+    v1 = v2 / "memory"
+    try:
+        if (v2 / "cgroup.controllers").exists():
+            group = v2 / name
+            group.mkdir()
+            (group / "memory.max").write_text(str(CONTAINER_LIMIT))
+            swap = group / "memory.swap.max"
+            if swap.exists():
+                swap.write_text("0")
+            return group
+        if (v1 / "memory.limit_in_bytes").exists():
+            group = v1 / name
+            group.mkdir()
+            (group / "memory.limit_in_bytes").write_text(str(CONTAINER_LIMIT))
+            swap = group / "memory.memsw.limit_in_bytes"
+            if swap.exists():
+                swap.write_text(str(CONTAINER_LIMIT))
+            return group
+    except OSError:
+        return None
+    return None
+
+
+CONTAINER_PROGRAM = """
+import json, logging, time
+import eventlog_handler
+
+handle = eventlog_handler.setup(shutdown_timeout=0.5)
+print("MARK budget", json.dumps(handle.handler.settings.memory_budget), flush=True)
+log = logging.getLogger("bulk")
+fields = {f"field_{k}": "x" * 100 + str(k) for k in range(1_000)}
+end = time.monotonic() + 8
+i = 0
+while time.monotonic() < end:
+    log.warning("record %d", i, extra=dict(fields, n=i))
+    i += 1
+print("MARK stats", json.dumps(handle.stats()), flush=True)
+"""
+
+
+def test_in_a_memory_limited_container_the_default_budget_keeps_the_program_alive(
+    tmp_path: Path,
+) -> None:
+    """A container with an 80 MiB memory limit and the server down, the program logging
+    records with 1,000 fields each: the default budget is an eighth of the limit (64 MB
+    filled the container, and the kernel killed the program), the program runs to its end,
+    and what did not fit is counted as dropped."""
+    group = _memory_cgroup(f"eventlog-test-{os.getpid()}-{time.monotonic_ns()}")
+    if group is None:
+        pytest.skip("needs the right to make a memory cgroup (root, a memory controller)")
+    try:
+        path = tmp_path / "program.py"
+        path.write_text(textwrap.dedent(CONTAINER_PROGRAM))
+        joined = f'echo $$ > {group / "cgroup.procs"} && exec "$0" "$1"'
+        done = subprocess.run(
+            ["sh", "-c", joined, sys.executable, str(path)],
+            capture_output=True,
+            text=True,
+            env=child_env(_down_url()),
+            timeout=90,
+        )
+    finally:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # -9: killed
+    found = marks(done.stdout.splitlines())
+    assert found["budget"] == CONTAINER_LIMIT // 8
+    assert found["stats"]["dropped"]["queue_full"] > 0, found["stats"]
+    assert found["stats"]["memory_bytes"] <= CONTAINER_LIMIT // 8
