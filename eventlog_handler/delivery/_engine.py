@@ -58,7 +58,7 @@ from eventlog_handler.delivery._sender import Sender
 from eventlog_handler.delivery._server_settings import ServerSettings, SettingsFetch
 from eventlog_handler.delivery._sessions import Sessions
 from eventlog_handler.delivery._sigterm import terminate_gracefully
-from eventlog_handler.delivery._spool import Spool
+from eventlog_handler.delivery._spool import Spool, target_tag
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
 from eventlog_handler.delivery._stderr import redact, say
@@ -145,7 +145,11 @@ class Engine:
             and not self._spool_refused
             and self.problem is None
         ):
-            spool = Spool(settings.spool_path, settings.spool_max_bytes)
+            spool = Spool(
+                settings.spool_path,
+                settings.spool_max_bytes,
+                target_tag(settings.api_key or ""),
+            )
             why = spool.check()
             if why is None:
                 self._spool = spool

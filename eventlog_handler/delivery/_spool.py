@@ -9,7 +9,9 @@ directory takes.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import secrets
 import socket
 import sqlite3
@@ -40,12 +42,29 @@ __all__ = [
 ]
 
 
+def target_tag(api_key: str) -> str:
+    """A short tag of a project's key for spool file names (a hash: the key is a secret). The
+    key, not the server: a program whose server moved sends its spooled events to the new one."""
+    return hashlib.sha256(api_key.encode()).hexdigest()[:16]
+
+
+#: The target tag in a spool file's name.
+_TAG = re.compile(r"-t([0-9a-f]{16})" + re.escape(SUFFIX) + "$")
+
+
 class Spool:
     """A spool directory: this process's file, and the files of processes that ended."""
 
-    def __init__(self, directory: str | os.PathLike[str], max_bytes: int = 100_000_000) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], max_bytes: int = 100_000_000, target: str = ""
+    ) -> None:
         self.directory = Path(directory)
         self.max_bytes = max_bytes
+        #: Which project (key) this process's events are for (:func:`target_tag`), in its
+        #: file's name: a process takes over only the files of its own project (and files
+        #: named before tags were), so that two programs sharing a directory never send each
+        #: other's events to their own project.
+        self.target = target
         self._own: SpoolFile | None = None
         self._pid = os.getpid()
         self._quarantined: list[Path] = []
@@ -88,7 +107,8 @@ class Spool:
         if own is None or own.quarantined is not None or own.closed:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             host = "".join(ch for ch in socket.gethostname() if ch.isalnum())[:32] or "host"
-            name = f"{host}-{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
+            tag = f"-t{self.target}" if self.target else ""
+            name = f"{host}-{os.getpid()}-{secrets.token_hex(4)}{tag}{SUFFIX}"
             path = self.directory / name
             lock = Path(f"{path}.lock")
             fd = try_lock(lock)
@@ -131,6 +151,9 @@ class Spool:
         for path in candidates:
             if path == own or path in self._unmovable:
                 continue
+            found = _TAG.search(path.name)
+            if found is not None and found.group(1) != self.target:
+                continue  # another project's events: left for its own program
             try:
                 fd = try_lock(Path(f"{path}.lock"))
             except OSError:

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.constants import REPO
+from tests.support.constants import API_KEY, REPO
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
 
@@ -160,3 +160,41 @@ def test_an_exit_that_begins_before_the_service_fails_goes_to_disk_without_waiti
     assert books["spooled"] == count, (books, said)
     assert f"{count} event(s) kept in the spool" in said
     assert took < 15, f"the program took {took:.1f} s to end (shutdown_timeout=30)"
+
+
+OTHER_PROJECT = """
+import json, logging, sys, time
+import eventlog_handler
+handle = eventlog_handler.setup(spool_path=sys.argv[1])
+logging.getLogger("other").warning("the other project's own event")
+time.sleep(2)  # time enough to replay a file it could take over
+handle.flush(10)
+print(json.dumps(handle.stats()["replayed"]))
+"""
+
+
+def test_a_spool_shared_by_two_projects_sends_each_projects_events_to_it_only(
+    tmp_path: Path,
+) -> None:
+    """Two programs with different keys (two projects) spool into one directory: the one
+    that starts while the other's events wait on disk sends its own events only; the other's
+    wait for a program with their key."""
+    spool = tmp_path / "spool"
+    books, said = burst_at_a_dead_service(PROGRAM, spool, 500)
+    assert books["spooled"] == 500, (books, said)
+    other_key = "Other" + API_KEY[5:]
+    with FaultServer() as server:
+        done = subprocess.run(
+            [sys.executable, "-c", OTHER_PROJECT, str(spool)],
+            env=child_env(server.url, EVENTLOG_API_KEY=other_key),
+            cwd=str(REPO),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.strip().splitlines()[-1])["delivered"] == 0
+        assert [e["message"] for e in server.accepted] == ["the other project's own event"]
+        stdout, _ = run(REPLAY, server.url, str(spool), "500")
+        assert json.loads(stdout)["delivered"] == 500
+    assert sorted(e["message"] for e in server.accepted)[:2] == ["burst 0", "burst 1"]
