@@ -397,6 +397,11 @@ def validate_server_url(name: str, value: Any) -> str:
         parts = urlsplit(url)
     except ValueError as exc:
         raise ValueError(f"eventlog_handler: setting {name!r} is not a valid URL: {exc}") from None
+    if any(character.isspace() for character in url):
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must not contain blanks (%20 in a path), "
+            f"got {shown!r}"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(
             f"eventlog_handler: setting {name!r} must be an http:// or https:// URL "

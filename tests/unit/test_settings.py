@@ -414,3 +414,15 @@ def test_what_settings_say_of_themselves_are_not_options(capsys):
         assert handle.handler.settings.problem is None
     finally:
         handle.close(0.1)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1 :5000", "http://ci:p4ss@127.0.0.1 :5000", "http://h/a b", "http://h\t/"],
+)
+def test_a_url_with_a_blank_is_refused_at_once(url: str) -> None:
+    """A blank in the host or path was taken, and every send then failed ("cannot reach
+    127.0.0.1 :5000", or a 404): it is named as malformed at setup, the password masked."""
+    with pytest.raises(ValueError, match="must not contain blanks") as info:
+        build({"api_key": TOKEN, "server_url": url})
+    assert "p4ss" not in str(info.value)
