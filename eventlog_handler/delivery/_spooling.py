@@ -308,9 +308,14 @@ class SpoolTraffic:
         self.ledger.last_error = f"spool full: {reason}"
         if not self._full_said:
             self._full_said = True
+            kept = (
+                f"the {own.count} event(s) written before are kept"
+                if own.count
+                else "nothing of this process's is on disk"
+            )
             say(
                 f"eventlog_handler: the spool {self.spool.directory} is out of disk space "
-                f"({reason}): what was written is kept; {unwritten} event(s) could not be "
+                f"({reason}): {kept}; {unwritten} event(s) could not be "
                 f"written and wait in memory, with the events that follow until there is room "
                 f"(up to {self.settings.queue_size}; past that the oldest logs are dropped as "
                 f"queue_full)."

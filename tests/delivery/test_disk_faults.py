@@ -6,6 +6,7 @@ read is moved aside and said once."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -143,6 +144,9 @@ def test_full_disk_during_an_outage_keeps_memory_bounded_and_what_was_stored(
     assert stats["dropped"]["shutdown"] > 0, stats  # waiting in memory at exit, service down
     assert stats["spooled"] > 0  # what fit on the disk is kept
     assert stderr.count("out of disk space") == 1, stderr
+    # The line says how much was on disk when it filled up, not "what was written" of nothing.
+    on_disk = re.search(r"the (\d+) event\(s\) written before are kept", stderr)
+    assert on_disk is not None and 0 < int(on_disk.group(1)) <= stats["spooled"], stderr
     assert f"{stats['spooled']} event(s) kept in the spool" in stderr, stderr
     # The next start, with the service up, sends what was kept.
     with FaultServer(keep_events=False) as server:
