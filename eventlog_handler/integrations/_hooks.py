@@ -17,6 +17,9 @@ that was there before, so the traceback is still printed and the exit status is 
   handler, also one set with ``loop.set_exception_handler``): ``@level`` ``Error``,
   ``unhandled_async_exception``, with the loop's message and the task in ``data["@asyncio"]``;
   queued, not waited for.
+- Under gevent (imported before the hooks are installed), exceptions of greenlets and loop
+  callbacks that its hub reports: ``@level`` ``Error``, ``unhandled_greenlet_exception``, the
+  greenlet in ``data["@greenlet"]``; queued, not waited for.
 - ``KeyboardInterrupt`` (and ``SystemExit`` in a thread) is not reported, only passed on.
 - An exception that was already sent (for instance by ``logger.exception`` before it was
   re-raised) is not sent again.
@@ -106,6 +109,7 @@ class ExceptionHooks:
         sys.unraisablehook = unraisable_hook
         _asyncio_hooks.add(self)
         _patch_asyncio()
+        _patch_gevent()
         self.active = True
 
     def uninstall(self) -> None:
@@ -200,6 +204,26 @@ class ExceptionHooks:
         except Exception:  # pragma: no cover - a hook must not fail
             pass
 
+    def on_greenlet(self, context: Any, exc: BaseException | None) -> None:
+        """gevent's hub reports an exception a greenlet (or a callback: ``context``) raised."""
+        try:
+            if (
+                not self.active
+                or exc is None
+                or isinstance(exc, (KeyboardInterrupt, SystemExit))
+                or is_sender_thread()
+            ):
+                return
+            self.report(
+                exc,
+                level="Error",
+                submission_method="unhandled_greenlet_exception",
+                data={"@greenlet": safe_repr(context)[:500]},
+                wait=False,
+            )
+        except Exception:  # pragma: no cover - a hook must not fail
+            pass
+
     def report(
         self,
         exc: BaseException,
@@ -255,7 +279,7 @@ def install_with(settings: Settings, *, force: bool = False) -> ExceptionHooks |
 
 # -- asyncio ------------------------------------------------------------------------------------
 
-#: The installed hooks that want asyncio's unhandled exceptions.
+#: The installed hooks that want asyncio's (and gevent's) unhandled exceptions.
 _asyncio_hooks: set[ExceptionHooks] = set()
 _asyncio_patched = False
 
@@ -283,6 +307,31 @@ def _patch_asyncio() -> None:
         else:
             _wrap_exception_handler(uvloop.Loop)
     _asyncio_patched = True
+
+
+def _patch_gevent() -> None:
+    """Report what gevent's hub reports: an exception a greenlet (``gevent.spawn``) or a
+    callback of its loop raised and nobody will see otherwise. ``Hub.handle_error`` is wrapped
+    once, where gevent is imported when the hooks are installed (a script that monkey-patches
+    first, ``gunicorn -k gevent``, ``celery -P gevent``); the original then runs, so gevent
+    still prints its report."""
+    hub = sys.modules.get("gevent.hub")
+    if hub is None:
+        return
+    original = getattr(hub.Hub, "handle_error", None)
+    if original is None or getattr(original, "__wrapped__", None) is not None:
+        return
+
+    def handle_error(self: Any, context: Any, kind: Any, value: Any, tb: Any) -> Any:
+        exc = value if isinstance(value, BaseException) else None
+        if exc is not None and exc.__traceback__ is None and tb is not None:
+            exc = exc.with_traceback(tb)
+        for hooks in list(_asyncio_hooks):
+            hooks.on_greenlet(context, exc)
+        return original(self, context, kind, value, tb)
+
+    handle_error.__wrapped__ = original  # type: ignore[attr-defined]
+    hub.Hub.handle_error = handle_error
 
 
 def _wrap_exception_handler(loop_class: Any) -> None:

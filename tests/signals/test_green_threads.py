@@ -11,9 +11,10 @@ import signal
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 from tests.support.faultserver import FaultServer
-from tests.support.processes import child_env, with_lines
+from tests.support.processes import child_env, run_program, with_lines
 
 PROGRAM = """
 from gevent import monkey
@@ -82,3 +83,38 @@ def test_ctrl_c_ends_a_gevent_program_as_without_the_package(server: FaultServer
     assert code == expected, (plain_stderr[-1000:], stderr[-2000:])
     assert "KeyboardInterrupt" in stderr
     assert took < 10
+
+
+GREENLET_FAILS = """
+from gevent import monkey
+
+monkey.patch_all()
+import gevent
+import eventlog_handler
+
+eventlog_handler.setup()
+
+
+def lookup():
+    return {}["missing"]
+
+
+gevent.spawn(lookup).join()
+print("done", flush=True)
+"""
+
+
+def test_an_exception_a_greenlet_raises_is_reported_and_gevent_still_prints_it(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    status, stderr, lines = run_program(GREENLET_FAILS, server.url, tmp_path)
+    assert status == 0, stderr
+    assert lines == ["done"]
+    assert "failed with KeyError" in stderr  # gevent's own report, as without the package
+    errors = [e for e in server.accepted if e.get("type") == "error"]
+    assert len(errors) == 1, server.accepted
+    data = errors[0]["data"]
+    assert data["@submission_method"] == "unhandled_greenlet_exception"
+    assert "Greenlet" in data["@greenlet"]
+    assert errors[0]["@simple_error"]["type"] == "KeyError"
+    assert "in lookup" in errors[0]["@simple_error"]["stack_trace"]
