@@ -417,11 +417,16 @@ class Delivery:
         ledger = self.ledger
         with ledger.lock:
             waiting = len(self.intake.buffer) + ledger.in_flight + ledger.spooled
+            evicted = ledger.dropped["queue_full"]
         kept = "kept on disk and in memory" if self.spooling else "kept in memory"
+        dropped = (
+            f"; {evicted} dropped so far, the oldest logs first ({_BOUNDS})" if evicted else ""
+        )
         say(
             f"eventlog_handler: cannot deliver events to {shown_server(settings)} for "
             f"{now - since:.0f} s: {ledger.last_error}. {waiting} event(s) waiting, {kept} "
-            f"(up to {settings.queue_size} in memory); retrying."
+            f"(up to {settings.queue_size} in memory, {settings.memory_budget // 1_000_000} MB)"
+            f"{dropped}; retrying."
         )
 
     def _succeeded(self) -> None:
@@ -437,6 +442,10 @@ class Delivery:
             )
         self._failing_since = self._outage_said_at = None
         self._failures = 0
+
+
+#: Why logs are evicted from memory (``queue_full``), as the lines on stderr say it.
+_BOUNDS = "queue_full: past queue_size or memory_budget"
 
 
 def _nothing_listens(error: errors.EventLogError) -> bool:

@@ -371,9 +371,16 @@ def _default_client(settings: Settings, timeout: float | None) -> Client:
         return Sender(settings.server_url, settings.api_key, **options)
     except Warning as exc:
         # A warnings filter made the plain-http notice an error (python -W error): the worker
-        # must not stop for it. Said on stderr instead, and the events are sent all the same.
-        say(str(exc))
+        # must not stop for it. Said on stderr instead (once), and the events are sent all
+        # the same.
+        if str(exc) not in _NOTICES_SAID:
+            _NOTICES_SAID.add(str(exc))
+            say(str(exc))
         return Sender(settings.server_url, settings.api_key, warn_insecure=False, **options)
+
+
+#: The notices :func:`_default_client` said on stderr in place of a warning.
+_NOTICES_SAID: set[str] = set()
 
 
 # -- one engine per process per (server, key) -------------------------------------------------

@@ -216,6 +216,13 @@ class Lifecycle:
                 f"{self.spooling.directory} to send at the next start"
             )
         last_error = self.ledger.last_error
+        evicted = self.ledger.dropped["queue_full"]
+        if evicted:
+            say(
+                f"eventlog_handler: {evicted} event(s) were dropped from memory while they "
+                f"waited, the oldest logs first (queue_full: past queue_size="
+                f"{self.settings.queue_size} or memory_budget={self.settings.memory_budget})"
+            )
         full = self.ledger.dropped["spool_full"]
         if full and self.spooling is not None:
             say(

@@ -13,6 +13,7 @@ Two traffic shapes that grew without bound before the byte budget:
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -132,6 +133,9 @@ def test_large_payloads_while_the_server_is_down(tmp_path: Path) -> None:
         timeout=60,
     )
     assert "could not be sent" in stderr
+    # The evictions are said too, not only counted: at exit, with their reason.
+    assert re.search(r"\d+ event\(s\) were dropped from memory while they waited", stderr)
+    assert "queue_full: past queue_size=10000 or memory_budget=16777216" in stderr
     assert peak - start < BUDGET_MB + SLACK_MB, (start, peak)
 
 

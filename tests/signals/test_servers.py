@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -104,16 +105,35 @@ def requests_then_signal(
         # Within gunicorn's graceful timeout (30 s), after which it kills its workers.
         _, stderr = process.communicate(timeout=20)
     except subprocess.TimeoutExpired:
+        left = _processes_left(process.pid)
         os.killpg(process.pid, signal.SIGKILL)
         _, stderr = process.communicate(timeout=10)
         raise AssertionError(
-            f"the server did not stop in {time.monotonic() - sent:.0f} s: {stderr[-2000:]}"
+            f"the server did not stop in {time.monotonic() - sent:.0f} s ({left}): {stderr[-2000:]}"
         ) from None
     return process.returncode, stderr
 
 
+def _processes_left(pid: int) -> str:
+    """What the server's processes are waiting in, and which signals they block (Linux)."""
+    found = []
+    for task in Path("/proc").glob("[0-9]*"):
+        try:
+            status = (task / "status").read_text()
+            if f"PPid:\t{pid}\n" not in status and task.name != str(pid):
+                continue
+            blocked = next(line for line in status.splitlines() if line.startswith("SigBlk"))
+            found.append(f"{task.name}: {(task / 'wchan').read_text()} {blocked}")
+        except (OSError, StopIteration):
+            continue
+    return "; ".join(found)
+
+
 UVICORN = [sys.executable, "-m", "uvicorn", "webapp:app", "--host", "127.0.0.1", "--port", "PORT"]
 GUNICORN = [sys.executable, "-m", "gunicorn", "webapp:app", "--bind", "127.0.0.1:PORT"]
+if version("gunicorn").split(".")[0].isdigit() and int(version("gunicorn").split(".")[0]) >= 27:
+    # Each server apart: gunicorn 27's control socket is one path per user by default.
+    GUNICORN.append("--no-control-socket")
 
 CASES = {
     "uvicorn": (UVICORN, ASGI_APP, signal.SIGTERM),
