@@ -145,12 +145,6 @@ CASES = {
         WSGI_APP,
         signal.SIGTERM,
     ),
-    # gevent's monkey-patching makes the package's threads greenlets of the main thread.
-    "gunicorn-gevent": (
-        [*GUNICORN, "--workers", "2", "--worker-class", "gevent"],
-        WSGI_APP,
-        signal.SIGTERM,
-    ),
     "gunicorn-uvicorn-worker": (
         [*GUNICORN, "--workers", "2", "--worker-class", "uvicorn.workers.UvicornWorker"],
         ASGI_APP,
