@@ -19,7 +19,7 @@ from eventlog_handler.capture._context import get_request, get_tags, get_user
 from eventlog_handler.capture._exceptions import current_settings
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
 from eventlog_handler.delivery._errands import Errand
-from eventlog_handler.delivery._stderr import say
+from eventlog_handler.delivery._stderr import say_once
 from eventlog_handler.wire._events import is_valid_reference_id, log_event
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable, truncate
 
@@ -29,7 +29,6 @@ __all__ = ["submit_feature_usage", "submit_not_found", "submit_user_description"
 MAX_DESCRIPTION = 10_000
 #: What the service takes for an email address (one ``@``, a dot in the domain, no blanks).
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_SAID: set[str] = set()
 
 
 def _submit(kind: str, source: Any, data: dict[str, Any] | None = None) -> bool:
@@ -143,6 +142,4 @@ def _description_problem(reference_id: Any, email: Any, description: Any) -> tup
 
 
 def _say_once(key: str, text: str) -> None:
-    if key not in _SAID:
-        _SAID.add(key)
-        say(f"eventlog_handler: {text} (said once)")
+    say_once(f"typed: {key}", f"eventlog_handler: {text} (said once)")

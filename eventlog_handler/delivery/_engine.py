@@ -61,7 +61,7 @@ from eventlog_handler.delivery._sigterm import terminate_gracefully
 from eventlog_handler.delivery._spool import Spool, target_tag
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
-from eventlog_handler.delivery._stderr import redact, say
+from eventlog_handler.delivery._stderr import redact, say, say_once
 from eventlog_handler.delivery._worker import SENDER_THREADS, Worker, is_sender_thread
 from eventlog_handler.settings import Settings, mask_secret
 from eventlog_handler.wire._levels import NUMBERS
@@ -373,14 +373,8 @@ def _default_client(settings: Settings, timeout: float | None) -> Client:
         # A warnings filter made the plain-http notice an error (python -W error): the worker
         # must not stop for it. Said on stderr instead (once), and the events are sent all
         # the same.
-        if str(exc) not in _NOTICES_SAID:
-            _NOTICES_SAID.add(str(exc))
-            say(str(exc))
+        say_once(str(exc), str(exc))
         return Sender(settings.server_url, settings.api_key, warn_insecure=False, **options)
-
-
-#: The notices :func:`_default_client` said on stderr in place of a warning.
-_NOTICES_SAID: set[str] = set()
 
 
 # -- one engine per process per (server, key) -------------------------------------------------

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from eventlog_handler.delivery._stderr import say
+from eventlog_handler.delivery._stderr import say_once
 
 Handler = Callable[[int, "FrameType | None"], None]
 
@@ -188,17 +188,15 @@ def _outlived_sigterm(handler: Handler, resume: Callable[[], object] | None) -> 
     signal.signal(signal.SIGTERM, handler)
     if resume is not None:
         resume()
-    if not _said_outlived:
-        _said_outlived.append(True)
-        say(
+    say_once(
+        "outlived SIGTERM",
+        (
             "eventlog_handler: SIGTERM did not end this process: it is process 1 of its "
             "container, which ignores SIGTERM without a handler of its own. The events it "
             "logged so far were sent, and sending goes on. Run it under an init "
             "(docker run --init, tini) for SIGTERM to end it."
-        )
-
-
-_said_outlived: list[bool] = []
+        ),
+    )
 
 
 def _spawned_from_event_loop(handler: Handler, signum: int, frame: FrameType | None) -> bool:

@@ -82,19 +82,23 @@ def shown_server(settings: Settings) -> str:
 _SAID: set[str] = set()
 
 
+def say_once(key: str, message: str) -> None:
+    """:func:`say` ``message``, the first time ``key`` comes in this process only."""
+    if key not in _SAID:
+        _SAID.add(key)
+        say(message)
+
+
 def say_unconfigured(settings: Settings) -> None:
     """Say once per process why nothing can be sent, when a key or URL is missing or malformed
     (the program runs on: its events are counted as dropped, ``unconfigured``), and which
     malformed ``EVENTLOG_*`` variables were ignored."""
     for line in settings.ignored_environment:
-        if line not in _SAID:
-            _SAID.add(line)
-            say(f"eventlog_handler: {line}")
+        say_once(line, f"eventlog_handler: {line}")
     problem = settings.problem
-    if problem is None or problem in _SAID:
-        return
-    _SAID.add(problem)
-    say(
-        f"eventlog_handler: nothing will be sent: {problem}. The program runs on; its events "
-        f"are counted as dropped (unconfigured)."
-    )
+    if problem is not None:
+        say_once(
+            problem,
+            f"eventlog_handler: nothing will be sent: {problem}. The program runs on; its "
+            f"events are counted as dropped (unconfigured).",
+        )

@@ -114,9 +114,9 @@ def test_bad_arguments_are_said_and_nothing_is_sent(
     arguments: tuple[Any, Any, Any],
     said: str,
 ) -> None:
-    from eventlog_handler.capture import _typed
+    from eventlog_handler.delivery import _stderr
 
-    _typed._SAID.clear()
+    _stderr._SAID.clear()  # each case's line is said once per process
     setup = _setup(server)
     try:
         assert eventlog_handler.submit_user_description(*arguments) is False
