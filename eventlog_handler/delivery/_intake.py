@@ -19,6 +19,13 @@ longer than :data:`STUCK_AFTER`, a retry under way, or a worker that stopped end
 and after :data:`PUSHBACK_WAIT` seconds without enough progress nobody waits for
 :data:`PUSHBACK_PAUSE` seconds. Then the bound on memory does its job (the oldest logs are
 evicted, counted as ``queue_full``).
+
+Both clocks count the time the process could run, not the time it was stalled: a waiting
+thread's poll that comes back :data:`STALL_SLACK` late says the whole process stood still (a
+long garbage collection, the machine busy with other work, a throttled container), and that
+time is not counted as the request's time on the wire nor as the wait's. Otherwise one long
+collection during a post (as in a process with a large heap, or a loopback server in the same
+process) would make the next log calls evict a burst that a healthy service was taking.
 """
 
 from __future__ import annotations
@@ -39,6 +46,10 @@ PUSHBACK_WAIT = 1.0
 STUCK_AFTER = 0.5
 #: After a wait that brought no progress, nobody waits for this long.
 PUSHBACK_PAUSE = 1.0
+#: How often a waiting logging thread looks again.
+POLL = 0.05
+#: A poll that comes back this much later than :data:`POLL` says the process was stalled.
+STALL_SLACK = 0.1
 
 #: ``Intake.wake_at`` while the worker is busy (it looks at the buffer before it sleeps again).
 BUSY = -math.inf
@@ -67,6 +78,10 @@ class Intake:
         self.spilling: Callable[[], bool] = lambda: False
         #: Monotonic time the worker's current request went on the wire, or ``None``.
         self.posting_since: float | None = None
+        #: Seconds the process was seen stalled since the current request went on the wire
+        #: (not counted as its time there), and until when stalls have been counted.
+        self.stalled = 0.0
+        self._stalls_counted_to = 0.0
         self.high_water = max(settings.batch_size, settings.queue_size * 3 // 4)
         self.low_water = max(0, self.high_water - settings.batch_size)
         self.budget = settings.memory_budget
@@ -150,7 +165,7 @@ class Intake:
         if since is None:
             return True
         buffer = self.buffer
-        return now - since <= STUCK_AFTER and (
+        return now - since - self.stalled <= STUCK_AFTER and (
             len(buffer) >= self.full_water or buffer.bytes >= self.full_room()
         )
 
@@ -158,7 +173,8 @@ class Intake:
         """Let the worker take a batch before this thread logs more (see the module docstring)."""
         ledger = self.ledger
         with ledger.lock:
-            start = time.monotonic()
+            start = polled = time.monotonic()
+            stalled = 0.0  # of this wait
             self.waiting += 1
             try:
                 if self.wake_at != BUSY:
@@ -172,14 +188,28 @@ class Intake:
                     and self.worker_running
                 ):
                     now = time.monotonic()
+                    if now - polled > POLL + STALL_SLACK:
+                        stalled += self._stall(polled + POLL, now)
                     if not self._holds(now):
                         return  # e.g. the worker waits for the network: so does nobody else
-                    if now - start > PUSHBACK_WAIT:
+                    if now - start - stalled > PUSHBACK_WAIT:
                         self._pushback_off_until = now + PUSHBACK_PAUSE
                         return
-                    ledger.changed.wait(0.05)
+                    ledger.changed.wait(POLL)
+                    polled = now
             finally:
                 self.waiting -= 1
+
+    def _stall(self, since: float, now: float) -> float:
+        """The process stood still from ``since`` to ``now`` (the lock is held): that time is
+        not the request's on the wire (counted once, however many threads saw it). Returns
+        the stall's length."""
+        if self.posting_since is not None:
+            begin = max(since, self.posting_since, self._stalls_counted_to)
+            if now > begin:
+                self.stalled += now - begin
+                self._stalls_counted_to = now
+        return now - since
 
     def due(self, now: float) -> float:
         """When the events in memory are due to be taken (the lock is held)."""

@@ -59,6 +59,49 @@ def test_burst_of_100000_with_default_settings_all_arrive(server):
         engine.shutdown(1.0)
 
 
+def hold_the_interpreter(seconds: float) -> None:
+    """Stop every other thread of this process for ``seconds``, as a long garbage collection
+    does: spin without letting the interpreter lock go."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(seconds + 5.0)
+    try:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_a_burst_outlives_stalls_of_the_whole_process_during_posts(server):
+    """While a request is on the wire, the process stands still for 0.7 s six times (here the
+    loopback server's thread holds the interpreter, as a long collection in a process with a
+    large heap does), and the answer comes 0.1 s after that. By then the request has been out
+    for longer than 0.5 s, but the service was not slow: the process was. The burst is
+    delivered, nothing evicted."""
+    stalls: list[int] = []
+
+    def stall_some(events: list[Any], size: int) -> int:
+        if len(server.requests) in (10, 40, 70, 100, 130, 160):
+            stalls.append(len(server.requests))
+            hold_the_interpreter(0.7)
+            time.sleep(0.1)  # and then takes a moment more to answer, as a server does
+        return 202
+
+    server.default = stall_some
+    settings = Settings.from_options({"server_url": server.url, "api_key": API_KEY}, environ={})
+    engine = transport.Engine(settings)
+    try:
+        for index in range(100_000):
+            engine.enqueue(log_event(f"burst {index}", level="Info", data={"index": index}))
+        assert engine.flush(60.0), engine.stats()
+        stats = engine.stats()
+        assert stats["dropped_total"] == 0, stats["dropped"]
+        assert len(stalls) == 6
+        assert stats["delivered"] == 100_000 == len(server.accepted)
+    finally:
+        engine.shutdown(1.0)
+
+
 def test_log_calls_do_not_wait_for_a_server_that_never_answers(make_engine, server):
     server.default = "hang"
     engine = make_engine(timeout=30.0)

@@ -586,3 +586,49 @@ def test_give_back_of_the_batch_in_flight_fits_where_it_came_from() -> None:
     intake.give_back(batch)
     assert len(intake.buffer) == 2
     assert intake.ledger.dropped["queue_full"] == 0
+
+
+def test_a_stall_of_the_whole_process_is_not_time_on_the_wire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A poll that comes back late says the process stood still (a long collection, a busy
+    machine): the request was not on the wire for that time, and the wait goes on."""
+    intake, changed = make_intake()
+    fill(intake, 95)  # past full water: the logging thread waits while the request is young
+    intake.posting_since = 1_000.0
+    clock = iter([1_000.1, 1_000.1, 1_000.9, 1_001.0])
+    monkeypatch.setattr(_intake.time, "monotonic", lambda: next(clock))
+    changed.on_wait = lambda: None if len(changed.waits) < 3 else intake.buffer.take(100)
+    intake._wait_for_worker()
+    # Looks at 1000.1, then 1000.9 (0.75 s late: stalled, the request 0.15 s on the wire),
+    # then 1001.0 (0.25 s on the wire); then the worker took the buffer down.
+    assert len(changed.waits) == 3
+    assert intake.stalled == pytest.approx(0.75)
+    assert intake._pushback_off_until == 0.0
+
+
+def test_a_stall_seen_by_several_waiting_threads_counts_once() -> None:
+    intake, _ = make_intake()
+    intake.posting_since = 1_000.0
+    assert intake._stall(1_000.2, 1_001.0) == pytest.approx(0.8)
+    assert intake._stall(1_000.3, 1_001.1) == pytest.approx(0.8)  # another thread, same stall
+    assert intake.stalled == pytest.approx(0.9)  # 1000.2 to 1001.1, once
+    intake.posting_since = None  # no request on the wire: nothing to take off
+    intake._stall(1_002.0, 1_003.0)
+    assert intake.stalled == pytest.approx(0.9)
+
+
+def test_polls_that_come_back_on_time_leave_a_slow_request_stuck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    intake, changed = make_intake()
+    fill(intake, 95)
+    intake.posting_since = 1_000.0
+    ticks = iter(1_000.0 + 0.05 * step for step in range(100))
+    monkeypatch.setattr(_intake.time, "monotonic", lambda: next(ticks))
+    intake._wait_for_worker()
+    assert intake.stalled == 0.0
+    left_at = next(ticks) - 0.05  # the last look
+    assert STUCK_AFTER < left_at - 1_000.0 < STUCK_AFTER + 0.1  # 0.5 s on the wire, not later
+    assert len(changed.waits) >= 9
+    assert len(intake.buffer) == 95
