@@ -199,7 +199,7 @@ class Delivery:
         with ledger.lock:
             ledger.posting = on_wire
             intake.posting_since = time.monotonic()
-            intake.stalled = 0.0
+            intake.waited = 0.0
             if intake.waiting:  # the worker waits for the network now: logging goes on
                 ledger.changed.notify_all()
         try:

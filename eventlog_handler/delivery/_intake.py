@@ -14,18 +14,18 @@ than one core, because the yielding thread takes the interpreter lock straight b
 for the worker's work on the CPU, not for the network: while the worker's request is on the
 wire, logging threads go on until the buffer is a batch short of its capacity
 (:attr:`Intake.full_water`) or short of the room the batch in flight leaves
-(:meth:`Intake.full_room`), so both threads are not idle during a post; a request on the wire
-longer than :data:`STUCK_AFTER`, a retry under way, or a worker that stopped ends every wait,
-and after :data:`PUSHBACK_WAIT` seconds without enough progress nobody waits for
-:data:`PUSHBACK_PAUSE` seconds. Then the bound on memory does its job (the oldest logs are
-evicted, counted as ``queue_full``).
+(:meth:`Intake.full_room`), so both threads are not idle during a post; a request that
+logging threads have waited for longer than :data:`STUCK_AFTER`, a retry under way, or a
+worker that stopped ends every wait, and after :data:`PUSHBACK_WAIT` seconds without enough
+progress nobody waits for :data:`PUSHBACK_PAUSE` seconds. Then the bound on memory does its job
+(the oldest logs are evicted, counted as ``queue_full``).
 
-Both clocks count the time the process could run, not the time it was stalled: a waiting
-thread's poll that comes back :data:`STALL_SLACK` late says the whole process stood still (a
-long garbage collection, the machine busy with other work, a throttled container), and that
-time is not counted as the request's time on the wire nor as the wait's. Otherwise one long
-collection during a post (as in a process with a large heap, or a loopback server in the same
-process) would make the next log calls evict a burst that a healthy service was taking.
+Both clocks count time spent waiting, not time the process stood still: a waiting thread's
+poll that comes back late (a long garbage collection, the machine busy with other work, a
+throttled container) counts as no more than :data:`POLL` + :data:`STALL_SLACK`, and time
+between log calls counts for nothing. Measured from the moment the request was sent instead,
+one long collection during a post (in a process with a large heap, or with a loopback server
+in it) would make the next log calls evict a burst that a healthy service was taking.
 """
 
 from __future__ import annotations
@@ -42,13 +42,15 @@ from eventlog_handler.settings import Settings
 #: The longest a logging thread waits for the worker in one call (the worker is busy with
 #: the interpreter all along: building, encoding, or a request that is being answered).
 PUSHBACK_WAIT = 1.0
-#: A request on the wire longer than this means the worker is waiting on the network.
+#: Logging threads that waited this long for one request on the wire: the worker is waiting
+#: on the network.
 STUCK_AFTER = 0.5
 #: After a wait that brought no progress, nobody waits for this long.
 PUSHBACK_PAUSE = 1.0
 #: How often a waiting logging thread looks again.
 POLL = 0.05
-#: A poll that comes back this much later than :data:`POLL` says the process was stalled.
+#: A poll that comes back later than :data:`POLL` by more than this says the process stood
+#: still meanwhile.
 STALL_SLACK = 0.1
 
 #: ``Intake.wake_at`` while the worker is busy (it looks at the buffer before it sleeps again).
@@ -78,10 +80,10 @@ class Intake:
         self.spilling: Callable[[], bool] = lambda: False
         #: Monotonic time the worker's current request went on the wire, or ``None``.
         self.posting_since: float | None = None
-        #: Seconds the process was seen stalled since the current request went on the wire
-        #: (not counted as its time there), and until when stalls have been counted.
-        self.stalled = 0.0
-        self._stalls_counted_to = 0.0
+        #: Seconds logging threads have waited for the current request on the wire, and until
+        #: when (several waiting threads count a moment once).
+        self.waited = 0.0
+        self._waited_to = 0.0
         self.high_water = max(settings.batch_size, settings.queue_size * 3 // 4)
         self.low_water = max(0, self.high_water - settings.batch_size)
         self.budget = settings.memory_budget
@@ -153,7 +155,7 @@ class Intake:
         """Whether a logging thread past the high water waits for the worker now (the lock is
         held). Not without a worker, nor in the pause after a wait that brought no progress,
         nor while the service fails (unless the spool takes events), nor while the worker waits
-        for the network: its request on the wire for long, or the buffer still short of
+        for the network: its request waited for long already, or the buffer still short of
         :attr:`full_water` and :meth:`full_room`. Looked at in :meth:`put` itself: in a flood,
         most calls past the high water find the worker's request on the wire, and going on at
         once without taking the lock again halves what they cost there."""
@@ -165,7 +167,7 @@ class Intake:
         if since is None:
             return True
         buffer = self.buffer
-        return now - since - self.stalled <= STUCK_AFTER and (
+        return self.waited <= STUCK_AFTER and (
             len(buffer) >= self.full_water or buffer.bytes >= self.full_room()
         )
 
@@ -173,8 +175,8 @@ class Intake:
         """Let the worker take a batch before this thread logs more (see the module docstring)."""
         ledger = self.ledger
         with ledger.lock:
-            start = polled = time.monotonic()
-            stalled = 0.0  # of this wait
+            polled = time.monotonic()
+            waited = 0.0  # in this call
             self.waiting += 1
             try:
                 if self.wake_at != BUSY:
@@ -188,11 +190,10 @@ class Intake:
                     and self.worker_running
                 ):
                     now = time.monotonic()
-                    if now - polled > POLL + STALL_SLACK:
-                        stalled += self._stall(polled + POLL, now)
+                    waited += self._count_wait(polled, now)
                     if not self._holds(now):
                         return  # e.g. the worker waits for the network: so does nobody else
-                    if now - start - stalled > PUSHBACK_WAIT:
+                    if waited > PUSHBACK_WAIT:
                         self._pushback_off_until = now + PUSHBACK_PAUSE
                         return
                     ledger.changed.wait(POLL)
@@ -200,16 +201,19 @@ class Intake:
             finally:
                 self.waiting -= 1
 
-    def _stall(self, since: float, now: float) -> float:
-        """The process stood still from ``since`` to ``now`` (the lock is held): that time is
-        not the request's on the wire (counted once, however many threads saw it). Returns
-        the stall's length."""
-        if self.posting_since is not None:
-            begin = max(since, self.posting_since, self._stalls_counted_to)
+    def _count_wait(self, polled: float, now: float) -> float:
+        """A logging thread waited from ``polled`` to ``now`` (the lock is held): count it for
+        the request on the wire (once, however many threads waited). A poll back late counts
+        as no more than ``POLL + STALL_SLACK``: the rest, the process stood still. Returns
+        the seconds counted."""
+        seconds = min(now - polled, POLL + STALL_SLACK)
+        since = self.posting_since
+        if since is not None:
+            begin = max(polled, since, self._waited_to)
             if now > begin:
-                self.stalled += now - begin
-                self._stalls_counted_to = now
-        return now - since
+                self.waited += min(now - begin, seconds)
+                self._waited_to = now
+        return seconds
 
     def due(self, now: float) -> float:
         """When the events in memory are due to be taken (the lock is held)."""

@@ -341,6 +341,7 @@ def test_the_wait_returns_when_the_worker_posts_longer_than_stuck_after() -> Non
     intake, changed = make_intake()
     fill(intake, 80)
     intake.posting_since = time.monotonic() - STUCK_AFTER - 0.1
+    intake.waited = STUCK_AFTER + 0.1  # logging threads waited that long for it
     intake._wait_for_worker()
     assert changed.waits == []
     assert len(intake.buffer) == 80
@@ -380,6 +381,7 @@ def test_below_full_water_a_put_during_a_young_post_goes_on_without_the_wait(
     intake.put(entry(intake))
     assert no_pushback == [intake]
     intake.posting_since = time.monotonic() - 1.0  # on the wire past STUCK_AFTER
+    intake.waited = 1.0  # and waited for
     intake.put(entry(intake))
     assert no_pushback == [intake]
     assert len(intake.buffer) == 93
@@ -417,6 +419,7 @@ def test_a_request_that_becomes_stuck_ends_the_wait() -> None:
 
     def stuck() -> None:
         intake.posting_since = time.monotonic() - STUCK_AFTER - 0.1
+        intake.waited = STUCK_AFTER + 0.1
 
     changed.on_wait = stuck
     intake._wait_for_worker()
@@ -592,7 +595,7 @@ def test_a_stall_of_the_whole_process_is_not_time_on_the_wire(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A poll that comes back late says the process stood still (a long collection, a busy
-    machine): the request was not on the wire for that time, and the wait goes on."""
+    machine): that is not time waited for the request on the wire, and the wait goes on."""
     intake, changed = make_intake()
     fill(intake, 95)  # past full water: the logging thread waits while the request is young
     intake.posting_since = 1_000.0
@@ -600,22 +603,23 @@ def test_a_stall_of_the_whole_process_is_not_time_on_the_wire(
     monkeypatch.setattr(_intake.time, "monotonic", lambda: next(clock))
     changed.on_wait = lambda: None if len(changed.waits) < 3 else intake.buffer.take(100)
     intake._wait_for_worker()
-    # Looks at 1000.1, then 1000.9 (0.75 s late: stalled, the request 0.15 s on the wire),
-    # then 1001.0 (0.25 s on the wire); then the worker took the buffer down.
+    # Looks at 1000.1, then 1000.9 (0.75 s late: stood still; 0.15 s counted as waited),
+    # then 1001.0 (0.25 s waited); then the worker took the buffer down.
     assert len(changed.waits) == 3
-    assert intake.stalled == pytest.approx(0.75)
+    assert intake.waited == pytest.approx(0.25)
     assert intake._pushback_off_until == 0.0
 
 
-def test_a_stall_seen_by_several_waiting_threads_counts_once() -> None:
+def test_time_waited_by_several_threads_at_once_counts_once() -> None:
     intake, _ = make_intake()
     intake.posting_since = 1_000.0
-    assert intake._stall(1_000.2, 1_001.0) == pytest.approx(0.8)
-    assert intake._stall(1_000.3, 1_001.1) == pytest.approx(0.8)  # another thread, same stall
-    assert intake.stalled == pytest.approx(0.9)  # 1000.2 to 1001.1, once
-    intake.posting_since = None  # no request on the wire: nothing to take off
-    intake._stall(1_002.0, 1_003.0)
-    assert intake.stalled == pytest.approx(0.9)
+    assert intake._count_wait(999.9, 1_000.05) == pytest.approx(0.15)  # from the post on
+    assert intake.waited == pytest.approx(0.05)
+    assert intake._count_wait(1_000.02, 1_000.07) == pytest.approx(0.05)  # another thread
+    assert intake.waited == pytest.approx(0.07)  # 1000.0 to 1000.07, once
+    intake.posting_since = None  # no request on the wire: nothing to count for it
+    intake._count_wait(1_002.0, 1_002.05)
+    assert intake.waited == pytest.approx(0.07)
 
 
 def test_polls_that_come_back_on_time_leave_a_slow_request_stuck(
@@ -627,8 +631,22 @@ def test_polls_that_come_back_on_time_leave_a_slow_request_stuck(
     ticks = iter(1_000.0 + 0.05 * step for step in range(100))
     monkeypatch.setattr(_intake.time, "monotonic", lambda: next(ticks))
     intake._wait_for_worker()
-    assert intake.stalled == 0.0
+    assert intake.waited > STUCK_AFTER
     left_at = next(ticks) - 0.05  # the last look
     assert STUCK_AFTER < left_at - 1_000.0 < STUCK_AFTER + 0.1  # 0.5 s on the wire, not later
     assert len(changed.waits) >= 9
     assert len(intake.buffer) == 95
+
+
+def test_time_between_log_calls_is_not_time_waited(no_pushback: list[Intake]) -> None:
+    """A request out for 2 s that nobody waited for (the logging thread was busy, or the
+    process stood still, between two log calls): the thread that finds the buffer at full
+    water waits for the worker, as it would for a young request."""
+    intake, _ = make_intake()
+    fill(intake, 95)
+    intake.posting_since = time.monotonic() - 2.0
+    intake.put(entry(intake))
+    assert no_pushback == [intake]
+    intake.waited = STUCK_AFTER + 0.05  # then it has waited: logging goes on
+    intake.put(entry(intake))
+    assert no_pushback == [intake]
