@@ -4,6 +4,13 @@ signal arrives, and the exit status is what the server gives without the package
 Each app calls ``eventlog_handler.setup()`` at import, as a user's app does, and logs one
 warning per request. The test sends 50 requests, then ``SIGTERM`` (or ``SIGINT``) to the
 server's main process at once, and counts what a loopback server received.
+
+The signal goes out once every worker has imported the app, that is, has put its own signal
+handlers in place: gunicorn's workers install theirs after they fork (the gevent worker only
+after ``monkey.patch_all()``, a second or more on a busy machine), and a ``SIGTERM`` that
+reaches a worker before that runs the master's handler, which only queues it in the worker's
+copy of the master's queue: the worker would then serve on until gunicorn kills it after its
+graceful timeout, with or without this package.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ from tests.support.processes import child_env
 
 ASGI_APP = """
 import logging
+import os
 import eventlog_handler
 
 if USE_PACKAGE:
     eventlog_handler.setup()
 log = logging.getLogger("app")
+open(f"booted-{os.getpid()}", "w").close()  # this worker's signal handlers are in place
 
 
 async def app(scope, receive, send):
@@ -42,11 +51,13 @@ async def app(scope, receive, send):
 
 WSGI_APP = """
 import logging
+import os
 import eventlog_handler
 
 if USE_PACKAGE:
     eventlog_handler.setup()
 log = logging.getLogger("app")
+open(f"booted-{os.getpid()}", "w").close()  # this worker's signal handlers are in place
 
 
 def app(environ, start_response):
@@ -79,15 +90,18 @@ def serve(
         text=True,
         start_new_session=True,
     )
+    workers = int(command[command.index("--workers") + 1]) if "--workers" in command else 1
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return process, port
+            if len(list(tmp_path.glob("booted-*"))) >= workers:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    return process, port
         except OSError:
-            if process.poll() is not None:
-                break
-            time.sleep(0.1)
+            pass
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
     process.kill()
     _, stderr = process.communicate(timeout=10)
     raise AssertionError(f"the server did not start: {stderr[-2000:]}")
@@ -142,6 +156,12 @@ CASES = {
     "gunicorn-sync": ([*GUNICORN, "--workers", "2"], WSGI_APP, signal.SIGTERM),
     "gunicorn-gthread": (
         [*GUNICORN, "--workers", "2", "--threads", "4", "--worker-class", "gthread"],
+        WSGI_APP,
+        signal.SIGTERM,
+    ),
+    # gevent's monkey-patching makes the package's threads greenlets of the main thread.
+    "gunicorn-gevent": (
+        [*GUNICORN, "--workers", "2", "--worker-class", "gevent"],
         WSGI_APP,
         signal.SIGTERM,
     ),
