@@ -140,16 +140,17 @@ class ExceptionHooks:
         except Exception:  # pragma: no cover - a hook must not fail
             pass
 
+    def _ignores(
+        self, exc: BaseException | None, kinds: tuple[type[BaseException], ...] = ()
+    ) -> bool:
+        """Whether a hook passes ``exc`` by: hooks off, no exception, one of ``kinds``, or
+        raised on the package's own sending threads."""
+        return not self.active or exc is None or isinstance(exc, kinds) or is_sender_thread()
+
     def _on_thread(self, args: Any) -> None:
         try:
-            exc_type = args.exc_type
             exc = args.exc_value
-            if (
-                not self.active
-                or exc is None
-                or issubclass(exc_type, (KeyboardInterrupt, SystemExit))
-                or is_sender_thread()
-            ):
+            if self._ignores(exc, (KeyboardInterrupt, SystemExit)):
                 return
             if exc.__traceback__ is None and args.exc_traceback is not None:
                 exc = exc.with_traceback(args.exc_traceback)
@@ -167,7 +168,7 @@ class ExceptionHooks:
     def _on_unraisable(self, args: Any) -> None:
         try:
             exc = args.exc_value
-            if not self.active or exc is None or is_sender_thread():
+            if self._ignores(exc):
                 return
             if exc.__traceback__ is None and args.exc_traceback is not None:
                 exc = exc.with_traceback(args.exc_traceback)
@@ -188,7 +189,7 @@ class ExceptionHooks:
         """An asyncio loop's exception handler was called with ``context``."""
         try:
             exc = context.get("exception")
-            if not self.active or not isinstance(exc, BaseException) or is_sender_thread():
+            if not isinstance(exc, BaseException) or self._ignores(exc):
                 return
             about: dict[str, Any] = {"message": str(context.get("message") or "")}
             for name in ("task", "future", "handle"):
@@ -207,12 +208,7 @@ class ExceptionHooks:
     def on_greenlet(self, context: Any, exc: BaseException | None) -> None:
         """gevent's hub reports an exception a greenlet (or a callback: ``context``) raised."""
         try:
-            if (
-                not self.active
-                or exc is None
-                or isinstance(exc, (KeyboardInterrupt, SystemExit))
-                or is_sender_thread()
-            ):
+            if exc is None or self._ignores(exc, (KeyboardInterrupt, SystemExit)):
                 return
             self.report(
                 exc,
