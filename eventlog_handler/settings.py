@@ -277,7 +277,8 @@ class Settings:
                 except ValueError as exc:
                     said = str(exc).removeprefix("eventlog_handler: ")
                     if lenient and field.name in _CONNECTION:
-                        problems.append(f"{_CONNECTION[field.name]}: {said}")
+                        variable = from_environment.get(field.name)  # else given in code
+                        problems.append(f"{variable}: {said}" if variable else said)
                     elif lenient and field.name in from_environment:
                         ignored.append(
                             f"{from_environment[field.name]}: {said}; "

@@ -204,10 +204,11 @@ def test_bad_settings_are_value_errors_naming_the_setting(
     ("options", "setting"),
     [
         ({"api_key": None}, "EVENTLOG_API_KEY"),
-        ({"api_key": "short"}, "EVENTLOG_API_KEY"),
-        ({"api_key": "has spaces in the middle"}, "EVENTLOG_API_KEY"),
-        ({"server_url": "not a url"}, "EVENTLOG_SERVER_URL"),
-        ({"server_url": "http://127.0.0.1:99999"}, "EVENTLOG_SERVER_URL"),
+        # Given in code: named as the option, not as the variable nobody set.
+        ({"api_key": "short"}, "'api_key'"),
+        ({"api_key": "has spaces in the middle"}, "'api_key'"),
+        ({"server_url": "not a url"}, "'server_url'"),
+        ({"server_url": "http://127.0.0.1:99999"}, "'server_url'"),
     ],
 )
 def test_a_missing_or_malformed_key_or_url_is_said_not_raised(

@@ -156,6 +156,25 @@ def test_setup_bad_settings(
     assert messages(handle, server, 1) == ["sent at the default level"]
 
 
+def test_a_malformed_server_url_is_named_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A URL passed in code is not blamed on the environment variable, and one from the
+    environment names its variable (the reader looks where the message points)."""
+    monkeypatch.delenv("EVENTLOG_SERVER_URL", raising=False)
+    handle = setup(API_KEY, "ftp://in.code")
+    problem = handle.handler.settings.problem or ""
+    assert "'server_url'" in problem and "ftp://in.code" in problem
+    assert "EVENTLOG_SERVER_URL" not in problem
+    handle.close()
+    monkeypatch.setenv("EVENTLOG_SERVER_URL", "ftp://from.environment")
+    handle = setup(API_KEY)
+    problem = handle.handler.settings.problem or ""
+    assert problem.startswith("EVENTLOG_SERVER_URL: ") and "ftp://from.environment" in problem
+    handle.close()
+    capsys.readouterr()
+
+
 def test_setup_names_a_misspelt_option_and_the_handlers_hooks_option(
     server: CaptureServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
