@@ -41,6 +41,7 @@ import multiprocessing.util
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -478,6 +479,13 @@ class _ProcessHooks:
 
 _PROCESS_HOOKS = _ProcessHooks()
 
+# urllib3 closes a pool's connections from a weakref.finalize. The first finalize made in a
+# process registers their atexit hook, which closes every pool's idle connections and then
+# stops all finalizers. One made here, before the exit flush is registered, makes that hook
+# run after the flush (atexit runs the last registered first): the flush posts on the
+# connection the program already has (no new TLS handshake at exit), and a connection it opens
+# is still closed, not left to the garbage collector open.
+weakref.finalize(_PROCESS_HOOKS, int).atexit = False
 atexit.register(shutdown_all)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -41,6 +41,7 @@ class CaptureServer:
                             "path": self.path,
                             "authorization": self.headers.get("Authorization"),
                             "count": len(batch),
+                            "client_port": self.client_address[1],  # one per connection
                         }
                     )
                     capture._events.extend(batch)
