@@ -277,8 +277,9 @@ class Settings:
                 except ValueError as exc:
                     said = str(exc).removeprefix("eventlog_handler: ")
                     if lenient and field.name in _CONNECTION:
-                        variable = from_environment.get(field.name)  # else given in code
-                        problems.append(f"{variable}: {said}" if variable else said)
+                        if field.name in from_environment:  # else given in code
+                            said = f"{from_environment[field.name]}: {said}"
+                        problems.append(said)
                     elif lenient and field.name in from_environment:
                         ignored.append(
                             f"{from_environment[field.name]}: {said}; "

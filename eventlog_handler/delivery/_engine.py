@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eventlog_handler.api._client import Client
+from eventlog_handler.delivery import _sigterm as sigterm
 from eventlog_handler.delivery._buffer import Entry
 from eventlog_handler.delivery._delivery import Delivery
 from eventlog_handler.delivery._errands import Errand, Errands
@@ -222,10 +223,11 @@ class Engine:
         return self.server_settings.current
 
     def _start_worker(self) -> bool:
-        """Start the worker (the lock is held); in a multiprocessing child, from its main
-        thread, also flush when SIGTERM ends it (only children that log are changed)."""
+        """Start the worker (the lock is held); in a multiprocessing child, or a forked child
+        whose inherited flush was taken back at the fork, from its main thread, also flush
+        when SIGTERM ends it (only children that log are changed)."""
         global _terminate_guarded
-        if not _terminate_guarded and _in_multiprocessing_child():
+        if not _terminate_guarded and (sigterm.inherited_flush or _in_multiprocessing_child()):
             _terminate_guarded = terminate_gracefully(shutdown_all)
         return self.worker.start()
 

@@ -55,6 +55,8 @@ NUDGE_AFTER = 0.2
 
 #: This process's wakeup pipe (reader, writer), while its watcher runs.
 _pipe: tuple[int, int] | None = None
+#: The forking thread's signal mask before :func:`_before_fork` blocked ``SIGTERM`` in it.
+_mask_before_fork: set[int | signal.Signals] | None = None
 
 #: :func:`signal.set_wakeup_fd` as it was, before it was wrapped (see :func:`_set_wakeup_fd`).
 _original_set_wakeup_fd = signal.set_wakeup_fd
@@ -342,9 +344,62 @@ def _release(forked: bool) -> None:
             os.close(fd)
 
 
+#: Whether this process is a forked child that inherited the flush (ending in the default
+#: action) and had it taken back (see :func:`_after_fork_in_child`).
+inherited_flush = False
+
+
+def _before_fork() -> None:
+    """Block ``SIGTERM`` in the forking thread (whichever it is: a pool's worker handler forks
+    from its own) while the process forks, where the flush or its watcher is in place.
+
+    The child is a copy of that thread, with its mask: a ``SIGTERM`` that reaches the child
+    before its Python code runs again (``Pool.__exit__`` ends the workers that a pool has just
+    started in place of finished ones) waits until :func:`_after_fork_in_child` has put
+    things right, then acts. Caught at once, it would have hit the parent's flush, which the
+    child then takes back, and been lost (the child would wait for a task for ever); and its
+    byte in the parent's wakeup pipe would have made the parent's watcher nudge the parent into
+    its flush and its end."""
+    global _mask_before_fork
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        if _pipe is not None or getattr(signal.getsignal(signal.SIGTERM), FLUSH_MARK, None):
+            _mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _unblock_after_fork() -> None:
+    global _mask_before_fork
+    mask, _mask_before_fork = _mask_before_fork, None
+    if mask is not None:
+        with contextlib.suppress(ValueError, OSError):
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _after_fork_in_parent() -> None:
+    _unblock_after_fork()
+
+
 def _after_fork_in_child() -> None:
-    _release(forked=True)
+    """A forked child has no watcher, so the parent's flush, if it ends in the default action,
+    would leave the child hanging where that action would have ended it: a ``SIGTERM`` that
+    lands just before the child blocks in C (a pool worker waiting for its next task, when
+    ``Pool.__exit__`` terminates it) is caught, and its handler never runs. Until the child
+    logs, it has nothing to flush: the default is put back. A child that starts sending gets
+    the flush again, with a watcher of its own (:func:`terminate_gracefully`, from the engine).
+    """
+    global inherited_flush
+    try:
+        _release(forked=True)
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            if getattr(signal.getsignal(signal.SIGTERM), FLUSH_MARK, None) is not None:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                inherited_flush = True
+    finally:
+        _unblock_after_fork()  # a SIGTERM that came meanwhile acts now
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -311,3 +312,86 @@ def test_process_one_of_a_container_runs_on_after_sigterm_and_so_does_delivery(
     )
     assert stderr.count("SIGTERM did not end this process") == 1, stderr
     assert "docker run --init" in stderr
+
+
+POOL_BLOCKS = """
+import faulthandler, logging, multiprocessing, sys
+sys.path.insert(0, {root!r})
+import eventlog_handler
+eventlog_handler.setup(api_key={key!r}, server_url={url!r})
+
+if __name__ == "__main__":
+    for n in range(300):
+        faulthandler.dump_traceback_later(15, exit=True)  # a block that hangs
+        with multiprocessing.get_context("fork").Pool(4) as pool:
+            pool.map(abs, range(4))
+        print("block", n, flush=True)
+    faulthandler.cancel_dump_traceback_later()
+    logging.getLogger("app").warning("blocks done")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_pool_blocks_end_their_workers_however_their_sigterm_lands(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    # Pool.__exit__ ends its workers with SIGTERM; a program that set the package up must get
+    # through block after block as it does without it. Two faults hung or ended it before:
+    # - a forked worker inherited the parent's flush but not its watcher, and a SIGTERM that
+    #   landed just before the worker blocked waiting for its next task was caught, its handler
+    #   never ran, and the block waited for the worker for ever (the default action would have
+    #   ended it at once; a worker that has logged nothing now ends so again);
+    # - a worker the pool had just started in place of a finished one, ended before its Python
+    #   code ran again, wrote its SIGTERM to the parent's wakeup pipe: the parent's watcher took
+    #   it for the parent's own and nudged the parent into its flush and its end.
+    script = tmp_path / "pools.py"  # a file: the pool's children look for __main__ there
+    script.write_text(POOL_BLOCKS.format(root=str(ROOT), key=API_KEY, url=server.url))
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a hung worker outlives its parent: ended with the group
+    )
+    try:
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the pipes close: communicate() returns
+    stdout, stderr = process.communicate()
+    blocks = stdout.count("block ")
+    assert process.returncode == 0, (process.returncode, blocks, stderr[-3000:])
+    assert blocks == 300
+    assert [e["message"] for e in server.accepted] == ["blocks done"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_has_the_default_until_it_logs_and_nothing_stays_blocked(
+    server: FaultServer,
+) -> None:
+    # The deterministic side of the pool test above: in a child, SIGTERM has its default
+    # action (and is not blocked) until the child logs; then the flush is its handler again.
+    # The parent's mask is as it was.
+    wait = textwrap.dedent(
+        """
+        def blocked():
+            return signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        pid = os.fork()
+        if pid == 0:
+            default = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            print("child before logging:", default, blocked(), flush=True)
+            logging.getLogger("svc").info("child logged")
+            default = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            print("child after logging:", default, blocked(), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("parent:", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, blocked(), flush=True)
+        """
+    )
+    returncode, stdout, stderr = run_to_end(server, wait=wait)
+    assert returncode == 0, stderr
+    assert "child before logging: True False" in stdout
+    assert "child after logging: False False" in stdout
+    assert "parent: False False" in stdout
