@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
+import hmac
 import json
 import logging
+import multiprocessing
 import os
 import sys
 import threading
@@ -368,11 +372,51 @@ CHILD_SETUP_ENV = "EVENTLOG_HANDLER_CHILD_SETUP"
 def _pass_to_children(arguments: dict[str, Any]) -> None:
     """Leave ``setup()``'s arguments in the environment for spawned children (when they are all
     plain JSON: a ``before_send`` or exception class given as an object can't travel; pass its
-    import path instead)."""
+    import path instead), sealed (:func:`_seal`): every subprocess inherits the environment,
+    and an API key given in code must not be readable there."""
     try:
-        os.environ[CHILD_SETUP_ENV] = json.dumps(arguments)
+        os.environ[CHILD_SETUP_ENV] = _seal(json.dumps(arguments).encode())
     except (TypeError, ValueError):
         os.environ.pop(CHILD_SETUP_ENV, None)
+
+
+def _keys() -> tuple[bytes, bytes]:
+    """The keys of the seal, made from ``multiprocessing``'s authentication key: random per
+    program, and handed by ``multiprocessing`` to the children it starts through their
+    start-up pipe, never the environment."""
+    secret = bytes(multiprocessing.current_process().authkey)
+    return (
+        hashlib.sha256(b"eventlog_handler seal\0" + secret).digest(),
+        hashlib.sha256(b"eventlog_handler mac\0" + secret).digest(),
+    )
+
+
+def _seal(plain: bytes) -> str:
+    """``plain`` encrypted (a SHAKE-256 keystream) and authenticated (HMAC-SHA256)."""
+    seal_key, mac_key = _keys()
+    nonce = os.urandom(16)
+    stream = hashlib.shake_256(seal_key + nonce).digest(len(plain))
+    sealed = nonce + bytes(a ^ b for a, b in zip(plain, stream, strict=True))
+    tag = hmac.new(mac_key, sealed, hashlib.sha256).digest()[:16]
+    return base64.urlsafe_b64encode(tag + sealed).decode("ascii")
+
+
+def _unseal(text: str) -> bytes | None:
+    """What :func:`_seal` sealed, or ``None`` when it was sealed by a process that is not a
+    ``multiprocessing`` parent of this one (another program's, inherited through a subprocess)."""
+    seal_key, mac_key = _keys()
+    try:
+        raw = base64.urlsafe_b64decode(text.encode("ascii"))
+    except (ValueError, UnicodeError):
+        return None
+    tag, sealed = raw[:16], raw[16:]
+    if len(sealed) < 16 or not hmac.compare_digest(
+        tag, hmac.new(mac_key, sealed, hashlib.sha256).digest()[:16]
+    ):
+        return None
+    nonce, body = sealed[:16], sealed[16:]
+    stream = hashlib.shake_256(seal_key + nonce).digest(len(body))
+    return bytes(a ^ b for a, b in zip(body, stream, strict=True))
 
 
 def _in_forkserver() -> bool:
@@ -397,7 +441,10 @@ def adopt_parent_setup() -> None:
             return
         if _in_forkserver():
             return  # the fork server only forks: setting up there could deadlock its children
-        arguments = json.loads(text)
+        plain = _unseal(text)
+        if plain is None:
+            return  # not from a parent of this process
+        arguments = json.loads(plain)
         if isinstance(arguments, dict):
             setup(**arguments)
     except Exception as exc:  # a child must run whatever its parent's settings

@@ -132,3 +132,42 @@ def test_setup_under_main_reaches_spawned_workers(
     assert missing == set(), sorted(missing)[:10]
     assert all("pool" in event.get("tags", []) for event in server.accepted)  # its settings too
     assert "could not be sent" not in stderr, stderr
+
+
+KEY_IN_CODE = """
+import logging, multiprocessing, os, subprocess, sys
+import eventlog_handler
+
+log = logging.getLogger("app.pool")
+
+
+def work(item):
+    log.info("item %d", item)
+    return item
+
+
+if __name__ == "__main__":
+    eventlog_handler.setup(api_key=KEY, server_url=URL)  # a key from a vault, not the env
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        assert sum(pool.map(work, range(20))) == sum(range(20))
+    # Any other program this one starts sees its environment.
+    shown = subprocess.run(["env"], capture_output=True, text=True).stdout
+    print("key in a subprocess's environment:", KEY in shown, flush=True)
+"""
+
+
+def test_a_key_given_in_code_reaches_spawned_workers_but_no_environment(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    key = "KeyGivenInCode0123456789abcdefghijABCDEFG"
+    program = KEY_IN_CODE.replace("KEY", repr(key), 1).replace("URL", repr(server.url), 1)
+    program = program.replace("KEY in shown", f"{key!r} in shown")
+    code, stderr, stdout = run_program(
+        program, server.url, tmp_path, timeout=90, EVENTLOG_API_KEY=""
+    )
+    assert code == 0, stderr
+    assert "key in a subprocess's environment: False" in stdout
+    expected = {f"item {index}" for index in range(20)}
+    assert wait_until(lambda: expected <= set(server.arrivals()), 10)
+    authorizations = {seen.headers.get("authorization") for seen in server.requests}
+    assert authorizations == {f"Bearer {key}"}
