@@ -20,6 +20,10 @@ that was there before, so the traceback is still printed and the exit status is 
 - Under gevent (imported before the hooks are installed), exceptions of greenlets and loop
   callbacks that its hub reports: ``@level`` ``Error``, ``unhandled_greenlet_exception``, the
   greenlet in ``data["@greenlet"]``; queued, not waited for.
+- A ``multiprocessing.Process`` started by fork or forkserver whose ``run`` (its target)
+  raises: ``multiprocessing`` prints the traceback itself, so ``sys.excepthook`` never sees
+  it. ``@level`` ``Fatal``, ``unhandled_process_exception``, the process's name in
+  ``data["process"]``. (A spawned process is not covered: spawn runs no hook before ``run``.)
 - ``KeyboardInterrupt`` (and ``SystemExit`` in a thread) is not reported, only passed on.
 - An exception that was already sent (for instance by ``logger.exception`` before it was
   re-raised) is not sent again.
@@ -33,6 +37,8 @@ installed; where another library wrapped ours since, ours stays in the chain but
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
+import multiprocessing.util
 import sys
 import threading
 from collections.abc import Callable
@@ -220,6 +226,19 @@ class ExceptionHooks:
         except Exception:  # pragma: no cover - a hook must not fail
             pass
 
+    def on_process(self, exc: BaseException, name: str) -> None:
+        try:
+            if self._ignores(exc, (KeyboardInterrupt, SystemExit)):
+                return
+            self.report(
+                exc,
+                level="Fatal",
+                submission_method="unhandled_process_exception",
+                data={"process": name},
+            )
+        except Exception:  # pragma: no cover - a hook must not fail
+            pass
+
     def report(
         self,
         exc: BaseException,
@@ -273,9 +292,43 @@ def install_with(settings: Settings, *, force: bool = False) -> ExceptionHooks |
     return hooks
 
 
+# -- multiprocessing ----------------------------------------------------------------------------
+
+
+class _ProcessRun:
+    """Anchor of the multiprocessing after-fork registration (kept by weak reference)."""
+
+    @staticmethod
+    def wrap(_anchor: object) -> None:
+        """In a process that ``multiprocessing`` started by fork or forkserver (their bootstrap
+        runs the after-fork hooks before ``run``; spawn's does not, so a spawned process is
+        not covered), report an exception that ends ``run``."""
+        try:
+            process = multiprocessing.current_process()
+            run = process.run
+
+            def run_and_report() -> None:
+                try:
+                    run()
+                except BaseException as exc:
+                    if exc.__traceback__ is not None:  # the stack as it is without this frame
+                        exc.__traceback__ = exc.__traceback__.tb_next
+                    for hooks in list(_asyncio_hooks):
+                        hooks.on_process(exc, process.name)
+                    raise
+
+            process.run = run_and_report  # type: ignore[method-assign]
+        except Exception:  # pragma: no cover - the process runs as it would have
+            pass
+
+
+_PROCESS_RUN = _ProcessRun()
+multiprocessing.util.register_after_fork(_PROCESS_RUN, _ProcessRun.wrap)
+
+
 # -- asyncio ------------------------------------------------------------------------------------
 
-#: The installed hooks that want asyncio's (and gevent's) unhandled exceptions.
+#: The installed hooks (they want asyncio's, gevent's and multiprocessing's unhandled exceptions).
 _asyncio_hooks: set[ExceptionHooks] = set()
 _asyncio_patched = False
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.faultserver import FaultServer
-from tests.support.processes import run_program
+from tests.support.processes import run_program, run_python
 from tests.support.waits import wait_until
 
 PROGRAM = """
@@ -171,3 +171,46 @@ def test_a_key_given_in_code_reaches_spawned_workers_but_no_environment(
     assert wait_until(lambda: expected <= set(server.arrivals()), 10)
     authorizations = {seen.headers.get("authorization") for seen in server.requests}
     assert authorizations == {f"Bearer {key}"}
+
+
+PROCESS_RAISES = """
+import logging, multiprocessing, sys
+import eventlog_handler
+
+eventlog_handler.setup()
+
+
+def boom(n):
+    logging.getLogger("app.child").warning("about to fail")
+    raise ValueError(f"boom {n}")
+
+
+if __name__ == "__main__":
+    process = multiprocessing.get_context(sys.argv[1]).Process(target=boom, args=(7,))
+    process.start()
+    process.join()
+    print("exit code", process.exitcode, flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_an_exception_that_ends_a_process_is_reported_once(
+    server: FaultServer, tmp_path: Path, method: str
+) -> None:
+    # multiprocessing catches what ends a Process's run() and prints it itself: neither the
+    # child's sys.excepthook nor the parent sees it, and the child ends with exit code 1.
+    script = tmp_path / "program.py"
+    script.write_text(PROCESS_RAISES)
+    completed = run_python(server.url, [str(script), method], timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert "exit code 1" in completed.stdout
+    assert "ValueError: boom 7" in completed.stderr  # still printed, as without the package
+    assert wait_until(lambda: len(server.accepted) >= 2, 10), (server.accepted, completed.stderr)
+    errors = [event for event in server.accepted if event.get("type") == "error"]
+    assert len(errors) == 1, server.accepted
+    error = errors[0]
+    assert error["data"]["@submission_method"] == "unhandled_process_exception"
+    assert error["data"]["process"].startswith(("ForkProcess", "SpawnProcess", "ForkServer"))
+    assert error["@simple_error"]["message"] == "boom 7", error
+    assert "eventlog_handler" not in error["@simple_error"]["stack_trace"]  # the user's stack
+    assert "about to fail" in [event.get("message") for event in server.accepted]
