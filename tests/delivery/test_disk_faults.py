@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ import pytest
 from tests.support.accounting import accounted
 from tests.support.faultserver import FaultServer
 from tests.support.processes import marks
-from tests.support.waits import wait_until
+from tests.support.waits import dead_port, wait_until
 
 
 @pytest.fixture
@@ -43,12 +42,6 @@ def small_disk(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     finally:
         if mounted and subprocess.run(["umount", str(mount)], check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 PREAMBLE = """
@@ -130,7 +123,7 @@ def test_full_disk_during_an_outage_keeps_memory_bounded_and_what_was_stored(
 ) -> None:
     disk, env = small_disk
     spool = disk / "spool"
-    down = f"http://127.0.0.1:{closed_port()}"
+    down = f"http://127.0.0.1:{dead_port()}"
     code, stderr, found = run_with_args(OUTAGE, down, tmp_path, [str(spool)], **env)
     assert code == 0, stderr
     memory, stats = found["memory"], found["stats"]

@@ -32,7 +32,7 @@ from eventlog_handler.wire import _events as events
 from eventlog_handler.wire._jsonsafe import MAX_ITEMS
 from tests.reliability.conftest import EXCEPTION_GROUP, collect
 from tests.support.constants import API_KEY
-from tests.support.waits import free_port
+from tests.support.waits import dead_port
 
 TEN_MB = 10 * 1024 * 1024
 PACKAGE_DIR = str(Path(events.__file__).parent)
@@ -236,7 +236,7 @@ class Capture:
     """A handler on its own logger whose engine only collects what it is handed."""
 
     def __init__(self, **options: Any) -> None:
-        self.handler = EventLogHandler(API_KEY, f"http://127.0.0.1:{free_port()}", **options)
+        self.handler = EventLogHandler(API_KEY, f"http://127.0.0.1:{dead_port()}", **options)
         self.events = collect(self.handler.engine)
         # A logger outside the hierarchy: no other handler (pytest's capture handlers format
         # records with broken arguments and raise) ever sees these records.
@@ -311,7 +311,7 @@ def test_any_record_becomes_one_valid_event(capture: Capture) -> None:
 
 
 def test_any_structlog_event_dict_is_passed_through_and_sent_once() -> None:
-    processor = EventLogProcessor(API_KEY, f"http://127.0.0.1:{free_port()}", level=1)
+    processor = EventLogProcessor(API_KEY, f"http://127.0.0.1:{dead_port()}", level=1)
     sent = collect(processor.engine)
     named = logging.getLogger("reliability.structlog")
     special = st.fixed_dictionaries(
@@ -364,7 +364,7 @@ def test_any_structlog_event_dict_is_passed_through_and_sent_once() -> None:
 
 def test_real_structlog_pipeline_with_hostile_values() -> None:
     structlog = pytest.importorskip("structlog")
-    processor = EventLogProcessor(API_KEY, f"http://127.0.0.1:{free_port()}")
+    processor = EventLogProcessor(API_KEY, f"http://127.0.0.1:{dead_port()}")
     sent = collect(processor.engine)
     log = structlog.wrap_logger(
         structlog.ReturnLogger(),

@@ -39,7 +39,7 @@ from tests.reliability.conftest import EXCEPTION_GROUP, FAST, HandlerRun, collec
 from tests.support.constants import API_KEY, REPO
 from tests.support.faultserver import FaultServer, Reply
 from tests.support.processes import child_env, run_program
-from tests.support.waits import free_port
+from tests.support.waits import dead_port
 
 SECRETS = ["hunter2-secret-value", "tok-3f9a7c-value", "sess-abc123-value", "pk-0091-value"]
 
@@ -115,7 +115,7 @@ def test_client_errors_never_show_the_key(server: FaultServer) -> None:
             client.submit({"message": "x"})
         assert_no_key(str(raised.value), repr(raised.value), vars(raised.value))
     with pytest.raises(errors.TransportError) as refused:
-        Client(f"http://127.0.0.1:{free_port()}", API_KEY, timeout=2).submit({"message": "x"})
+        Client(f"http://127.0.0.1:{dead_port()}", API_KEY, timeout=2).submit({"message": "x"})
     assert_no_key(str(refused.value), repr(refused.value))
 
 
@@ -329,7 +329,7 @@ def test_secrets_in_exception_attributes_are_masked(run: HandlerRun, server: Fau
 
 
 def test_secrets_in_structlog_keys_are_masked() -> None:
-    processor = EventLogProcessor(API_KEY, f"http://127.0.0.1:{free_port()}")
+    processor = EventLogProcessor(API_KEY, f"http://127.0.0.1:{dead_port()}")
     captured = collect(processor.engine)
     processor(
         None,
@@ -454,7 +454,7 @@ def test_secrets_inside_text_never_reach_the_server(server: FaultServer) -> None
 
 def test_secrets_inside_text_never_reach_the_spool(tmp_path: Path) -> None:
     run = HandlerRun(
-        f"http://127.0.0.1:{free_port()}",
+        f"http://127.0.0.1:{dead_port()}",
         "text-secrets-spool",
         spool_path=str(tmp_path / "spool"),
         spool_all=True,

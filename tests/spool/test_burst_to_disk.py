@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.support.constants import API_KEY, REPO
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
+from tests.support.waits import dead_port
 
 #: The books after the exit flush: an ``atexit`` function registered before the package is
 #: imported runs after the package's own (``atexit`` runs last-in, first-out).
@@ -88,8 +89,7 @@ def run(source: str, url: str, *args: str) -> tuple[str, str]:
 def burst_at_a_dead_service(program: str, spool: Path, count: int) -> tuple[dict, str]:
     """Run ``program`` logging ``count`` lines at a service that is down; its books after
     the exit flush, and the lines it said on stderr (not the console copies of the logs)."""
-    with FaultServer() as down:
-        url = down.url  # nothing listens there once the server is closed
+    url = f"http://127.0.0.1:{dead_port()}"  # every connection is refused
     stdout, stderr = run(program, url, str(spool), str(count))
     books = json.loads(stdout.strip().splitlines()[-1])
     said = "\n".join(line for line in stderr.splitlines() if line.startswith("eventlog_handler"))

@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.support.constants import REPO
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
+from tests.support.waits import dead_port
 
 # trace_size=0: each error stays small (with the trace log on, an error carries the 25 lines
 # before it, and 100 of them alone would not fit in 1 MB).
@@ -61,8 +62,7 @@ def run(source: str, url: str, spool: Path, *args: str) -> subprocess.CompletedP
 
 def test_a_full_spool_keeps_the_errors_and_the_newest_logs(tmp_path: Path) -> None:
     spool = tmp_path / "spool"
-    with FaultServer() as down:
-        url = down.url
+    url = f"http://127.0.0.1:{dead_port()}"
     first = run(PROGRAM, url, spool)
     assert "did not fit in the spool" in first.stderr, first.stderr
     kept = re.search(r"(\d+) event\(s\) kept in the spool", first.stderr)

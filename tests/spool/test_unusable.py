@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from tests.support.constants import REPO
-from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
+from tests.support.waits import dead_port
 
 PROGRAM = """
 import logging, sys
@@ -24,8 +24,7 @@ print(handle.stats()["spooled"])
 
 
 def run(spool: Path) -> subprocess.CompletedProcess[str]:
-    with FaultServer() as down:
-        url = down.url  # closed once the block ends: every post is refused
+    url = f"http://127.0.0.1:{dead_port()}"  # every post is refused
     return subprocess.run(
         [sys.executable, "-c", PROGRAM, str(spool)],
         env=child_env(url),
@@ -65,8 +64,7 @@ def test_a_spool_path_from_the_environment_that_is_a_file_is_said_once(tmp_path:
     once (it ended with a ValueError from ``setup()``)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    with FaultServer() as down:
-        url = down.url
+    url = f"http://127.0.0.1:{dead_port()}"
     done = subprocess.run(
         [sys.executable, "-c", PROGRAM.replace("spool_path=sys.argv[1], ", ""), "unused"],
         env=child_env(url, EVENTLOG_SPOOL_PATH=str(blocker)),

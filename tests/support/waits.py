@@ -19,6 +19,22 @@ def wait_until(condition: Any, timeout: float, step: float = 0.02) -> bool:
     return bool(condition())
 
 
+#: The sockets that hold :func:`dead_port`'s ports for the rest of the test run.
+_HELD: list[socket.socket] = []
+
+
+def dead_port() -> int:
+    """A loopback port where every connection is refused, for the rest of the test run: a
+    socket stays bound there without listening. A port that was merely closed may be handed
+    to another test's server meanwhile (tests run in parallel), and a program still retrying
+    would then deliver its events there, to both tests' confusion."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    _HELD.append(holder)
+    port: int = holder.getsockname()[1]
+    return port
+
+
 def free_port() -> int:
     """A loopback port nobody listens on (at the time of asking)."""
     with socket.socket() as probe:
