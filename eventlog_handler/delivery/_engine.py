@@ -80,8 +80,10 @@ __all__ = [
 
 #: Bumped in a forked child: an engine whose generation differs was made by the parent.
 _generation = 0
-#: Whether this process (a multiprocessing child) flushes on SIGTERM.
+#: Whether this process (a forked or multiprocessing child) flushes on SIGTERM.
 _terminate_guarded = False
+#: Whether it should, and waits for its main thread to log to put the flush in place.
+_terminate_wanted = False
 
 
 class Engine:
@@ -223,12 +225,9 @@ class Engine:
         return self.server_settings.current
 
     def _start_worker(self) -> bool:
-        """Start the worker (the lock is held); in a multiprocessing child, or a forked child
-        whose inherited flush was taken back at the fork, from its main thread, also flush
-        when SIGTERM ends it (only children that log are changed)."""
-        global _terminate_guarded
-        if not _terminate_guarded and (sigterm.inherited_flush or _in_multiprocessing_child()):
-            _terminate_guarded = terminate_gracefully(shutdown_all)
+        """Start the worker (the lock is held), and in a child, the flush on SIGTERM
+        (:func:`_guard_child`)."""
+        _guard_child()
         return self.worker.start()
 
     def same_process(self) -> bool:
@@ -247,6 +246,8 @@ class Engine:
         try:
             if self._generation != _generation:
                 self.check_process()
+            if _terminate_wanted:
+                _guard_child()
             if threading.get_ident() in SENDER_THREADS:
                 return False
             if self.problem is not None:
@@ -458,14 +459,31 @@ def _in_multiprocessing_child() -> bool:
         return False
 
 
+def _guard_child() -> None:
+    """In a multiprocessing child, or a forked child whose inherited flush was taken back at
+    the fork, flush when SIGTERM ends it, once the child logs (only children that log are
+    changed). Only the main thread may set a signal handler: when another thread logs first,
+    the main thread's next log puts the flush in place (a child whose main thread never logs
+    keeps SIGTERM's default action; ``setup()`` called there installs it)."""
+    global _terminate_guarded, _terminate_wanted
+    if _terminate_guarded or not (sigterm.inherited_flush or _in_multiprocessing_child()):
+        return
+    _terminate_wanted = not sigterm.main_os_thread()
+    if not _terminate_wanted:
+        _terminate_guarded = terminate_gracefully(shutdown_all)
+
+
 def _after_fork_in_child() -> None:
-    global _REGISTRY_LOCK, _generation, _terminate_guarded
-    _generation += 1
-    _terminate_guarded = False
-    _REGISTRY_LOCK = threading.Lock()
-    SENDER_THREADS.clear()
-    for engine in _ENGINES.values():
-        engine._reset_process_state()
+    global _REGISTRY_LOCK, _generation, _terminate_guarded, _terminate_wanted
+    try:
+        _generation += 1
+        _terminate_guarded = _terminate_wanted = False
+        _REGISTRY_LOCK = threading.Lock()
+        SENDER_THREADS.clear()
+        for engine in _ENGINES.values():
+            engine._reset_process_state()
+    finally:
+        sigterm.unblock_after_fork()  # a SIGTERM that came during the fork acts now
 
 
 class _ProcessHooks:

@@ -49,14 +49,17 @@ Handler = Callable[[int, "FrameType | None"], None]
 #: whose one item says whether its flush has started (the watcher reads it; a child replaces
 #: such a handler). A list, not a lock-based event: a fork can't leave it locked.
 FLUSH_MARK = "_eventlog_handler_flush"
+#: The attribute of every handler made here (``True``), whatever it chains to.
+HANDLER_MARK = "_eventlog_handler_sigterm"
 
 #: Seconds the watcher gives the main thread to start the handler before it signals again.
 NUDGE_AFTER = 0.2
 
 #: This process's wakeup pipe (reader, writer), while its watcher runs.
 _pipe: tuple[int, int] | None = None
-#: The forking thread's signal mask before :func:`_before_fork` blocked ``SIGTERM`` in it.
-_mask_before_fork: set[int | signal.Signals] | None = None
+#: Each forking thread's signal mask before :func:`_before_fork` blocked ``SIGTERM`` in it, by
+#: thread: two threads may fork at once.
+_masks_before_fork: dict[int, set[int | signal.Signals]] = {}
 
 #: :func:`signal.set_wakeup_fd` as it was, before it was wrapped (see :func:`_set_wakeup_fd`).
 _original_set_wakeup_fd = signal.set_wakeup_fd
@@ -76,7 +79,7 @@ def install(
 
 
 def terminate_gracefully(flush: Callable[[], object]) -> bool:
-    """In a multiprocessing child, flush when ``SIGTERM`` ends it; ``True`` if installed.
+    """In a child process, flush when ``SIGTERM`` ends it; ``True`` if installed.
     Only from the main thread, and only where ``SIGTERM`` has its default disposition (or the
     flush this process inherited from its parent, which is replaced)."""
     if not main_os_thread():
@@ -180,6 +183,7 @@ def _flush_then(
         if callable(previous):
             previous(signum, frame)
 
+    setattr(on_sigterm, HANDLER_MARK, True)
     if ends:
         setattr(on_sigterm, FLUSH_MARK, started)
     return on_sigterm
@@ -351,31 +355,36 @@ inherited_flush = False
 
 def _before_fork() -> None:
     """Block ``SIGTERM`` in the forking thread (whichever it is: a pool's worker handler forks
-    from its own) while the process forks, where the flush or its watcher is in place.
+    from its own) while the process forks, where a handler made here or its watcher is in
+    place.
 
     The child is a copy of that thread, with its mask: a ``SIGTERM`` that reaches the child
     before its Python code runs again (``Pool.__exit__`` ends the workers that a pool has just
-    started in place of finished ones) waits until :func:`_after_fork_in_child` has put
-    things right, then acts. Caught at once, it would have hit the parent's flush, which the
-    child then takes back, and been lost (the child would wait for a task for ever); and its
-    byte in the parent's wakeup pipe would have made the parent's watcher nudge the parent into
-    its flush and its end."""
-    global _mask_before_fork
+    started in place of finished ones), or while after-fork hooks run, waits until the
+    package's hooks have made the child's state its own (:func:`unblock_after_fork`), then
+    acts. Caught at once, it would have hit the parent's flush, which the child then takes
+    back, and been lost (the child would wait for a task for ever); its byte in the parent's
+    wakeup pipe would have made the parent's watcher nudge the parent into its flush and its
+    end; and a flush that chains to the program's handler would have flushed the parent's
+    queue as copied into the child, which has no worker for it."""
     with contextlib.suppress(ValueError, OSError, AttributeError):
-        if _pipe is not None or getattr(signal.getsignal(signal.SIGTERM), FLUSH_MARK, None):
-            _mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        if _pipe is not None or getattr(signal.getsignal(signal.SIGTERM), HANDLER_MARK, False):
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            _masks_before_fork[threading.get_ident()] = mask
 
 
-def _unblock_after_fork() -> None:
-    global _mask_before_fork
-    mask, _mask_before_fork = _mask_before_fork, None
+def unblock_after_fork() -> None:
+    """Put back the mask :func:`_before_fork` changed in the calling thread. In a child, the
+    engine calls it once its own after-fork hook has made the child's state its own, so that
+    a ``SIGTERM`` held back meanwhile finds the child ready; no other thread exists there."""
+    mask = _masks_before_fork.pop(threading.get_ident(), None)
     if mask is not None:
         with contextlib.suppress(ValueError, OSError):
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _after_fork_in_parent() -> None:
-    _unblock_after_fork()
+    unblock_after_fork()
 
 
 def _after_fork_in_child() -> None:
@@ -385,16 +394,19 @@ def _after_fork_in_child() -> None:
     ``Pool.__exit__`` terminates it) is caught, and its handler never runs. Until the child
     logs, it has nothing to flush: the default is put back. A child that starts sending gets
     the flush again, with a watcher of its own (:func:`terminate_gracefully`, from the engine).
+    ``SIGTERM`` stays blocked until the engine's own after-fork hook has run (it calls
+    :func:`unblock_after_fork`).
     """
     global inherited_flush
-    try:
-        _release(forked=True)
-        with contextlib.suppress(ValueError, OSError, AttributeError):
-            if getattr(signal.getsignal(signal.SIGTERM), FLUSH_MARK, None) is not None:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                inherited_flush = True
-    finally:
-        _unblock_after_fork()  # a SIGTERM that came meanwhile acts now
+    mine = _masks_before_fork.get(threading.get_ident())
+    _masks_before_fork.clear()  # other threads' forks: those threads are not in the child
+    if mine is not None:
+        _masks_before_fork[threading.get_ident()] = mine
+    _release(forked=True)
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        if getattr(signal.getsignal(signal.SIGTERM), FLUSH_MARK, None) is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            inherited_flush = True
 
 
 if hasattr(os, "register_at_fork"):

@@ -89,14 +89,19 @@ _ENDING = frozenset(
 
 
 def remove_sigterm_flush() -> bool:
-    """Put back the previous ``SIGTERM`` handler if ours is still the one installed."""
+    """Put back the previous ``SIGTERM`` handler if ours is still the one installed: the one
+    :func:`flush_on_sigterm` installed, or the flush a child's engine installed when it
+    started sending (it ends in the default action, which is put back)."""
     global _installed, _previous
-    if _installed is None or not sigterm.main_os_thread():
+    if not sigterm.main_os_thread():
         return False
-    if signal.getsignal(signal.SIGTERM) is not _installed:  # replaced since: theirs stays
-        _installed = None
-        sigterm.stop_watching()
-        return False
+    current = signal.getsignal(signal.SIGTERM)
+    if _installed is None or current is not _installed:
+        _installed = _previous = None
+        if getattr(current, sigterm.FLUSH_MARK, None) is None:
+            sigterm.stop_watching()  # replaced since (or never ours): theirs stays
+            return False
+        _previous = signal.SIG_DFL  # the engine's, in a child
     signal.signal(signal.SIGTERM, signal.SIG_DFL if _previous is None else _previous)
     sigterm.stop_watching()
     _installed = _previous = None

@@ -34,10 +34,14 @@ print("ready", flush=True)
 
 
 def start_program(
-    server: FaultServer, flag: bool | None, before: str = "", wait: str = "time.sleep(60)"
+    server: FaultServer,
+    flag: bool | None,
+    before: str = "",
+    wait: str = "time.sleep(60)",
+    program: str = PROGRAM,
 ) -> subprocess.Popen[str]:
     """PROGRAM in a subprocess: ``before`` runs ahead of setup(), ``wait`` after "ready"."""
-    code = PROGRAM.format(
+    code = program.format(
         root=str(ROOT), key=API_KEY, url=server.url, flag=flag, before=before, wait=wait
     )
     return subprocess.Popen(
@@ -49,10 +53,14 @@ def start_program(
 
 
 def run_to_end(
-    server: FaultServer, before: str = "", wait: str = "", timeout: float = 20.0
+    server: FaultServer,
+    before: str = "",
+    wait: str = "",
+    timeout: float = 20.0,
+    program: str = PROGRAM,
 ) -> tuple[int, str, str]:
     """PROGRAM with the default options, to its end: its exit status, stdout and stderr."""
-    process = start_program(server, None, before, wait)
+    process = start_program(server, None, before, wait, program)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     finally:
@@ -395,3 +403,165 @@ def test_a_forked_child_has_the_default_until_it_logs_and_nothing_stays_blocked(
     assert "child before logging: True False" in stdout
     assert "child after logging: False False" in stdout
     assert "parent: False False" in stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_threads_forking_at_once_leave_no_mask_and_no_child_blocked(server: FaultServer) -> None:
+    # SIGTERM is blocked in a forking thread while it forks. The mask it had is the thread's
+    # own: when two threads fork at once, each must get its own back, and so must each child.
+    # concurrent.futures, imported first, does not serialise the forks around the package's
+    # hooks (imported after, its fork lock would).
+    wait = textwrap.dedent(
+        """
+        import threading
+        def blocked():
+            return signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        born_blocked, left = [], {}
+        def forker(name):
+            for _ in range(200):
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.write(w, b"1" if blocked() else b"0")
+                    os._exit(0)
+                os.close(w)
+                if os.read(r, 1) == b"1":
+                    born_blocked.append(name)
+                os.close(r)
+                os.waitpid(pid, 0)
+            left[name] = blocked()
+        threads = [threading.Thread(target=forker, args=(name,)) for name in "AB"]
+        for thread in threads:
+            thread.start()
+        forker("main")
+        for thread in threads:
+            thread.join()
+        print("born blocked:", len(born_blocked), flush=True)
+        print("left blocked:", sorted(name for name, mask in left.items() if mask), flush=True)
+        """
+    )
+    first = "from concurrent.futures import ThreadPoolExecutor\nimport eventlog_handler\n"
+    program = PROGRAM.replace("import eventlog_handler\n", first, 1)
+    returncode, stdout, stderr = run_to_end(server, wait=wait, timeout=60, program=program)
+    assert returncode == 0, stderr
+    assert "born blocked: 0\n" in stdout, stdout
+    assert "left blocked: []\n" in stdout, stdout
+    assert len(server.accepted) == 25  # the program's own, once
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_that_logs_first_from_a_thread_flushes_once_its_main_thread_logs(
+    server: FaultServer,
+) -> None:
+    # Only the main thread may set a signal handler: a forked child whose first log comes from
+    # another thread gets the flush on SIGTERM when its main thread logs.
+    wait = textwrap.dedent(
+        """
+        import threading
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            log = logging.getLogger("svc")
+            thread = threading.Thread(target=log.info, args=("child, from a thread",))
+            thread.start()
+            thread.join()
+            log.info("child, from its main thread")
+            os.write(w, b"x")
+            time.sleep(60)
+            os._exit(0)
+        os.read(r, 1)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        print("child ended by", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, flush=True)
+        """
+    )
+    returncode, stdout, stderr = run_to_end(server, wait=wait)
+    assert returncode == 0, stderr
+    assert f"child ended by {int(signal.SIGTERM)}" in stdout, (stdout, stderr)
+    messages = [e["message"] for e in server.accepted]
+    assert sorted(m for m in messages if m.startswith("child")) == [
+        "child, from a thread",
+        "child, from its main thread",
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_setup_in_a_child_that_logged_keeps_the_flush_and_its_watcher(server: FaultServer) -> None:
+    # A forked child that logs gets the flush from its engine; setup() called in it afterwards
+    # (a post_fork hook) must replace it with its own, watcher included: a flush without a
+    # watcher would hang the child where SIGTERM reaches it just before it blocks in C.
+    wait = textwrap.dedent(
+        f"""
+        from eventlog_handler.delivery import _sigterm
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            log = logging.getLogger("svc")
+            log.info("child, before its setup()")
+            eventlog_handler.setup(api_key={API_KEY!r}, server_url={server.url!r},
+                                   flush_interval=60, capture_exceptions=False)
+            log.info("child, after its setup()")
+            flush = getattr(signal.getsignal(signal.SIGTERM), _sigterm.FLUSH_MARK, None)
+            print("child flush:", flush is not None, "watcher:", _sigterm._pipe is not None,
+                  flush=True)
+            os.write(w, b"x")
+            time.sleep(60)
+            os._exit(0)
+        os.read(r, 1)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        print("child ended by", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, flush=True)
+        """
+    )
+    returncode, stdout, stderr = run_to_end(server, wait=wait)
+    assert returncode == 0, stderr
+    assert "child flush: True watcher: True" in stdout, (stdout, stderr)
+    assert f"child ended by {int(signal.SIGTERM)}" in stdout, (stdout, stderr)
+    messages = [e["message"] for e in server.accepted]
+    assert sorted(m for m in messages if m.startswith("child")) == [
+        "child, after its setup()",
+        "child, before its setup()",
+    ]
+
+
+EARLY_SIGTERM = """
+import logging, os, signal, sys, time
+sys.path.insert(0, {root!r})
+# A library's after-fork hook, registered before the package's, that takes a moment: a SIGTERM
+# sent to the child meanwhile is held back while the package's own hooks run.
+os.register_at_fork(after_in_child=lambda: time.sleep(0.5))
+import eventlog_handler
+
+def on_term(signum, frame):
+    print("own handler in", "child" if os.getpid() != parent else "parent", flush=True)
+    os._exit(0)
+
+parent = os.getpid()
+signal.signal(signal.SIGTERM, on_term)
+eventlog_handler.setup(api_key={key!r}, server_url={url!r}, flush_interval=60,
+                       flush_on_sigterm=True, capture_exceptions=False)
+logging.getLogger("app").warning("queued in the parent at the fork")
+pid = os.fork()
+if pid == 0:
+    time.sleep(5)
+    os._exit(3)
+os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+print("child exit status", os.WEXITSTATUS(status), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_sigterm_held_back_at_the_fork_finds_the_child_on_its_own(server: FaultServer) -> None:
+    # The SIGTERM acts once the package's after-fork hooks are all done: the flush it runs is
+    # the child's (nothing queued), not the parent's state copied into the child, whose worker
+    # the child does not have.
+    code = EARLY_SIGTERM.format(root=str(ROOT), key=API_KEY, url=server.url)
+    process = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert process.returncode == 0, process.stderr
+    assert "own handler in child" in process.stdout, process.stdout
+    assert "child exit status 0" in process.stdout, process.stdout
+    assert "could not be sent" not in process.stderr, process.stderr
+    assert [e["message"] for e in server.accepted] == ["queued in the parent at the fork"]
