@@ -3,7 +3,6 @@ masked), once, and so is the recovery; an outage is never silent until exit."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from eventlog_handler.settings import DEFAULT_SERVER_URL, Settings
 from tests.support.constants import API_KEY, REPO
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
+from tests.support.waits import dead_port, free_port
 
 PROGRAM = """
 import logging, time
@@ -36,12 +36,6 @@ while time.monotonic() < deadline and handle.stats()["delivered"] < 8:
     time.sleep(0.1)
 print("MARK delivered", handle.stats()["delivered"], flush=True)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_an_outage_and_its_end_are_said_while_the_program_runs(tmp_path: Path) -> None:
@@ -156,7 +150,7 @@ def test_a_program_whose_server_is_not_running_exits_within_a_second_of_retries(
     """No server listens at the URL (the collector not started): once a connection is
     refused, the exit flush retries for about a second, not for ``shutdown_timeout`` (30 s
     here), and says what could not be sent."""
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{dead_port()}"
     program = tmp_path / "program.py"
     program.write_text(EXIT_PROGRAM)
     started = time.monotonic()

@@ -210,7 +210,7 @@ def test_an_exception_that_ends_a_process_is_reported_once(
     assert len(errors) == 1, server.accepted
     error = errors[0]
     assert error["data"]["@submission_method"] == "unhandled_process_exception"
-    assert error["data"]["process"].startswith(("ForkProcess", "SpawnProcess", "ForkServer"))
+    assert error["data"]["process"].startswith(("ForkProcess", "ForkServerProcess"))
     assert error["@simple_error"]["message"] == "boom 7", error
     assert "eventlog_handler" not in error["@simple_error"]["stack_trace"]  # the user's stack
     assert "about to fail" in [event.get("message") for event in server.accepted]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,14 +21,9 @@ from eventlog_handler.wire._events import error_event, log_event
 from tests.support.constants import TRANSPORT_API_KEY as API_KEY
 from tests.support.constants import TRANSPORT_FAST as FAST
 from tests.support.faultserver import FaultServer
+from tests.support.waits import dead_port, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def make(url: str, spool: Path, **options: Any) -> transport.Engine:
@@ -332,7 +326,7 @@ def test_rows_expired_before_a_disk_error_are_counted_as_expired(
     that must not leave them counted as spooled (they are dropped, as ``expired``)."""
     import sqlite3
 
-    engine = make(f"http://127.0.0.1:{free_port()}", tmp_path / "spool", spool_all=True)
+    engine = make(f"http://127.0.0.1:{dead_port()}", tmp_path / "spool", spool_all=True)
     try:
         for index in range(10):
             engine.enqueue(log_event(f"first {index}", level="Info"))
