@@ -395,10 +395,15 @@ def _seal(plain: bytes) -> str:
     """``plain`` encrypted (a SHAKE-256 keystream) and authenticated (HMAC-SHA256)."""
     seal_key, mac_key = _keys()
     nonce = os.urandom(16)
-    stream = hashlib.shake_256(seal_key + nonce).digest(len(plain))
-    sealed = nonce + bytes(a ^ b for a, b in zip(plain, stream, strict=True))
+    sealed = nonce + _keystream_xor(seal_key, nonce, plain)
     tag = hmac.new(mac_key, sealed, hashlib.sha256).digest()[:16]
     return base64.urlsafe_b64encode(tag + sealed).decode("ascii")
+
+
+def _keystream_xor(key: bytes, nonce: bytes, data: bytes) -> bytes:
+    """``data`` XOR the SHAKE-256 keystream of ``key`` and ``nonce``: seals and unseals."""
+    stream = hashlib.shake_256(key + nonce).digest(len(data))
+    return bytes(a ^ b for a, b in zip(data, stream, strict=True))
 
 
 def _unseal(text: str) -> bytes | None:
@@ -414,9 +419,7 @@ def _unseal(text: str) -> bytes | None:
         tag, hmac.new(mac_key, sealed, hashlib.sha256).digest()[:16]
     ):
         return None
-    nonce, body = sealed[:16], sealed[16:]
-    stream = hashlib.shake_256(seal_key + nonce).digest(len(body))
-    return bytes(a ^ b for a, b in zip(body, stream, strict=True))
+    return _keystream_xor(seal_key, sealed[:16], sealed[16:])
 
 
 def _in_forkserver() -> bool:

@@ -113,7 +113,7 @@ class ExceptionHooks:
         sys.excepthook = sys_hook
         threading.excepthook = thread_hook
         sys.unraisablehook = unraisable_hook
-        _asyncio_hooks.add(self)
+        _installed_hooks.add(self)
         _patch_asyncio()
         _patch_gevent()
         self.active = True
@@ -130,7 +130,7 @@ class ExceptionHooks:
         if self._unraisable_hook is not None and sys.unraisablehook is self._unraisable_hook:
             assert self._previous_unraisable is not None
             sys.unraisablehook = self._previous_unraisable
-        _asyncio_hooks.discard(self)
+        _installed_hooks.discard(self)
 
     # -- reporting --------------------------------------------------------------------------------
 
@@ -313,7 +313,7 @@ class _ProcessRun:
                 except BaseException as exc:
                     if exc.__traceback__ is not None:  # the stack as it is without this frame
                         exc.__traceback__ = exc.__traceback__.tb_next
-                    for hooks in list(_asyncio_hooks):
+                    for hooks in list(_installed_hooks):
                         hooks.on_process(exc, process.name)
                     raise
 
@@ -329,7 +329,7 @@ multiprocessing.util.register_after_fork(_PROCESS_RUN, _ProcessRun.wrap)
 # -- asyncio ------------------------------------------------------------------------------------
 
 #: The installed hooks (they want asyncio's, gevent's and multiprocessing's unhandled exceptions).
-_asyncio_hooks: set[ExceptionHooks] = set()
+_installed_hooks: set[ExceptionHooks] = set()
 _asyncio_patched = False
 
 
@@ -375,7 +375,7 @@ def _patch_gevent() -> None:
         exc = value if isinstance(value, BaseException) else None
         if exc is not None and exc.__traceback__ is None and tb is not None:
             exc = exc.with_traceback(tb)
-        for hooks in list(_asyncio_hooks):
+        for hooks in list(_installed_hooks):
             hooks.on_greenlet(context, exc)
         return original(self, context, kind, value, tb)
 
@@ -389,7 +389,7 @@ def _wrap_exception_handler(loop_class: Any) -> None:
         return
 
     def call_exception_handler(loop: Any, context: dict[str, Any]) -> Any:
-        for hooks in list(_asyncio_hooks):
+        for hooks in list(_installed_hooks):
             hooks.on_asyncio(context)
         return original(loop, context)
 
