@@ -380,6 +380,8 @@ def _frame(
     from eventlog_handler.wire._simple_error import source_path
 
     filename, lineno, function, module = place
+    if module == "__mp_main__":  # the main module, imported by a spawned or forkserver child
+        module = "__main__"
     frame: dict[str, Any] = {
         "module": module or "",
         "function": str(function),

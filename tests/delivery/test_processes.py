@@ -4,6 +4,7 @@ leaves the block, and their events must not die with them."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -214,3 +215,59 @@ def test_an_exception_that_ends_a_process_is_reported_once(
     assert error["@simple_error"]["message"] == "boom 7", error
     assert "eventlog_handler" not in error["@simple_error"]["stack_trace"]  # the user's stack
     assert "about to fail" in [event.get("message") for event in server.accepted]
+
+
+ONE_BUG = """
+import logging, multiprocessing, sys
+import eventlog_handler
+
+eventlog_handler.setup()
+log = logging.getLogger("app")
+
+
+def compute_total():
+    return 1 / 0
+
+
+def job():
+    try:
+        compute_total()
+    except ZeroDivisionError:
+        log.exception("total failed in %s", multiprocessing.current_process().name)
+
+
+if __name__ == "__main__":
+    job()
+    for method in ("fork", "spawn", "forkserver"):
+        process = multiprocessing.get_context(method).Process(target=job, name=method)
+        process.start()
+        process.join()
+"""
+
+
+def test_one_bug_is_one_stack_whatever_process_it_happens_in(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    # A spawned or forkserver child imports the program's main module as "__mp_main__": its
+    # frames must still be the program's "__main__", or one bug becomes a stack per start
+    # method (and a new one when Python's default start method changes).
+    script = tmp_path / "program.py"
+    script.write_text(ONE_BUG)
+    completed = run_python(server.url, [str(script)], timeout=90)
+    assert completed.returncode == 0, completed.stderr
+    assert wait_until(lambda: len(server.accepted) >= 4, 10), (server.accepted, completed.stderr)
+    errors = {event["message"]: event for event in server.accepted}
+    assert set(errors) == {
+        f"total failed in {name}" for name in ("MainProcess", "fork", "spawn", "forkserver")
+    }
+    signatures = {json.dumps(event["data"]["@stack"], sort_keys=True) for event in errors.values()}
+    assert len(signatures) == 1, signatures
+    (signature,) = signatures
+    assert "__main__.job > __main__.compute_total" in signature, signature
+    for event in errors.values():
+        modules = {
+            frame["module"]
+            for frame in event["@simple_error"]["data"]["@frames"]
+            if frame["in_app"]
+        }
+        assert modules == {"__main__"}, modules
