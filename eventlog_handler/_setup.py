@@ -96,6 +96,8 @@ class EventLogSetup:
         if self.closed:
             return
         self.closed = True
+        if _CURRENT is self:  # children started from now on are not set up either
+            os.environ.pop(CHILD_SETUP_ENV, None)
         if exception_capture.current_settings() is self.handler.settings:
             exception_capture.set_active(None)
         if self.hooks is not None:

@@ -271,3 +271,39 @@ def test_one_bug_is_one_stack_whatever_process_it_happens_in(
             if frame["in_app"]
         }
         assert modules == {"__main__"}, modules
+
+
+CLOSED_BEFORE_CHILDREN = """
+import logging, multiprocessing, os
+import eventlog_handler
+
+log = logging.getLogger("app")
+
+
+def child():
+    log.warning("from a child started after close()")
+
+
+if __name__ == "__main__":
+    handle = eventlog_handler.setup()
+    log.warning("before close()")
+    handle.close(5)
+    print("left for children:", "EVENTLOG_HANDLER_CHILD_SETUP" in os.environ, flush=True)
+    for method in ("spawn", "forkserver", "fork"):
+        process = multiprocessing.get_context(method).Process(target=child)
+        process.start()
+        process.join()
+    print("children done", flush=True)
+"""
+
+
+def test_children_started_after_close_send_nothing(server: FaultServer, tmp_path: Path) -> None:
+    # close() undoes setup(): a child spawned afterwards must not set itself up from what
+    # setup() left in the environment for its children.
+    script = tmp_path / "program.py"
+    script.write_text(CLOSED_BEFORE_CHILDREN)
+    completed = run_python(server.url, [str(script)], timeout=90)
+    assert completed.returncode == 0, completed.stderr
+    assert "left for children: False" in completed.stdout, completed.stdout
+    assert "children done" in completed.stdout
+    assert [event["message"] for event in server.accepted] == ["before close()"]
