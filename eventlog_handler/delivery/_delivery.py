@@ -56,6 +56,7 @@ class Delivery:
         client: Callable[[float | None], Client],
         config_seen: Callable[[int], None],
         spooling: SpoolTraffic | None,
+        refused_at_exit: Callable[[], float] = lambda: REFUSED_AT_EXIT,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -68,6 +69,8 @@ class Delivery:
         self.config_seen = config_seen
         #: The engine's spool traffic, if it has a spool: where events wait out an outage.
         self.spooling = spooling
+        #: Seconds the exit flush goes on retrying once a connection was refused (asked then).
+        self.refused_at_exit = refused_at_exit
         #: In-memory parts being delivered (what the exit path may still save to the spool).
         self.current: deque[Part] = deque()
         self._refused_said = False
@@ -157,8 +160,9 @@ class Delivery:
                         ):
                             self._end_exit_sending()
                         elif self.state.closing and _nothing_listens(error):
-                            self._shorten_exit(REFUSED_AT_EXIT)
-                            delay = min(delay, REFUSED_AT_EXIT / 4)
+                            grace = self.refused_at_exit()
+                            self._shorten_exit(grace)
+                            delay = min(delay, grace / 4)
                     if spilled:
                         self.pause(delay)
                         return False

@@ -48,7 +48,7 @@ from typing import Any
 from eventlog_handler.api._client import Client
 from eventlog_handler.delivery import _sigterm as sigterm
 from eventlog_handler.delivery._buffer import Entry
-from eventlog_handler.delivery._delivery import Delivery
+from eventlog_handler.delivery._delivery import REFUSED_AT_EXIT, Delivery
 from eventlog_handler.delivery._errands import Errand, Errands
 from eventlog_handler.delivery._intake import Intake
 from eventlog_handler.delivery._ledger import DROP_REASONS, Ledger
@@ -182,6 +182,9 @@ class Engine:
             self.client,
             self.server_settings.seen,
             self.spooling,
+            # A multiprocessing child's exit is part of the program's work (Pool.__exit__,
+            # an executor's shutdown wait for it): it does not wait for a server to start.
+            lambda: 0.0 if _in_multiprocessing_child() else REFUSED_AT_EXIT,
         )
         self.worker = worker = Worker(
             settings,

@@ -5,6 +5,7 @@ leaves the block, and their events must not die with them."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from tests.support.faultserver import FaultServer
 from tests.support.processes import run_program, run_python
-from tests.support.waits import wait_until
+from tests.support.waits import dead_port, wait_until
 
 PROGRAM = """
 import logging, multiprocessing, sys, warnings
@@ -307,3 +308,46 @@ def test_children_started_after_close_send_nothing(server: FaultServer, tmp_path
     assert "left for children: False" in completed.stdout, completed.stdout
     assert "children done" in completed.stdout
     assert [event["message"] for event in server.accepted] == ["before close()"]
+
+
+POOL_BLOCKS_NO_SERVER = """
+import logging, multiprocessing, re, statistics, sys, time, warnings
+import eventlog_handler
+
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with a worker thread (3.12+)
+eventlog_handler.setup()
+log = logging.getLogger("app.pool")
+
+
+def work(item):
+    log.warning("item %d", item)
+    return item
+
+
+if __name__ == "__main__":
+    took = []
+    for block in range(8):
+        started = time.monotonic()
+        with multiprocessing.get_context(sys.argv[1]).Pool(2) as pool:
+            pool.map(work, range(4), chunksize=1)
+        took.append(time.monotonic() - started)
+    print("median block", round(statistics.median(took), 3), flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork"])  # spawn's start-up alone is near a second here
+def test_pool_blocks_do_not_wait_for_a_server_that_is_not_running(
+    tmp_path: Path, method: str
+) -> None:
+    # The exit flush of a program retries a refused connection for a second (a collector
+    # started with it may still take the events); a pool worker's exit is part of the
+    # program's work, which Pool.__exit__ waits for: every block took a second more. The
+    # events are still counted as not sent, on stderr.
+    script = tmp_path / "program.py"
+    script.write_text(POOL_BLOCKS_NO_SERVER)
+    completed = run_python(f"http://127.0.0.1:{dead_port()}", [str(script), method], timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    median = float(completed.stdout.split("median block")[1])
+    assert median < 0.9, (median, completed.stderr[-2000:])
+    unsent = re.findall(r"(\d+) event\(s\) could not be sent", completed.stderr)
+    assert sum(map(int, unsent)) == 8 * 4, completed.stderr[-2000:]
