@@ -73,6 +73,7 @@ from eventlog_handler.handler import check_level
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire import _extras as extras
 from eventlog_handler.wire._jsonsafe import safe_str
+from eventlog_handler.wire._simple_error import main_named
 
 __all__ = ["EventLogProcessor"]
 
@@ -261,7 +262,7 @@ def _calling_module() -> str | None:
             return None
         module = frame.f_globals.get("__name__")
         if isinstance(module, str) and not module.startswith(_OWN_MODULES):
-            return module
+            return str(main_named(module))
         frame = frame.f_back
     return None
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from eventlog_handler.wire._jsonsafe import safe_str, truncate
 from eventlog_handler.wire._levels import level_name
+from eventlog_handler.wire._simple_error import main_named
 
 #: The longest trace log kept per thread or task.
 MAX_TRACE = 250
@@ -185,5 +186,5 @@ def _line(item: _Note) -> str:
             _STAMPS.clear()
         stamp = _STAMPS[second] = time.strftime("%H:%M:%S", time.localtime(second))
     millis = int((created - second) * 1000)
-    text = f"{stamp}.{millis:03d} {level_name(levelno)} {name}: {message}"
+    text = f"{stamp}.{millis:03d} {level_name(levelno)} {main_named(name)}: {message}"
     return truncate(text, MAX_LINE)

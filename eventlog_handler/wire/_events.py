@@ -32,7 +32,7 @@ from typing import Any
 
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK
 from eventlog_handler.wire._jsonsafe import is_excluded, safe_str, to_jsonable, truncate
-from eventlog_handler.wire._simple_error import simple_error
+from eventlog_handler.wire._simple_error import main_named, simple_error
 
 #: ``message`` and ``source`` are cut by the service past this many characters.
 MAX_MESSAGE = 2_000
@@ -271,7 +271,7 @@ def with_common(
     if level is not None:
         event["@level"] = level
     if source:
-        event["source"] = source
+        event["source"] = main_named(source)
     if tags:
         event["tags"] = tags
     if data:

@@ -81,6 +81,8 @@ _MAX_REMEMBERED = 4096
 def _matches(module: str | None, prefixes: Collection[str]) -> bool:
     if not module or not prefixes:
         return False
+    if module == "__mp_main__":  # the main module in a spawned child (see main_named)
+        module = "__main__"
     return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
 
 
@@ -377,11 +379,10 @@ _MAX_MADE = 512
 def _frame(
     place: FrameRef, lines: list[str] | None, include: Collection[str], exclude: Collection[str]
 ) -> dict[str, Any]:
-    from eventlog_handler.wire._simple_error import source_path
+    from eventlog_handler.wire._simple_error import main_named, source_path
 
     filename, lineno, function, module = place
-    if module == "__mp_main__":  # the main module, imported by a spawned or forkserver child
-        module = "__main__"
+    module = main_named(module)
     frame: dict[str, Any] = {
         "module": module or "",
         "function": str(function),

@@ -106,10 +106,12 @@ def log_stack(
     """The ``@stack`` of a serious log record from its call site references (the
     application's frames, outermost first, and the innermost frame above the logging
     machinery), or ``None`` when no call site is known."""
+    from eventlog_handler.wire._simple_error import main_named
+
     site_ref = app[-1] if app else innermost
     if site_ref is None:
         return None
-    module, function = site_ref[3], site_ref[2]
+    module, function, source = main_named(site_ref[3]), site_ref[2], main_named(source)
     site = f"{module}.{function}" if module else str(function)
     text = template if isinstance(template, str) else _safe(template)
     signature: dict[str, str] = {}

@@ -77,10 +77,21 @@ _MAX_REMEMBERED_PATHS = 4096
 _Frame = tuple[str, "int | None", str, "dict[str, Any] | None"]
 
 
+#: The name under which a process that ``multiprocessing`` spawned (or forked from its fork
+#: server) imports the program's main module.
+MP_MAIN = "__mp_main__"
+
+
+def main_named(name: Any) -> Any:
+    """``name``, where it names the program's main module, as ``__main__`` in every process: the
+    same bug, type or logger in a spawned child must stack with the parent's."""
+    return "__main__" if name == MP_MAIN else name
+
+
 def type_name(exc_type: type[BaseException]) -> str:
     """The type's qualified name, prefixed by its module unless it is a builtin."""
     try:
-        module = getattr(exc_type, "__module__", None)
+        module = main_named(getattr(exc_type, "__module__", None))
         qualname = getattr(exc_type, "__qualname__", None) or exc_type.__name__
     except Exception:  # pragma: no cover - a type without names
         return "Exception"

@@ -223,18 +223,24 @@ import logging, multiprocessing, sys
 import eventlog_handler
 
 eventlog_handler.setup()
-log = logging.getLogger("app")
+log = logging.getLogger(__name__)
+
+
+class TotalError(Exception):
+    pass
 
 
 def compute_total():
-    return 1 / 0
+    raise TotalError("no total")
 
 
 def job():
+    name = multiprocessing.current_process().name
     try:
         compute_total()
-    except ZeroDivisionError:
-        log.exception("total failed in %s", multiprocessing.current_process().name)
+    except TotalError:
+        log.exception("total failed in %s", name)
+    log.error("no invoice in %s", name)  # no exception: stacked by its call site
 
 
 if __name__ == "__main__":
@@ -250,28 +256,30 @@ def test_one_bug_is_one_stack_whatever_process_it_happens_in(
     server: FaultServer, tmp_path: Path
 ) -> None:
     # A spawned or forkserver child imports the program's main module as "__mp_main__": its
-    # frames must still be the program's "__main__", or one bug becomes a stack per start
-    # method (and a new one when Python's default start method changes).
+    # frames, exception types and loggers must still be the program's "__main__", or one bug
+    # becomes a stack per start method (and a new one when Python's default start method
+    # changes).
     script = tmp_path / "program.py"
     script.write_text(ONE_BUG)
     completed = run_python(server.url, [str(script)], timeout=90)
     assert completed.returncode == 0, completed.stderr
-    assert wait_until(lambda: len(server.accepted) >= 4, 10), (server.accepted, completed.stderr)
-    errors = {event["message"]: event for event in server.accepted}
-    assert set(errors) == {
-        f"total failed in {name}" for name in ("MainProcess", "fork", "spawn", "forkserver")
-    }
-    signatures = {json.dumps(event["data"]["@stack"], sort_keys=True) for event in errors.values()}
-    assert len(signatures) == 1, signatures
-    (signature,) = signatures
-    assert "__main__.job > __main__.compute_total" in signature, signature
-    for event in errors.values():
-        modules = {
-            frame["module"]
-            for frame in event["@simple_error"]["data"]["@frames"]
-            if frame["in_app"]
-        }
-        assert modules == {"__main__"}, modules
+    assert wait_until(lambda: len(server.accepted) >= 8, 10), (server.accepted, completed.stderr)
+    names = ("MainProcess", "fork", "spawn", "forkserver")
+    events = {event["message"]: event for event in server.accepted}
+    errors = [events[f"total failed in {name}"] for name in names]
+    logs = [events[f"no invoice in {name}"] for name in names]
+    assert "__mp_main__" not in json.dumps(server.accepted)
+    for same in (errors, logs):
+        signatures = {json.dumps(event["data"]["@stack"], sort_keys=True) for event in same}
+        assert len(signatures) == 1, signatures
+        assert {event["source"] for event in same} == {"__main__"}
+    signature = errors[0]["data"]["@stack"]["signature_data"]
+    assert signature["frames"] == "in __main__.job > __main__.compute_total", signature
+    assert signature["type"] == "__main__.TotalError", signature
+    assert logs[0]["data"]["@stack"]["signature_data"]["site"] == "at __main__.job"
+    for event in errors:
+        frames = event["@simple_error"]["data"]["@frames"]
+        assert {frame["module"] for frame in frames if frame["in_app"]} == {"__main__"}
 
 
 CLOSED_BEFORE_CHILDREN = """
