@@ -276,6 +276,7 @@ def setup(
             _CURRENT.detach()
             _CURRENT = None
         hooks = install_with(handler.settings, force=force_hooks) if capture_exceptions else None
+        signals.decline_sigterm_flush(flush_on_sigterm is False)
         sigterm = flush_on_sigterm is not False and signals.flush_on_sigterm(
             auto=flush_on_sigterm is None
         )

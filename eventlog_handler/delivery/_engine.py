@@ -82,8 +82,9 @@ __all__ = [
 _generation = 0
 #: Whether this process (a forked or multiprocessing child) flushes on SIGTERM.
 _terminate_guarded = False
-#: Whether it should, and waits for its main thread to log to put the flush in place.
-_terminate_wanted = False
+#: Where it should and waits for its main thread to log to put the flush in place: the main
+#: thread's ident.
+_terminate_wanted: int | None = None
 
 
 class Engine:
@@ -249,7 +250,7 @@ class Engine:
         try:
             if self._generation != _generation:
                 self.check_process()
-            if _terminate_wanted:
+            if _terminate_wanted is not None and threading.get_ident() == _terminate_wanted:
                 _guard_child()
             if threading.get_ident() in SENDER_THREADS:
                 return False
@@ -469,18 +470,22 @@ def _guard_child() -> None:
     the main thread's next log puts the flush in place (a child whose main thread never logs
     keeps SIGTERM's default action; ``setup()`` called there installs it)."""
     global _terminate_guarded, _terminate_wanted
-    if _terminate_guarded or not (sigterm.inherited_flush or _in_multiprocessing_child()):
+    if _terminate_guarded or sigterm.declined:
         return
-    _terminate_wanted = not sigterm.main_os_thread()
-    if not _terminate_wanted:
-        _terminate_guarded = terminate_gracefully(shutdown_all)
+    if not (sigterm.inherited_flush or _in_multiprocessing_child()):
+        return
+    if not sigterm.main_os_thread():
+        _terminate_wanted = threading.main_thread().ident
+        return
+    _terminate_wanted = None
+    _terminate_guarded = terminate_gracefully(shutdown_all)
 
 
 def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK, _generation, _terminate_guarded, _terminate_wanted
     try:
         _generation += 1
-        _terminate_guarded = _terminate_wanted = False
+        _terminate_guarded, _terminate_wanted = False, None
         _REGISTRY_LOCK = threading.Lock()
         SENDER_THREADS.clear()
         for engine in _ENGINES.values():

@@ -57,9 +57,9 @@ NUDGE_AFTER = 0.2
 
 #: This process's wakeup pipe (reader, writer), while its watcher runs.
 _pipe: tuple[int, int] | None = None
-#: Each forking thread's signal mask before :func:`_before_fork` blocked ``SIGTERM`` in it, by
-#: thread: two threads may fork at once.
-_masks_before_fork: dict[int, set[int | signal.Signals]] = {}
+#: Each forking thread's signal masks before :func:`_before_fork` blocked ``SIGTERM`` in it, by
+#: thread (two threads may fork at once), innermost last (an after-fork hook may fork again).
+_masks_before_fork: dict[int, list[set[int | signal.Signals]]] = {}
 
 #: :func:`signal.set_wakeup_fd` as it was, before it was wrapped (see :func:`_set_wakeup_fd`).
 _original_set_wakeup_fd = signal.set_wakeup_fd
@@ -79,14 +79,16 @@ def install(
 
 
 def terminate_gracefully(flush: Callable[[], object]) -> bool:
-    """In a child process, flush when ``SIGTERM`` ends it; ``True`` if installed.
-    Only from the main thread, and only where ``SIGTERM`` has its default disposition (or the
-    flush this process inherited from its parent, which is replaced)."""
+    """In a child process, flush when ``SIGTERM`` ends it; ``True`` if it does now. Only from
+    the main thread, and only where ``SIGTERM`` has its default disposition: a handler made
+    here (``setup()`` in the child) is kept, and so is the program's own."""
     if not main_os_thread():
         return False
     try:
         current = signal.getsignal(signal.SIGTERM)
-        if current is not signal.SIG_DFL and getattr(current, FLUSH_MARK, None) is None:
+        if getattr(current, HANDLER_MARK, False):
+            return True  # this process's flush already
+        if current is not signal.SIG_DFL:
             return False  # the program's own handler
         install(flush, signal.SIG_DFL)
     except (ValueError, OSError, AttributeError):  # no SIGTERM here, or not allowed
@@ -351,6 +353,9 @@ def _release(forked: bool) -> None:
 #: Whether this process is a forked child that inherited the flush (ending in the default
 #: action) and had it taken back (see :func:`_after_fork_in_child`).
 inherited_flush = False
+#: Whether the program said not to flush on ``SIGTERM`` (``setup(flush_on_sigterm=False)``):
+#: its children, forked or spawned with the same arguments, do not either.
+declined = False
 
 
 def _before_fork() -> None:
@@ -370,21 +375,32 @@ def _before_fork() -> None:
     with contextlib.suppress(ValueError, OSError, AttributeError):
         if _pipe is not None or getattr(signal.getsignal(signal.SIGTERM), HANDLER_MARK, False):
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-            _masks_before_fork[threading.get_ident()] = mask
+            _masks_before_fork.setdefault(threading.get_ident(), []).append(mask)
 
 
 def unblock_after_fork() -> None:
-    """Put back the mask :func:`_before_fork` changed in the calling thread. In a child, the
-    engine calls it once its own after-fork hook has made the child's state its own, so that
-    a ``SIGTERM`` held back meanwhile finds the child ready; no other thread exists there."""
-    mask = _masks_before_fork.pop(threading.get_ident(), None)
-    if mask is not None:
+    """In a child, put back the mask the forking thread had before the first fork that is still
+    going on in it: the engine calls this once its own after-fork hook has made the child's
+    state its own, so that a ``SIGTERM`` held back meanwhile finds the child ready. No other
+    thread exists there, and no fork is going on in the child itself."""
+    masks = _masks_before_fork.pop(threading.get_ident(), None)
+    _masks_before_fork.clear()
+    if masks:
         with contextlib.suppress(ValueError, OSError):
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            signal.pthread_sigmask(signal.SIG_SETMASK, masks[0])
 
 
 def _after_fork_in_parent() -> None:
-    unblock_after_fork()
+    """Put back the mask of the fork that just ended in the calling thread: the one before it,
+    still blocked where that fork was made by an after-fork hook of an outer one."""
+    ident = threading.get_ident()
+    masks = _masks_before_fork.get(ident)
+    if masks:
+        mask = masks.pop()
+        if not masks:
+            del _masks_before_fork[ident]
+        with contextlib.suppress(ValueError, OSError):
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _after_fork_in_child() -> None:
@@ -398,10 +414,6 @@ def _after_fork_in_child() -> None:
     :func:`unblock_after_fork`).
     """
     global inherited_flush
-    mine = _masks_before_fork.get(threading.get_ident())
-    _masks_before_fork.clear()  # other threads' forks: those threads are not in the child
-    if mine is not None:
-        _masks_before_fork[threading.get_ident()] = mine
     _release(forked=True)
     with contextlib.suppress(ValueError, OSError, AttributeError):
         if getattr(signal.getsignal(signal.SIGTERM), FLUSH_MARK, None) is not None:

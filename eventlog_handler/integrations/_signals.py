@@ -49,6 +49,12 @@ def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> boo
     return True
 
 
+def decline_sigterm_flush(declined: bool) -> None:
+    """Whether the program declined the flush on ``SIGTERM`` (``flush_on_sigterm=False``): then
+    neither it nor its children get one, also not a ``multiprocessing`` child that logs."""
+    sigterm.declined = declined
+
+
 _raise_signal: Any = None  # signal.raise_signal as it was, once wrapped
 
 

@@ -565,3 +565,133 @@ def test_a_sigterm_held_back_at_the_fork_finds_the_child_on_its_own(server: Faul
     assert "child exit status 0" in process.stdout, process.stdout
     assert "could not be sent" not in process.stderr, process.stderr
     assert [e["message"] for e in server.accepted] == ["queued in the parent at the fork"]
+
+
+NESTED_FORK = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+forked_in_hook = []
+
+
+def start_helper():
+    # A library that starts a helper process from each forked child, in its after-fork hook
+    # (registered before the package's, so it runs while SIGTERM is still blocked).
+    if not forked_in_hook:
+        forked_in_hook.append(True)
+        pid = os.fork()
+        if pid == 0:
+            forked_in_hook.append("helper")
+            return
+        os.waitpid(pid, 0)
+
+
+os.register_at_fork(after_in_child=start_helper)
+import eventlog_handler
+
+eventlog_handler.setup(api_key={key!r}, server_url={url!r}, capture_exceptions=False)
+
+
+def blocked():
+    return signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+pid = os.fork()
+if pid == 0:
+    print("helper" if forked_in_hook[-1] == "helper" else "child", "blocked:", blocked(), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent blocked:", blocked(), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_made_by_an_after_fork_hook_leaves_nothing_blocked(server: FaultServer) -> None:
+    code = NESTED_FORK.format(root=str(ROOT), key=API_KEY, url=server.url)
+    process = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert process.returncode == 0, process.stderr
+    lines = sorted(process.stdout.splitlines())
+    assert lines == ["child blocked: False", "helper blocked: False", "parent blocked: False"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_the_childs_own_setup_keeps_its_flush_when_the_main_thread_logs(
+    server: FaultServer,
+) -> None:
+    # A forked child whose thread logs first waits for its main thread to put the flush in
+    # place; when that thread calls setup() first (as the README says to), setup()'s flush is
+    # the child's, and the main thread's next log must not replace it.
+    wait = textwrap.dedent(
+        f"""
+        import threading
+        from eventlog_handler.integrations import _signals
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            log = logging.getLogger("svc")
+            thread = threading.Thread(target=log.info, args=("child, from a thread",))
+            thread.start()
+            thread.join()
+            eventlog_handler.setup(api_key={API_KEY!r}, server_url={server.url!r},
+                                   flush_interval=60, capture_exceptions=False)
+            log.info("child, from its main thread")
+            print("setup's flush kept:", signal.getsignal(signal.SIGTERM) is _signals._installed,
+                  flush=True)
+            os.write(w, b"x")
+            time.sleep(60)
+            os._exit(0)
+        os.read(r, 1)
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        """
+    )
+    returncode, stdout, stderr = run_to_end(server, wait=wait)
+    assert returncode == 0, stderr
+    assert "setup's flush kept: True" in stdout, (stdout, stderr)
+    messages = [e["message"] for e in server.accepted]
+    assert sorted(m for m in messages if m.startswith("child")) == [
+        "child, from a thread",
+        "child, from its main thread",
+    ]
+
+
+DECLINED = """
+import logging, multiprocessing, signal, sys
+sys.path.insert(0, {root!r})
+import eventlog_handler
+
+eventlog_handler.setup(api_key={key!r}, server_url={url!r}, flush_on_sigterm=False)
+
+
+def work(method):
+    logging.getLogger("app").warning("from a %s child", method)
+    default = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    print(method, "child has the default:", default, flush=True)
+
+
+if __name__ == "__main__":
+    print("parent has the default:", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    for method in ("fork", "spawn"):
+        process = multiprocessing.get_context(method).Process(target=work, args=(method,))
+        process.start()
+        process.join()
+"""
+
+
+def test_flush_on_sigterm_false_holds_in_children_too(server: FaultServer, tmp_path: Path) -> None:
+    # "flush_on_sigterm=False installs nothing": neither in the program nor in the
+    # multiprocessing children that log (which otherwise flush when SIGTERM ends them).
+    script = tmp_path / "declined.py"  # a file: spawned children import it as __mp_main__
+    script.write_text(DECLINED.format(root=str(ROOT), key=API_KEY, url=server.url))
+    process = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60
+    )
+    assert process.returncode == 0, process.stderr
+    assert "parent has the default: True" in process.stdout
+    assert "fork child has the default: True" in process.stdout, process.stdout
+    assert "spawn child has the default: True" in process.stdout, process.stdout
+    assert sorted(e["message"] for e in server.accepted) == [
+        "from a fork child",
+        "from a spawn child",
+    ]
