@@ -184,8 +184,13 @@ class Engine:
             self.server_settings.seen,
             self.spooling,
             # A multiprocessing child's exit is part of the program's work (Pool.__exit__,
-            # an executor's shutdown wait for it): it does not wait for a server to start.
-            lambda: 0.0 if _in_multiprocessing_child() else REFUSED_AT_EXIT,
+            # an executor's shutdown wait for it): one that never reached the server does not
+            # wait for it to start; one that did (a long-lived worker) waits out a restart.
+            lambda: (
+                0.0
+                if _in_multiprocessing_child() and not self.ledger.delivered
+                else REFUSED_AT_EXIT
+            ),
         )
         self.worker = worker = Worker(
             settings,

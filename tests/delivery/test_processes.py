@@ -4,15 +4,21 @@ leaves the block, and their events must not die with them."""
 
 from __future__ import annotations
 
+import gzip
+import http.server
 import json
 import re
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.faultserver import FaultServer
-from tests.support.processes import run_program, run_python
+from tests.support.processes import child_env, run_program, run_python
 from tests.support.waits import dead_port, wait_until
 
 PROGRAM = """
@@ -359,3 +365,91 @@ def test_pool_blocks_do_not_wait_for_a_server_that_is_not_running(
     assert median < 0.9, (median, completed.stderr[-2000:])
     unsent = re.findall(r"(\d+) event\(s\) could not be sent", completed.stderr)
     assert sum(map(int, unsent)) == 8 * 4, completed.stderr[-2000:]
+
+
+RESTART_AT_WORKER_EXIT = """
+import logging, multiprocessing, os, sys, time
+import eventlog_handler
+
+handle = eventlog_handler.setup()
+log = logging.getLogger("app.worker")
+
+
+def worker(folder):
+    log.warning("reached the server")
+    assert handle.flush(10)
+    open(os.path.join(folder, "flushed"), "w").close()
+    while not os.path.exists(os.path.join(folder, "go")):
+        time.sleep(0.01)
+    log.warning("logged while the server restarts")  # sent by the worker's exit flush
+
+
+if __name__ == "__main__":
+    process = multiprocessing.get_context("fork").Process(target=worker, args=(sys.argv[1],))
+    process.start()
+    process.join()
+"""
+
+
+class _Events(http.server.BaseHTTPRequestHandler):
+    messages: list[str] = []
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        if self.path.startswith("/api/v2/events"):
+            self.messages.extend(event.get("message") for event in json.loads(body))
+        self.send_response(202)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_worker_that_reached_the_server_waits_out_its_restart_at_exit(tmp_path: Path) -> None:
+    # A multiprocessing child that never reached the server does not wait for it at its exit
+    # (see above); one that did (a long-lived worker) retries a refused connection as a
+    # program does, and a server restarting meanwhile gets its last events.
+    handler = type("Events", (_Events,), {"messages": []})
+    first = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    port = first.server_address[1]
+    threading.Thread(target=first.serve_forever, daemon=True).start()
+    script = tmp_path / "program.py"
+    script.write_text(RESTART_AT_WORKER_EXIT)
+    program = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        env=child_env(f"http://127.0.0.1:{port}"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    second = None
+    try:
+        assert wait_until(lambda: (tmp_path / "flushed").exists(), 30), program.stderr
+        first.shutdown()
+        first.server_close()  # the restart begins: every connection is refused
+        second = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", port), handler, bind_and_activate=False
+        )
+        second.allow_reuse_address = True
+        second.server_bind()  # bound, not listening yet
+        (tmp_path / "go").touch()
+        time.sleep(0.3)
+        second.server_activate()  # back
+        threading.Thread(target=second.serve_forever, daemon=True).start()
+        _, stderr = program.communicate(timeout=30)
+    finally:
+        program.kill()
+        if second is not None:
+            second.shutdown()
+            second.server_close()
+    assert program.returncode == 0, stderr
+    assert handler.messages == ["reached the server", "logged while the server restarts"], stderr
