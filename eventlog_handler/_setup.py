@@ -66,6 +66,9 @@ class EventLogSetup:
         #: The program's handlers that print what they printed before (see
         #: :mod:`eventlog_handler.integrations._console`).
         self.pinned: list[tuple[logging.Handler, console.AsBefore]] = []
+        #: What this setup left in the environment for spawned children (see
+        #: :func:`_pass_to_children`), taken back when it is detached.
+        self.for_children: str | None = None
 
     def __repr__(self) -> str:
         settings = self.handler.settings
@@ -96,8 +99,8 @@ class EventLogSetup:
         if self.closed:
             return
         self.closed = True
-        if _CURRENT is self:  # children started from now on are not set up either
-            os.environ.pop(CHILD_SETUP_ENV, None)
+        if self.for_children is not None and os.environ.get(CHILD_SETUP_ENV) == self.for_children:
+            del os.environ[CHILD_SETUP_ENV]  # children started from now on are not set up either
         if exception_capture.current_settings() is self.handler.settings:
             exception_capture.set_active(None)
         if self.hooks is not None:
@@ -316,7 +319,7 @@ def setup(
             celery.install(_current_handlers)
         if "rq" in sys.modules:
             rq.install(_current_handlers)
-        _pass_to_children(
+        _CURRENT.for_children = _pass_to_children(
             {
                 "api_key": api_key,
                 "server_url": server_url,
@@ -372,15 +375,17 @@ def _current_handlers() -> list[logging.Handler]:
 CHILD_SETUP_ENV = "EVENTLOG_HANDLER_CHILD_SETUP"
 
 
-def _pass_to_children(arguments: dict[str, Any]) -> None:
+def _pass_to_children(arguments: dict[str, Any]) -> str | None:
     """Leave ``setup()``'s arguments in the environment for spawned children (when they are all
     plain JSON: a ``before_send`` or exception class given as an object can't travel; pass its
     import path instead), sealed (:func:`_seal`): every subprocess inherits the environment,
-    and an API key given in code must not be readable there."""
+    and an API key given in code must not be readable there. Returns what it left."""
     try:
-        os.environ[CHILD_SETUP_ENV] = _seal(json.dumps(arguments).encode())
+        sealed = os.environ[CHILD_SETUP_ENV] = _seal(json.dumps(arguments).encode())
     except (TypeError, ValueError):
         os.environ.pop(CHILD_SETUP_ENV, None)
+        return None
+    return sealed
 
 
 def _keys() -> tuple[bytes, bytes]:
