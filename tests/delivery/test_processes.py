@@ -304,7 +304,7 @@ if __name__ == "__main__":
     log.warning("before close()")
     handle.close(5)
     print("left for children:", "EVENTLOG_HANDLER_CHILD_SETUP" in os.environ, flush=True)
-    for method in ("spawn", "forkserver", "fork"):
+    for method in ("spawn", "fork"):  # spawn reads the environment; fork copies the closed setup
         process = multiprocessing.get_context(method).Process(target=child)
         process.start()
         process.join()
