@@ -36,6 +36,7 @@ Accounting: ``captured == delivered + sum(dropped) + queued + in_flight + spoole
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import multiprocessing.util
 import os
@@ -59,7 +60,7 @@ from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._sender import Sender
 from eventlog_handler.delivery._server_settings import ServerSettings, SettingsFetch
 from eventlog_handler.delivery._sessions import Sessions
-from eventlog_handler.delivery._sigterm import terminate_gracefully
+from eventlog_handler.delivery._sigterm import block_signals, terminate_gracefully
 from eventlog_handler.delivery._spool import Spool, target_tag
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
@@ -85,6 +86,11 @@ _terminate_guarded = False
 #: Where it should and waits for its main thread to log to put the flush in place: the main
 #: thread's ident.
 _terminate_wanted: int | None = None
+#: The ident of this process's main thread (in a forked child, the thread that forked).
+_main_ident = threading.main_thread().ident
+#: In a child forked from a thread other than its parent's main thread: that thread, whose end
+#: ends the child (see :func:`_end_with`), until it is watched.
+_primary: threading.Thread | None = None
 
 
 class Engine:
@@ -235,8 +241,15 @@ class Engine:
 
     def _start_worker(self) -> bool:
         """Start the worker (the lock is held), and in a child, the flush on SIGTERM
-        (:func:`_guard_child`)."""
+        (:func:`_guard_child`) and the end with its thread (:func:`_end_with`)."""
+        global _primary
         _guard_child()
+        if _primary is not None:
+            primary, _primary = _primary, None
+            with contextlib.suppress(RuntimeError):  # no thread can start now
+                threading.Thread(
+                    target=_end_with, args=(primary,), name="eventlog-handler-exit", daemon=True
+                ).start()
         return self.worker.start()
 
     def same_process(self) -> bool:
@@ -486,9 +499,28 @@ def _guard_child() -> None:
     _terminate_guarded = terminate_gracefully(shutdown_all)
 
 
+def _end_with(primary: threading.Thread) -> None:
+    """In a child forked from a thread other than its parent's main thread, that thread is the
+    child's only one, and no interpreter exit follows its end (no ``atexit``): the process
+    ends when its last thread does, and this package's threads would keep it alive for ever
+    (they block ``SIGTERM`` too). When that thread ends, run the exit flush and let the
+    package's threads end."""
+    block_signals()
+    try:
+        primary.join()
+    except RuntimeError:  # pragma: no cover - a thread threading did not start: not joinable
+        return
+    shutdown_all()
+    sigterm.stop_watching()
+
+
 def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK, _generation, _terminate_guarded, _terminate_wanted
+    global _main_ident, _primary
     try:
+        ident = threading.get_ident()
+        _primary = threading.current_thread() if ident != _main_ident else None
+        _main_ident = ident
         _generation += 1
         _terminate_guarded, _terminate_wanted = False, None
         _REGISTRY_LOCK = threading.Lock()

@@ -695,3 +695,42 @@ def test_flush_on_sigterm_false_holds_in_children_too(server: FaultServer, tmp_p
         "from a fork child",
         "from a spawn child",
     ]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_from_a_thread_ends_with_that_thread(server: FaultServer) -> None:
+    # The child of a thread's fork has that thread only; when it ends, no interpreter exit
+    # follows, and the process ends with its last thread: the package's threads must not keep
+    # it alive (they block SIGTERM too: only SIGKILL ended it), and what it logged is sent.
+    wait = textwrap.dedent(
+        """
+        import threading
+        children = []
+        def fork_and_return():
+            pid = os.fork()
+            if pid == 0:
+                logging.getLogger("svc").warning("from the child of a thread")
+                return  # the thread ends: the child's only one
+            children.append(pid)
+        thread = threading.Thread(target=fork_and_return)
+        thread.start()
+        thread.join()
+        (pid,) = children
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                print("child exit status", os.waitstatus_to_exitcode(status), flush=True)
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            print("child hung", flush=True)
+        """
+    )
+    returncode, stdout, stderr = run_to_end(server, wait=wait, timeout=40)
+    assert returncode == 0, stderr
+    assert "child exit status 0" in stdout, (stdout, stderr)
+    messages = [e["message"] for e in server.accepted]
+    assert messages.count("from the child of a thread") == 1, messages
