@@ -268,9 +268,10 @@ class Engine:
         try:
             if self._generation != _generation:
                 self.check_process()
-            if _terminate_wanted is not None and threading.get_ident() == _terminate_wanted:
+            ident = threading.get_ident()
+            if ident == _terminate_wanted:
                 _guard_child()
-            if threading.get_ident() in SENDER_THREADS:
+            if ident in SENDER_THREADS:
                 return False
             if self.problem is not None:
                 with self.ledger.lock:

@@ -68,6 +68,27 @@ def run_to_end(
     return process.returncode, stdout, stderr
 
 
+def sigterm_to_a_child(child: str) -> str:
+    """A ``wait`` for PROGRAM: fork a child that runs ``child`` (with ``log``, a logger) and then
+    waits; the parent ends it with SIGTERM, as a process manager would, and prints how it
+    ended ("child ended by <signal>")."""
+    body = textwrap.indent(textwrap.dedent(child).strip(), "    ")
+    return (
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        '    log = logging.getLogger("svc")\n'
+        f"{body}\n"
+        '    os.write(w, b"x")\n'
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "os.read(r, 1)\n"
+        "os.kill(pid, signal.SIGTERM)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        'print("child ended by", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)\n'
+    )
+
+
 #: A thread that takes SIGTERM itself half a second after it starts (``take_it``), while the
 #: main thread is inside a blocking C call.
 TAKE_IT = (
@@ -455,24 +476,13 @@ def test_a_child_that_logs_first_from_a_thread_flushes_once_its_main_thread_logs
 ) -> None:
     # Only the main thread may set a signal handler: a forked child whose first log comes from
     # another thread gets the flush on SIGTERM when its main thread logs.
-    wait = textwrap.dedent(
+    wait = sigterm_to_a_child(
         """
         import threading
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            log = logging.getLogger("svc")
-            thread = threading.Thread(target=log.info, args=("child, from a thread",))
-            thread.start()
-            thread.join()
-            log.info("child, from its main thread")
-            os.write(w, b"x")
-            time.sleep(60)
-            os._exit(0)
-        os.read(r, 1)
-        os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-        print("child ended by", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, flush=True)
+        thread = threading.Thread(target=log.info, args=("child, from a thread",))
+        thread.start()
+        thread.join()
+        log.info("child, from its main thread")
         """
     )
     returncode, stdout, stderr = run_to_end(server, wait=wait)
@@ -490,27 +500,16 @@ def test_setup_in_a_child_that_logged_keeps_the_flush_and_its_watcher(server: Fa
     # A forked child that logs gets the flush from its engine; setup() called in it afterwards
     # (a post_fork hook) must replace it with its own, watcher included: a flush without a
     # watcher would hang the child where SIGTERM reaches it just before it blocks in C.
-    wait = textwrap.dedent(
+    wait = sigterm_to_a_child(
         f"""
         from eventlog_handler.delivery import _sigterm
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            log = logging.getLogger("svc")
-            log.info("child, before its setup()")
-            eventlog_handler.setup(api_key={API_KEY!r}, server_url={server.url!r},
-                                   flush_interval=60, capture_exceptions=False)
-            log.info("child, after its setup()")
-            flush = getattr(signal.getsignal(signal.SIGTERM), _sigterm.FLUSH_MARK, None)
-            print("child flush:", flush is not None, "watcher:", _sigterm._pipe is not None,
-                  flush=True)
-            os.write(w, b"x")
-            time.sleep(60)
-            os._exit(0)
-        os.read(r, 1)
-        os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-        print("child ended by", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, flush=True)
+        log.info("child, before its setup()")
+        eventlog_handler.setup(api_key={API_KEY!r}, server_url={server.url!r},
+                               flush_interval=60, capture_exceptions=False)
+        log.info("child, after its setup()")
+        flush = getattr(signal.getsignal(signal.SIGTERM), _sigterm.FLUSH_MARK, None)
+        print("child flush:", flush is not None, "watcher:", _sigterm._pipe is not None,
+              flush=True)
         """
     )
     returncode, stdout, stderr = run_to_end(server, wait=wait)
@@ -622,28 +621,18 @@ def test_the_childs_own_setup_keeps_its_flush_when_the_main_thread_logs(
     # A forked child whose thread logs first waits for its main thread to put the flush in
     # place; when that thread calls setup() first (as the README says to), setup()'s flush is
     # the child's, and the main thread's next log must not replace it.
-    wait = textwrap.dedent(
+    wait = sigterm_to_a_child(
         f"""
         import threading
         from eventlog_handler.integrations import _signals
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            log = logging.getLogger("svc")
-            thread = threading.Thread(target=log.info, args=("child, from a thread",))
-            thread.start()
-            thread.join()
-            eventlog_handler.setup(api_key={API_KEY!r}, server_url={server.url!r},
-                                   flush_interval=60, capture_exceptions=False)
-            log.info("child, from its main thread")
-            print("setup's flush kept:", signal.getsignal(signal.SIGTERM) is _signals._installed,
-                  flush=True)
-            os.write(w, b"x")
-            time.sleep(60)
-            os._exit(0)
-        os.read(r, 1)
-        os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
+        thread = threading.Thread(target=log.info, args=("child, from a thread",))
+        thread.start()
+        thread.join()
+        eventlog_handler.setup(api_key={API_KEY!r}, server_url={server.url!r},
+                               flush_interval=60, capture_exceptions=False)
+        log.info("child, from its main thread")
+        print("setup's flush kept:", signal.getsignal(signal.SIGTERM) is _signals._installed,
+              flush=True)
         """
     )
     returncode, stdout, stderr = run_to_end(server, wait=wait)
