@@ -9,6 +9,7 @@ import hmac
 import json
 import logging
 import multiprocessing
+import multiprocessing.util
 import os
 import sys
 import threading
@@ -99,8 +100,10 @@ class EventLogSetup:
         if self.closed:
             return
         self.closed = True
-        if self.for_children is not None and os.environ.get(CHILD_SETUP_ENV) == self.for_children:
-            del os.environ[CHILD_SETUP_ENV]  # children started from now on are not set up either
+        if self.for_children is not None:  # children started from now on are not set up either
+            for left in (os.environ, _process_config()):
+                if left.get(CHILD_SETUP_ENV) == self.for_children:
+                    del left[CHILD_SETUP_ENV]
         if exception_capture.current_settings() is self.handler.settings:
             exception_capture.set_active(None)
         if self.hooks is not None:
@@ -371,21 +374,49 @@ def _current_handlers() -> list[logging.Handler]:
 
 #: How ``setup()``'s arguments reach the processes that ``multiprocessing`` starts with spawn or
 #: forkserver: they re-import the main module without running its ``if __name__ ==
-#: "__main__":`` block, so a ``setup()`` there would not run in them.
+#: "__main__":`` block (a fork server's children don't even do that: the fork server imported
+#: it once, before it forked them), so a ``setup()`` there would not run in them.
 CHILD_SETUP_ENV = "EVENTLOG_HANDLER_CHILD_SETUP"
 
 
 def _pass_to_children(arguments: dict[str, Any]) -> str | None:
-    """Leave ``setup()``'s arguments in the environment for spawned children (when they are all
-    plain JSON: a ``before_send`` or exception class given as an object can't travel; pass its
-    import path instead), sealed (:func:`_seal`): every subprocess inherits the environment,
-    and an API key given in code must not be readable there. Returns what it left."""
+    """Leave ``setup()``'s arguments for the children ``multiprocessing`` starts (when they are
+    all plain JSON: a ``before_send`` or exception class given as an object can't travel; pass
+    its import path instead), sealed (:func:`_seal`), in two places: the environment, which a
+    spawned child reads while it imports the main module, before anything else of its parent
+    has reached it; and the configuration ``multiprocessing`` copies into each process object
+    made from now on (:func:`_process_config`), which a running child reads: a fork server's
+    child has the fork server's environment, as it was when the fork server started. Every
+    subprocess inherits the environment, and an API key given in code must not be readable
+    there: hence the seal. Returns what it left."""
+    config = _process_config()
     try:
-        sealed = os.environ[CHILD_SETUP_ENV] = _seal(json.dumps(arguments).encode())
+        sealed = os.environ[CHILD_SETUP_ENV] = config[CHILD_SETUP_ENV] = _seal(
+            json.dumps(arguments).encode()
+        )
     except (TypeError, ValueError):
         os.environ.pop(CHILD_SETUP_ENV, None)
+        config.pop(CHILD_SETUP_ENV, None)
         return None
     return sealed
+
+
+def _process_config() -> dict[str, Any]:
+    """This process's ``multiprocessing`` configuration (``BaseProcess._config``, where it keeps
+    the authentication key): every process object made here gets a copy, which reaches the
+    child with it through its start-up pipe. A dict of no consequence if a Python lacks it."""
+    config = getattr(multiprocessing.current_process(), "_config", None)
+    return config if isinstance(config, dict) else {}
+
+
+def _left_for_this_process() -> str | None:
+    """What the parent left for this process: while ``multiprocessing`` prepares a spawned child
+    (it imports the main module), the environment, since its process object has not arrived
+    yet; once the child runs, its process object's copy of the parent's configuration, as it
+    was when the parent made that object (so not after the parent's ``close()``)."""
+    if multiprocessing.parent_process() is None:
+        return os.environ.get(CHILD_SETUP_ENV)
+    return _process_config().get(CHILD_SETUP_ENV)
 
 
 def _keys() -> tuple[bytes, bytes]:
@@ -431,7 +462,10 @@ def _unseal(text: str) -> bytes | None:
 
 
 def _in_forkserver() -> bool:
-    """Whether this is multiprocessing's fork server importing the main module (preload)."""
+    """Whether this is multiprocessing's fork server importing the main module (preload), not
+    one of its children (they run on the fork server's stack, as processes of their parent)."""
+    if multiprocessing.parent_process() is not None:
+        return False
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename.endswith(os.path.join("multiprocessing", "forkserver.py")):
@@ -442,16 +476,22 @@ def _in_forkserver() -> bool:
 
 def adopt_parent_setup() -> None:
     """In a process that ``multiprocessing`` spawned (its main module is being imported as
-    ``__mp_main__``): run the ``setup()`` the parent ran, if it ran one this one did not."""
+    ``__mp_main__``): run the ``setup()`` the parent ran, if it ran one this one did not. In a
+    fork server, have each child it forks do so when it starts."""
     try:
         # While a spawned child runs the parent's main module, that module is imported under
         # the name "__mp_main__" (in the parent, "__mp_main__" is an alias of "__main__").
         main = sys.modules.get("__mp_main__")
-        text = os.environ.get(CHILD_SETUP_ENV)
-        if text is None or getattr(main, "__name__", None) != "__mp_main__" or _CURRENT:
+        if getattr(main, "__name__", None) != "__mp_main__" or _CURRENT:
             return
         if _in_forkserver():
-            return  # the fork server only forks: setting up there could deadlock its children
+            # It only forks: setting up there could deadlock its children. multiprocessing
+            # runs its after-fork hooks in each of them, once the child has its process object.
+            multiprocessing.util.register_after_fork(_ADOPTER, _adopt_in_child)
+            return
+        text = _left_for_this_process()
+        if text is None:
+            return
         plain = _unseal(text)
         if plain is None:
             return  # not from a parent of this process
@@ -460,6 +500,18 @@ def adopt_parent_setup() -> None:
             setup(**arguments)
     except Exception as exc:  # a child must run whatever its parent's settings
         sys.stderr.write(f"eventlog_handler: the parent's setup() failed here: {exc}\n")
+
+
+class _Adopter:
+    """Anchor of the fork server's after-fork registration (kept by weak reference)."""
+
+
+_ADOPTER = _Adopter()
+
+
+def _adopt_in_child(_anchor: object) -> None:
+    """In a child of the fork server, as ``multiprocessing`` starts it."""
+    adopt_parent_setup()
 
 
 def current() -> EventLogSetup | None:

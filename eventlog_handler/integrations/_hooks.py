@@ -20,10 +20,12 @@ that was there before, so the traceback is still printed and the exit status is 
 - Under gevent (imported before the hooks are installed), exceptions of greenlets and loop
   callbacks that its hub reports: ``@level`` ``Error``, ``unhandled_greenlet_exception``, the
   greenlet in ``data["@greenlet"]``; queued, not waited for.
-- A ``multiprocessing.Process`` started by fork or forkserver whose ``run`` (its target)
-  raises: ``multiprocessing`` prints the traceback itself, so ``sys.excepthook`` never sees
-  it. ``@level`` ``Fatal``, ``unhandled_process_exception``, the process's name in
-  ``data["process"]``. (A spawned process is not covered: spawn runs no hook before ``run``.)
+- A ``multiprocessing.Process`` whose ``run`` (its target) raises: ``multiprocessing`` prints
+  the traceback itself, so ``sys.excepthook`` never sees it. ``@level`` ``Fatal``,
+  ``unhandled_process_exception``, the process's name in ``data["process"]``. Fork and
+  forkserver run ``multiprocessing``'s after-fork hooks before ``run``; spawn runs none, so a
+  spawned child that imports the package with its main module hooks spawn's own after-fork
+  step (:func:`_hook_spawned_process`).
 - ``KeyboardInterrupt`` (and ``SystemExit`` in a thread) is not reported, only passed on.
 - An exception that was already sent (for instance by ``logger.exception`` before it was
   re-raised) is not sent again.
@@ -300,9 +302,9 @@ class _ProcessRun:
 
     @staticmethod
     def wrap(_anchor: object) -> None:
-        """In a process that ``multiprocessing`` started by fork or forkserver (their bootstrap
-        runs the after-fork hooks before ``run``; spawn's does not, so a spawned process is
-        not covered), report an exception that ends ``run``."""
+        """In a process that ``multiprocessing`` started (its bootstrap runs the after-fork
+        hooks before ``run`` under fork and forkserver, and, in a spawned child,
+        :func:`_hook_spawned_process`'s step), report an exception that ends ``run``."""
         try:
             process = multiprocessing.current_process()
             run = process.run
@@ -324,6 +326,31 @@ class _ProcessRun:
 
 _PROCESS_RUN = _ProcessRun()
 multiprocessing.util.register_after_fork(_PROCESS_RUN, _ProcessRun.wrap)
+
+
+
+
+def _hook_spawned_process() -> None:
+    """In a child that ``multiprocessing`` is spawning (it imports the parent's main module
+    before its process object arrives): spawn runs no after-fork hook before ``run``, only its
+    class's ``_after_fork`` step, which does nothing; have that step wrap ``run`` (here only:
+    the step runs in a spawned child alone, and this process is one)."""
+    if not getattr(multiprocessing.current_process(), "_inheriting", False):
+        return
+    spawn_process = getattr(multiprocessing.context, "SpawnProcess", None)
+    step = getattr(spawn_process, "__dict__", {}).get("_after_fork")
+    if not isinstance(step, staticmethod):
+        return
+    own_step = step.__func__
+
+    def after_spawn() -> None:
+        own_step()
+        _ProcessRun.wrap(_PROCESS_RUN)
+
+    spawn_process._after_fork = staticmethod(after_spawn)  # type: ignore[union-attr]
+
+
+_hook_spawned_process()
 
 
 # -- asyncio ------------------------------------------------------------------------------------

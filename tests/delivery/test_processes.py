@@ -127,7 +127,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("method", ["spawn"])
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_setup_under_main_reaches_spawned_workers(
     server: FaultServer, tmp_path: Path, method: str
 ) -> None:
@@ -185,7 +185,8 @@ PROCESS_RAISES = """
 import logging, multiprocessing, sys
 import eventlog_handler
 
-eventlog_handler.setup()
+if sys.argv[2] == "top":
+    eventlog_handler.setup()
 
 
 def boom(n):
@@ -194,6 +195,8 @@ def boom(n):
 
 
 if __name__ == "__main__":
+    if sys.argv[2] == "main":
+        eventlog_handler.setup()  # spawn and forkserver children never run this
     process = multiprocessing.get_context(sys.argv[1]).Process(target=boom, args=(7,))
     process.start()
     process.join()
@@ -201,15 +204,17 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("method", ["fork", "forkserver"])
+@pytest.mark.parametrize("where", ["top", "main"])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_an_exception_that_ends_a_process_is_reported_once(
-    server: FaultServer, tmp_path: Path, method: str
+    server: FaultServer, tmp_path: Path, method: str, where: str
 ) -> None:
     # multiprocessing catches what ends a Process's run() and prints it itself: neither the
     # child's sys.excepthook nor the parent sees it, and the child ends with exit code 1.
+    # setup() at the module's top level, or under `if __name__ == "__main__":`.
     script = tmp_path / "program.py"
     script.write_text(PROCESS_RAISES)
-    completed = run_python(server.url, [str(script), method], timeout=60)
+    completed = run_python(server.url, [str(script), method, where], timeout=60)
     assert completed.returncode == 0, completed.stderr
     assert "exit code 1" in completed.stdout
     assert "ValueError: boom 7" in completed.stderr  # still printed, as without the package
@@ -218,7 +223,7 @@ def test_an_exception_that_ends_a_process_is_reported_once(
     assert len(errors) == 1, server.accepted
     error = errors[0]
     assert error["data"]["@submission_method"] == "unhandled_process_exception"
-    assert error["data"]["process"].startswith(("ForkProcess", "ForkServerProcess"))
+    assert error["data"]["process"].startswith(("ForkProcess", "SpawnProcess", "ForkServerProcess"))
     assert error["@simple_error"]["message"] == "boom 7", error
     assert "eventlog_handler" not in error["@simple_error"]["stack_trace"]  # the user's stack
     assert "about to fail" in [event.get("message") for event in server.accepted]
@@ -299,12 +304,22 @@ def child():
     log.warning("from a child started after close()")
 
 
+def started_before():
+    log.warning("from a child started before close()")
+
+
 if __name__ == "__main__":
     handle = eventlog_handler.setup()
     log.warning("before close()")
+    # This starts the fork server, with the environment as it is now.
+    process = multiprocessing.get_context("forkserver").Process(target=started_before)
+    process.start()
+    process.join()
     handle.close(5)
     print("left for children:", "EVENTLOG_HANDLER_CHILD_SETUP" in os.environ, flush=True)
-    for method in ("spawn", "fork"):  # spawn reads the environment; fork copies the closed setup
+    # spawn reads the environment; the fork server's children see its environment; fork copies
+    # the closed setup.
+    for method in ("spawn", "forkserver", "fork"):
         process = multiprocessing.get_context(method).Process(target=child)
         process.start()
         process.join()
@@ -321,7 +336,10 @@ def test_children_started_after_close_send_nothing(server: FaultServer, tmp_path
     assert completed.returncode == 0, completed.stderr
     assert "left for children: False" in completed.stdout, completed.stdout
     assert "children done" in completed.stdout
-    assert [event["message"] for event in server.accepted] == ["before close()"]
+    assert sorted(event["message"] for event in server.accepted) == [
+        "before close()",
+        "from a child started before close()",
+    ]
 
 
 POOL_BLOCKS_NO_SERVER = """
