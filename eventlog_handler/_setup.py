@@ -21,7 +21,7 @@ from eventlog_handler.capture._admit import IGNORED_LOGGERS
 from eventlog_handler.capture._session import close_session
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._engine import Engine, get_engine
-from eventlog_handler.delivery._stderr import say
+from eventlog_handler.delivery._stderr import parent_said_it, say
 from eventlog_handler.handler import (
     DEFAULT_FLUSH_TIMEOUT,
     EventLogHandler,
@@ -497,6 +497,7 @@ def adopt_parent_setup() -> None:
             return  # not from a parent of this process
         arguments = json.loads(plain)
         if isinstance(arguments, dict):
+            parent_said_it()
             setup(**arguments)
     except Exception as exc:  # a child must run whatever its parent's settings
         sys.stderr.write(f"eventlog_handler: the parent's setup() failed here: {exc}\n")

@@ -80,6 +80,15 @@ def shown_server(settings: Settings) -> str:
 
 
 _SAID: set[str] = set()
+#: Whether this process runs its parent's ``setup()``, whose settings the parent has spoken of.
+_PARENT_SAID = False
+
+
+def parent_said_it() -> None:
+    """This process runs its parent's ``setup()`` (a ``multiprocessing`` child): what is wrong
+    with its settings was said by the parent, with the same arguments and environment."""
+    global _PARENT_SAID
+    _PARENT_SAID = True
 
 
 def say_once(key: str, message: str) -> None:
@@ -92,7 +101,10 @@ def say_once(key: str, message: str) -> None:
 def say_unconfigured(settings: Settings) -> None:
     """Say once per process why nothing can be sent, when a key or URL is missing or malformed
     (the program runs on: its events are counted as dropped, ``unconfigured``), and which
-    malformed ``EVENTLOG_*`` variables were ignored."""
+    malformed ``EVENTLOG_*`` variables were ignored; not in a child that runs its parent's
+    ``setup()`` (:func:`parent_said_it`): a pool of 8 would say it 9 times."""
+    if _PARENT_SAID:
+        return
     for line in settings.ignored_environment:
         say_once(line, f"eventlog_handler: {line}")
     problem = settings.problem

@@ -342,6 +342,42 @@ def test_children_started_after_close_send_nothing(server: FaultServer, tmp_path
     ]
 
 
+BAD_KEY_POOL = """
+import logging, multiprocessing, sys
+import eventlog_handler
+
+log = logging.getLogger("app.pool")
+
+
+def work(item):
+    log.warning("item %d", item)
+    return item
+
+
+if __name__ == "__main__":
+    eventlog_handler.setup(api_key="pasted with a space")  # every child runs it too
+    for method in ("spawn", "forkserver"):
+        with multiprocessing.get_context(method).Pool(3) as pool:
+            assert pool.map(work, range(6)) == list(range(6))
+    print("pools done", flush=True)
+"""
+
+
+def test_a_misconfiguration_is_said_once_not_once_per_worker(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    # Each spawned or forkserver worker runs the parent's setup(), bad key and all; the parent
+    # has said what is wrong with it, for the whole program.
+    code, stderr, stdout = run_program(BAD_KEY_POOL, server.url, tmp_path, timeout=90)
+    assert code == 0, stderr
+    assert "pools done" in stdout
+    said = [line for line in stderr.splitlines() if line.startswith("eventlog_handler:")]
+    assert len(said) == 1, said
+    assert "nothing will be sent: setting 'api_key'" in said[0], said
+    assert "pasted with a space" not in stderr  # the key itself is never printed
+    assert server.accepted == []
+
+
 POOL_BLOCKS_NO_SERVER = """
 import logging, multiprocessing, re, statistics, sys, time, warnings
 import eventlog_handler
