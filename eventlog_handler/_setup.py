@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 from eventlog_handler.capture import _exceptions as exception_capture
 from eventlog_handler.capture._admit import IGNORED_LOGGERS
@@ -35,7 +35,7 @@ from eventlog_handler.integrations import _console as console
 from eventlog_handler.integrations import _rq as rq
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations import _signals as signals
-from eventlog_handler.integrations._hooks import ExceptionHooks, install_with
+from eventlog_handler.integrations._hooks import WHEN_SPAWNED, ExceptionHooks, install_with
 from eventlog_handler.settings import Settings
 
 
@@ -67,9 +67,9 @@ class EventLogSetup:
         #: The program's handlers that print what they printed before (see
         #: :mod:`eventlog_handler.integrations._console`).
         self.pinned: list[tuple[logging.Handler, console.AsBefore]] = []
-        #: What this setup left in the environment for spawned children (see
+        #: What this setup left for the children ``multiprocessing`` starts (see
         #: :func:`_pass_to_children`), taken back when it is detached.
-        self.for_children: str | None = None
+        self.for_children: _ForChildren | None = None
 
     def __repr__(self) -> str:
         settings = self.handler.settings
@@ -100,10 +100,13 @@ class EventLogSetup:
         if self.closed:
             return
         self.closed = True
-        if self.for_children is not None:  # children started from now on are not set up either
-            for left in (os.environ, _process_config()):
-                if left.get(CHILD_SETUP_ENV) == self.for_children:
-                    del left[CHILD_SETUP_ENV]
+        left = self.for_children
+        if left is not None:  # children started from now on are not set up either
+            if os.environ.get(CHILD_SETUP_ENV) == left.sealed:
+                del os.environ[CHILD_SETUP_ENV]
+            config = _process_config()
+            if config.get(CHILD_SETUP_ENV) is left.plain:
+                del config[CHILD_SETUP_ENV]
         if exception_capture.current_settings() is self.handler.settings:
             exception_capture.set_active(None)
         if self.hooks is not None:
@@ -379,44 +382,65 @@ def _current_handlers() -> list[logging.Handler]:
 CHILD_SETUP_ENV = "EVENTLOG_HANDLER_CHILD_SETUP"
 
 
-def _pass_to_children(arguments: dict[str, Any]) -> str | None:
-    """Leave ``setup()``'s arguments for the children ``multiprocessing`` starts (when they are
-    all plain JSON: a ``before_send`` or exception class given as an object can't travel; pass
-    its import path instead), sealed (:func:`_seal`), in two places: the environment, which a
-    spawned child reads while it imports the main module, before anything else of its parent
-    has reached it; and the configuration ``multiprocessing`` copies into each process object
-    made from now on (:func:`_process_config`), which a running child reads: a fork server's
-    child has the fork server's environment, as it was when the fork server started. Every
-    subprocess inherits the environment, and an API key given in code must not be readable
-    there: hence the seal. Returns what it left."""
+class _ForChildren(NamedTuple):
+    """What a setup left for the children ``multiprocessing`` starts (:func:`_pass_to_children`)."""
+
+    #: In the environment, sealed.
+    sealed: str
+    #: In the process configuration, as it is.
+    plain: str
+
+
+def _pass_to_children(arguments: dict[str, Any]) -> _ForChildren | None:
+    """Leave ``setup()``'s arguments (when they are all plain JSON: a ``before_send`` or
+    exception class given as an object can't travel; pass its import path instead) for the
+    children ``multiprocessing`` starts, in two places:
+
+    - the configuration ``multiprocessing`` copies into each process object made from now on
+      (:func:`_process_config`), which reaches the child with that object through its start-up
+      pipe, as the authentication key kept there does: a running child reads it there;
+    - the environment, for a spawned child while it imports the main module, before its
+      process object has arrived (what it logs then is the program's too). Every subprocess
+      inherits the environment, and an API key given in code must not be readable there: it is
+      sealed with the authentication key (:func:`_seal`).
+
+    A fork server's children have the fork server's environment, as it was when it started:
+    they read the process object's copy, current when the parent made it.
+    """
     config = _process_config()
     try:
-        sealed = os.environ[CHILD_SETUP_ENV] = config[CHILD_SETUP_ENV] = _seal(
-            json.dumps(arguments).encode()
-        )
+        plain = json.dumps(arguments)
+        left = _ForChildren(_seal(plain.encode()), plain)
     except (TypeError, ValueError):
         os.environ.pop(CHILD_SETUP_ENV, None)
         config.pop(CHILD_SETUP_ENV, None)
         return None
-    return sealed
+    os.environ[CHILD_SETUP_ENV] = left.sealed
+    config[CHILD_SETUP_ENV] = left.plain
+    return left
 
 
 def _process_config() -> dict[str, Any]:
     """This process's ``multiprocessing`` configuration (``BaseProcess._config``, where it keeps
     the authentication key): every process object made here gets a copy, which reaches the
-    child with it through its start-up pipe. A dict of no consequence if a Python lacks it."""
+    child with it. A dict of no consequence if a Python lacks it."""
     config = getattr(multiprocessing.current_process(), "_config", None)
     return config if isinstance(config, dict) else {}
 
 
-def _left_for_this_process() -> str | None:
-    """What the parent left for this process: while ``multiprocessing`` prepares a spawned child
-    (it imports the main module), the environment, since its process object has not arrived
-    yet; once the child runs, its process object's copy of the parent's configuration, as it
-    was when the parent made that object (so not after the parent's ``close()``)."""
-    if multiprocessing.parent_process() is None:
-        return os.environ.get(CHILD_SETUP_ENV)
-    return _process_config().get(CHILD_SETUP_ENV)
+def _left_for_this_process() -> bytes | None:
+    """The arguments the parent left for this process: once the child runs, in its process
+    object's copy of the parent's configuration, as it was when the parent made that object
+    (so not after the parent's ``close()``); while ``multiprocessing`` prepares a spawned child
+    (it imports the main module), whose process object has not arrived yet, in the
+    environment, if it was sealed by this process's parent (it may come from another program,
+    through a subprocess; or the parent changed its authentication key since: the child looks
+    again once its process object is here: :data:`~eventlog_handler.integrations._hooks.WHEN_SPAWNED`)."""
+    if multiprocessing.parent_process() is not None:
+        plain = _process_config().get(CHILD_SETUP_ENV)
+        return plain.encode() if isinstance(plain, str) else None
+    sealed = os.environ.get(CHILD_SETUP_ENV)
+    return None if sealed is None else _unseal(sealed)
 
 
 def _keys() -> tuple[bytes, bytes]:
@@ -489,18 +513,20 @@ def adopt_parent_setup() -> None:
             # runs its after-fork hooks in each of them, once the child has its process object.
             multiprocessing.util.register_after_fork(_ADOPTER, _adopt_in_child)
             return
-        text = _left_for_this_process()
-        if text is None:
-            return
-        plain = _unseal(text)
+        plain = _left_for_this_process()
         if plain is None:
-            return  # not from a parent of this process
+            return
         arguments = json.loads(plain)
         if isinstance(arguments, dict):
             parent_said_it()
             setup(**arguments)
     except Exception as exc:  # a child must run whatever its parent's settings
         sys.stderr.write(f"eventlog_handler: the parent's setup() failed here: {exc}\n")
+
+
+#: A spawned child whose environment held nothing it could read looks again once its process
+#: object is here (its parent changed its authentication key after setup(), for one).
+WHEN_SPAWNED.append(adopt_parent_setup)
 
 
 class _Adopter:

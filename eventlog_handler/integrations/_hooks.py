@@ -330,11 +330,17 @@ multiprocessing.util.register_after_fork(_PROCESS_RUN, _ProcessRun.wrap)
 
 
 
+#: What a spawned child does once its process object is here, before ``run`` (see
+#: :func:`_hook_spawned_process`): ``setup()``'s module adds its adoption of the parent's setup.
+WHEN_SPAWNED: list[Callable[[], None]] = []
+
+
 def _hook_spawned_process() -> None:
     """In a child that ``multiprocessing`` is spawning (it imports the parent's main module
     before its process object arrives): spawn runs no after-fork hook before ``run``, only its
-    class's ``_after_fork`` step, which does nothing; have that step wrap ``run`` (here only:
-    the step runs in a spawned child alone, and this process is one)."""
+    class's ``_after_fork`` step, which does nothing; have that step run :data:`WHEN_SPAWNED`
+    and wrap ``run`` (here only: the step runs in a spawned child alone, and this process is
+    one)."""
     if not getattr(multiprocessing.current_process(), "_inheriting", False):
         return
     spawn_process = getattr(multiprocessing.context, "SpawnProcess", None)
@@ -345,6 +351,8 @@ def _hook_spawned_process() -> None:
 
     def after_spawn() -> None:
         own_step()
+        for callback in WHEN_SPAWNED:
+            callback()
         _ProcessRun.wrap(_PROCESS_RUN)
 
     spawn_process._after_fork = staticmethod(after_spawn)  # type: ignore[union-attr]

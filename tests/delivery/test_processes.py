@@ -181,6 +181,42 @@ def test_a_key_given_in_code_reaches_spawned_workers_but_no_environment(
     assert authorizations == {f"Bearer {key}"}
 
 
+NEW_AUTHKEY = """
+import logging, multiprocessing, os, sys
+import eventlog_handler
+
+log = logging.getLogger("app.pool")
+
+
+def work(item):
+    log.warning("item %d", item)
+    return item
+
+
+if __name__ == "__main__":
+    eventlog_handler.setup(api_key=KEY, server_url=URL)
+    # A program may set its own key for its managers and listeners after setup(); the spawned
+    # children then can't open what setup() sealed with the old one.
+    multiprocessing.current_process().authkey = os.urandom(32)
+    for first, method in ((0, "spawn"), (4, "forkserver")):
+        with multiprocessing.get_context(method).Pool(2) as pool:
+            assert pool.map(work, range(first, first + 4)) == list(range(first, first + 4))
+"""
+
+
+def test_spawned_workers_are_set_up_after_the_program_changes_its_authkey(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    key = "KeyGivenInCode0123456789abcdefghijABCDEFG"
+    program = NEW_AUTHKEY.replace("KEY", repr(key), 1).replace("URL", repr(server.url), 1)
+    code, stderr, _ = run_program(program, server.url, tmp_path, timeout=90, EVENTLOG_API_KEY="")
+    assert code == 0, stderr
+    assert wait_until(lambda: len(server.accepted) >= 8, 10), (server.arrivals(), stderr)
+    assert set(server.arrivals()) == {f"item {item}" for item in range(8)}
+    authorizations = {seen.headers.get("authorization") for seen in server.requests}
+    assert authorizations == {f"Bearer {key}"}
+
+
 PROCESS_RAISES = """
 import logging, multiprocessing, sys
 import eventlog_handler
