@@ -105,7 +105,7 @@ class EventLogSetup:
             if os.environ.get(CHILD_SETUP_ENV) == left.sealed:
                 del os.environ[CHILD_SETUP_ENV]
             config = _process_config()
-            if config.get(CHILD_SETUP_ENV) is left.plain:
+            if config.get(CHILD_SETUP_ENV) == left.plain:  # or the same a parent left here
                 del config[CHILD_SETUP_ENV]
         if exception_capture.current_settings() is self.handler.settings:
             exception_capture.set_active(None)
@@ -428,21 +428,6 @@ def _process_config() -> dict[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
-def _left_for_this_process() -> bytes | None:
-    """The arguments the parent left for this process: once the child runs, in its process
-    object's copy of the parent's configuration, as it was when the parent made that object
-    (so not after the parent's ``close()``); while ``multiprocessing`` prepares a spawned child
-    (it imports the main module), whose process object has not arrived yet, in the
-    environment, if it was sealed by this process's parent (it may come from another program,
-    through a subprocess; or the parent changed its authentication key since: the child looks
-    again once its process object is here: :data:`~eventlog_handler.integrations._hooks.WHEN_SPAWNED`)."""
-    if multiprocessing.parent_process() is not None:
-        plain = _process_config().get(CHILD_SETUP_ENV)
-        return plain.encode() if isinstance(plain, str) else None
-    sealed = os.environ.get(CHILD_SETUP_ENV)
-    return None if sealed is None else _unseal(sealed)
-
-
 def _keys() -> tuple[bytes, bytes]:
     """The keys of the seal, made from ``multiprocessing``'s authentication key: random per
     program, and handed by ``multiprocessing`` to the children it starts through their
@@ -499,24 +484,38 @@ def _in_forkserver() -> bool:
 
 
 def adopt_parent_setup() -> None:
-    """In a process that ``multiprocessing`` spawned (its main module is being imported as
-    ``__mp_main__``): run the ``setup()`` the parent ran, if it ran one this one did not. In a
-    fork server, have each child it forks do so when it starts."""
+    """In a process that ``multiprocessing`` started: run the ``setup()`` the parent left for
+    it (:func:`_pass_to_children`), if this one has none. In a fork server, have each child it
+    forks do so as it starts."""
     try:
-        # While a spawned child runs the parent's main module, that module is imported under
-        # the name "__mp_main__" (in the parent, "__mp_main__" is an alias of "__main__").
-        main = sys.modules.get("__mp_main__")
-        if getattr(main, "__name__", None) != "__mp_main__" or _CURRENT:
+        if _CURRENT:
             return
         if _in_forkserver():
             # It only forks: setting up there could deadlock its children. multiprocessing
             # runs its after-fork hooks in each of them, once the child has its process object.
             multiprocessing.util.register_after_fork(_ADOPTER, _adopt_in_child)
             return
-        plain = _left_for_this_process()
-        if plain is None:
+        if multiprocessing.parent_process() is not None:  # the child runs: its process object
+            plain = _process_config().get(CHILD_SETUP_ENV)
+            if not isinstance(plain, str):
+                # Not handed a setup: a setup the environment holds is stale (the fork
+                # server's, from before the parent's close()); its own children must not read it.
+                os.environ.pop(CHILD_SETUP_ENV, None)
+                return
+            raw: bytes | None = plain.encode()
+        else:
+            # A spawned child imports the parent's main module as "__mp_main__" (in the parent,
+            # "__mp_main__" is an alias of "__main__") before its process object arrives.
+            main = sys.modules.get("__mp_main__")
+            sealed = os.environ.get(CHILD_SETUP_ENV)
+            if getattr(main, "__name__", None) != "__mp_main__" or sealed is None:
+                return
+            # None when sealed by another program's (through a subprocess), or by the parent
+            # before it changed its authentication key: _when_spawned looks again.
+            raw = _unseal(sealed)
+        if raw is None:
             return
-        arguments = json.loads(plain)
+        arguments = json.loads(raw)
         if isinstance(arguments, dict):
             parent_said_it()
             setup(**arguments)
@@ -524,9 +523,24 @@ def adopt_parent_setup() -> None:
         sys.stderr.write(f"eventlog_handler: the parent's setup() failed here: {exc}\n")
 
 
-#: A spawned child whose environment held nothing it could read looks again once its process
-#: object is here (its parent changed its authentication key after setup(), for one).
-WHEN_SPAWNED.append(adopt_parent_setup)
+def _when_spawned() -> None:
+    """In a spawned child, once its process object is here (see
+    :data:`~eventlog_handler.integrations._hooks.WHEN_SPAWNED`): adopt the parent's setup from
+    that object, if the environment held none this process could read; or, where a setup ran
+    while the main module was imported, make what it left for this process's own children its
+    process object's (it went to the one ``multiprocessing`` had before, which is gone)."""
+    active = current()
+    if active is None:
+        adopt_parent_setup()
+        return
+    config = _process_config()
+    if active.for_children is None:
+        config.pop(CHILD_SETUP_ENV, None)
+    else:
+        config[CHILD_SETUP_ENV] = active.for_children.plain
+
+
+WHEN_SPAWNED.append(_when_spawned)
 
 
 class _Adopter:

@@ -556,3 +556,7 @@ atexit.register(shutdown_all)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 multiprocessing.util.register_after_fork(_PROCESS_HOOKS, _ProcessHooks.in_child)
+if multiprocessing.parent_process() is not None:
+    # First imported in a multiprocessing child that is running its target (its after-fork
+    # hooks ran before): it may end through os._exit (fork, forkserver) all the same.
+    _ProcessHooks.in_child(_PROCESS_HOOKS)

@@ -378,6 +378,137 @@ def test_children_started_after_close_send_nothing(server: FaultServer, tmp_path
     ]
 
 
+FORK_SERVER_PRELOADS = """
+import logging, multiprocessing, sys
+import eventlog_handler
+
+log = logging.getLogger("app")
+
+
+def work():
+    log.warning("from a child of a fork server that preloaded %s", sys.argv[1])
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(sys.argv[1].split(","))  # a common start-up speed-up
+    eventlog_handler.setup()
+    process = context.Process(target=work)
+    process.start()
+    process.join()
+"""
+
+
+@pytest.mark.parametrize("preload", ["eventlog_handler", "__main__,eventlog_handler"])
+def test_a_fork_server_that_preloads_the_package_sets_up_its_children(
+    server: FaultServer, tmp_path: Path, preload: str
+) -> None:
+    script = tmp_path / "program.py"
+    script.write_text(FORK_SERVER_PRELOADS)
+    completed = run_python(server.url, [str(script), preload], timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    expected = f"from a child of a fork server that preloaded {preload}"
+    assert wait_until(lambda: expected in server.arrivals(), 10), completed.stderr
+
+
+CLOSED_AND_GRANDCHILDREN = """
+import logging, multiprocessing, sys
+import eventlog_handler
+
+log = logging.getLogger("app")
+
+
+def grandchild(who):
+    log.warning("from a grandchild of %s, %s", who, multiprocessing.get_start_method())
+
+
+def child(who, close_first):
+    if close_first:  # this child ran the parent's setup() (no public name has it): close it
+        eventlog_handler._setup.current().close(5)
+    for method in ("spawn", "forkserver"):
+        grand = multiprocessing.get_context(method).Process(target=grandchild, args=(who,))
+        grand.start()
+        grand.join()
+
+
+if __name__ == "__main__":
+    handle = eventlog_handler.setup()
+    # A spawned child that closes the setup it ran: its children are not set up.
+    process = multiprocessing.get_context("spawn").Process(target=child, args=("closer", True))
+    process.start()
+    process.join()
+    # This starts the fork server, with the environment as it is now, then the parent closes.
+    process = multiprocessing.get_context("forkserver").Process(target=child, args=("open", False))
+    process.start()
+    process.join()
+    handle.close(5)
+    process = multiprocessing.get_context("forkserver").Process(target=child, args=("late", False))
+    process.start()
+    process.join()
+    print("done", flush=True)
+"""
+
+
+def test_a_closed_setup_reaches_no_grandchild(server: FaultServer, tmp_path: Path) -> None:
+    script = tmp_path / "program.py"
+    script.write_text(CLOSED_AND_GRANDCHILDREN)
+    completed = run_python(server.url, [str(script)], timeout=90)
+    assert completed.returncode == 0, completed.stderr
+    assert "done" in completed.stdout
+    assert wait_until(lambda: len(server.accepted) >= 2, 10), completed.stderr
+    time.sleep(0.5)  # anything late would have come by now
+    # A child that still had the setup sets up both of its children; a child that closed it,
+    # or that was started after the parent closed it (under a fork server that kept the
+    # setup in its environment), sets up none.
+    assert sorted(server.arrivals()) == [
+        "from a grandchild of open, forkserver",
+        "from a grandchild of open, spawn",
+    ]
+
+
+IMPORTED_IN_THE_TARGET = """
+import multiprocessing, sys
+
+sys.path.insert(0, sys.argv[1])
+import jobs  # the program's module of jobs; it does not import eventlog_handler at its top
+
+if __name__ == "__main__":
+    import eventlog_handler
+
+    eventlog_handler.setup()
+    for method in ("spawn", "forkserver"):
+        process = multiprocessing.get_context(method).Process(target=jobs.job, args=(method,))
+        process.start()
+        process.join()
+"""
+
+JOBS = """
+import logging
+
+
+def job(method):
+    import eventlog_handler  # first imported here, in the child, as the job starts
+
+    logging.getLogger("app.jobs").warning("from a %s child that imported the package late", method)
+"""
+
+
+def test_a_child_that_imports_the_package_in_its_target_delivers_at_exit(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    # A fork server's child ends through os._exit: no atexit; the flush must be there anyway.
+    (tmp_path / "jobs.py").write_text(JOBS)
+    script = tmp_path / "program.py"
+    script.write_text(IMPORTED_IN_THE_TARGET)
+    completed = run_python(server.url, [str(script), str(tmp_path)], timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    expected = {
+        f"from a {method} child that imported the package late"
+        for method in ("spawn", "forkserver")
+    }
+    assert wait_until(lambda: expected <= set(server.arrivals()), 10), completed.stderr
+
+
 BAD_KEY_POOL = """
 import logging, multiprocessing, sys
 import eventlog_handler
