@@ -517,8 +517,8 @@ def adopt_parent_setup() -> None:
             return
         arguments = json.loads(raw)
         if isinstance(arguments, dict):
-            parent_said_it()
-            setup(**arguments)
+            with parent_said_it():
+                setup(**arguments)
     except Exception as exc:  # a child must run whatever its parent's settings
         sys.stderr.write(f"eventlog_handler: the parent's setup() failed here: {exc}\n")
 

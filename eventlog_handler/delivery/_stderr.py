@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
+from collections.abc import Iterator
 
 from eventlog_handler.settings import (
     DEFAULT_SERVER_URL,
@@ -80,15 +82,22 @@ def shown_server(settings: Settings) -> str:
 
 
 _SAID: set[str] = set()
-#: Whether this process runs its parent's ``setup()``, whose settings the parent has spoken of.
+#: Whether this process is running its parent's ``setup()``, whose settings the parent has
+#: spoken of.
 _PARENT_SAID = False
 
 
-def parent_said_it() -> None:
-    """This process runs its parent's ``setup()`` (a ``multiprocessing`` child): what is wrong
-    with its settings was said by the parent, with the same arguments and environment."""
+@contextlib.contextmanager
+def parent_said_it() -> Iterator[None]:
+    """While this process runs its parent's ``setup()`` (a ``multiprocessing`` child): what is
+    wrong with its settings was said by the parent, with the same arguments and environment.
+    (A ``setup()`` of the child's own, later, says what is wrong with it.)"""
     global _PARENT_SAID
     _PARENT_SAID = True
+    try:
+        yield
+    finally:
+        _PARENT_SAID = False
 
 
 def say_once(key: str, message: str) -> None:
@@ -101,7 +110,7 @@ def say_once(key: str, message: str) -> None:
 def say_unconfigured(settings: Settings) -> None:
     """Say once per process why nothing can be sent, when a key or URL is missing or malformed
     (the program runs on: its events are counted as dropped, ``unconfigured``), and which
-    malformed ``EVENTLOG_*`` variables were ignored; not in a child that runs its parent's
+    malformed ``EVENTLOG_*`` variables were ignored; not while a child runs its parent's
     ``setup()`` (:func:`parent_said_it`): a pool of 8 would say it 9 times."""
     if _PARENT_SAID:
         return

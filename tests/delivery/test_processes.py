@@ -521,11 +521,18 @@ def work(item):
     return item
 
 
+def own_setup():
+    eventlog_handler.setup(server_url="htp://127.0.0.1:1")
+
+
 if __name__ == "__main__":
     eventlog_handler.setup(api_key="pasted with a space")  # every child runs it too
     for method in ("spawn", "forkserver"):
         with multiprocessing.get_context(method).Pool(3) as pool:
             assert pool.map(work, range(6)) == list(range(6))
+    # A worker's own setup() is the worker's to hear about.
+    with multiprocessing.get_context("spawn").Pool(1, initializer=own_setup) as pool:
+        assert pool.map(work, range(2)) == [0, 1]
     print("pools done", flush=True)
 """
 
@@ -539,8 +546,9 @@ def test_a_misconfiguration_is_said_once_not_once_per_worker(
     assert code == 0, stderr
     assert "pools done" in stdout
     said = [line for line in stderr.splitlines() if line.startswith("eventlog_handler:")]
-    assert len(said) == 1, said
+    assert len(said) == 2, said
     assert "nothing will be sent: setting 'api_key'" in said[0], said
+    assert "nothing will be sent: setting 'server_url'" in said[1], said
     assert "pasted with a space" not in stderr  # the key itself is never printed
     assert server.accepted == []
 
