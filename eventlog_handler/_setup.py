@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import base64
 import functools
-import hashlib
-import hmac
-import json
 import logging
 import multiprocessing
 import multiprocessing.util
-import os
 import sys
 import threading
-from types import FrameType
-from typing import Any, NamedTuple
+from typing import Any
 
 from eventlog_handler.capture import _exceptions as exception_capture
 from eventlog_handler.capture._admit import IGNORED_LOGGERS
@@ -31,6 +25,7 @@ from eventlog_handler.handler import (
     check_timeout,
 )
 from eventlog_handler.integrations import _celery as celery
+from eventlog_handler.integrations import _children as children
 from eventlog_handler.integrations import _console as console
 from eventlog_handler.integrations import _rq as rq
 from eventlog_handler.integrations import _server_loggers as server_loggers
@@ -68,8 +63,8 @@ class EventLogSetup:
         #: :mod:`eventlog_handler.integrations._console`).
         self.pinned: list[tuple[logging.Handler, console.AsBefore]] = []
         #: What this setup left for the children ``multiprocessing`` starts (see
-        #: :func:`_pass_to_children`), taken back when it is detached.
-        self.for_children: _ForChildren | None = None
+        #: :mod:`~eventlog_handler.integrations._children`), taken back when it is detached.
+        self.for_children: children.Left | None = None
 
     def __repr__(self) -> str:
         settings = self.handler.settings
@@ -100,13 +95,8 @@ class EventLogSetup:
         if self.closed:
             return
         self.closed = True
-        left = self.for_children
-        if left is not None:  # children started from now on are not set up either
-            if os.environ.get(CHILD_SETUP_ENV) == left.sealed:
-                del os.environ[CHILD_SETUP_ENV]
-            config = _process_config()
-            if config.get(CHILD_SETUP_ENV) == left.plain:  # or the same a parent left here
-                del config[CHILD_SETUP_ENV]
+        if self.for_children is not None:  # children started from now on are not set up either
+            children.take_back(self.for_children)
         if exception_capture.current_settings() is self.handler.settings:
             exception_capture.set_active(None)
         if self.hooks is not None:
@@ -325,7 +315,7 @@ def setup(
             celery.install(_current_handlers)
         if "rq" in sys.modules:
             rq.install(_current_handlers)
-        _CURRENT.for_children = _pass_to_children(
+        _CURRENT.for_children = children.hand_down(
             {
                 "api_key": api_key,
                 "server_url": server_url,
@@ -375,172 +365,33 @@ def _current_handlers() -> list[logging.Handler]:
     return found
 
 
-#: How ``setup()``'s arguments reach the processes that ``multiprocessing`` starts with spawn or
-#: forkserver: they re-import the main module without running its ``if __name__ ==
-#: "__main__":`` block (a fork server's children don't even do that: the fork server imported
-#: it once, before it forked them), so a ``setup()`` there would not run in them.
-CHILD_SETUP_ENV = "EVENTLOG_HANDLER_CHILD_SETUP"
-
-
-class _ForChildren(NamedTuple):
-    """What a setup left for the children ``multiprocessing`` starts (:func:`_pass_to_children`)."""
-
-    #: In the environment, sealed.
-    sealed: str
-    #: In the process configuration, as it is.
-    plain: str
-
-
-def _pass_to_children(arguments: dict[str, Any]) -> _ForChildren | None:
-    """Leave ``setup()``'s arguments (when they are all plain JSON: a ``before_send`` or
-    exception class given as an object can't travel; pass its import path instead) for the
-    children ``multiprocessing`` starts, in two places:
-
-    - the configuration ``multiprocessing`` copies into each process object made from now on
-      (:func:`_process_config`), which reaches the child with that object through its start-up
-      pipe, as the authentication key kept there does: a running child reads it there;
-    - the environment, for a spawned child while it imports the main module, before its
-      process object has arrived (what it logs then is the program's too). Every subprocess
-      inherits the environment, and an API key given in code must not be readable there: it is
-      sealed with the authentication key (:func:`_seal`).
-
-    A fork server's children have the fork server's environment, as it was when it started:
-    they read the process object's copy, current when the parent made it.
-    """
-    config = _process_config()
-    try:
-        plain = json.dumps(arguments)
-        left = _ForChildren(_seal(plain.encode()), plain)
-    except (TypeError, ValueError):
-        os.environ.pop(CHILD_SETUP_ENV, None)
-        config.pop(CHILD_SETUP_ENV, None)
-        return None
-    os.environ[CHILD_SETUP_ENV] = left.sealed
-    config[CHILD_SETUP_ENV] = left.plain
-    return left
-
-
-def _process_config() -> dict[str, Any]:
-    """This process's ``multiprocessing`` configuration (``BaseProcess._config``, where it keeps
-    the authentication key): every process object made here gets a copy, which reaches the
-    child with it. A dict of no consequence if a Python lacks it."""
-    config = getattr(multiprocessing.current_process(), "_config", None)
-    return config if isinstance(config, dict) else {}
-
-
-def _keys() -> tuple[bytes, bytes]:
-    """The keys of the seal, made from ``multiprocessing``'s authentication key: random per
-    program, and handed by ``multiprocessing`` to the children it starts through their
-    start-up pipe, never the environment."""
-    secret = bytes(multiprocessing.current_process().authkey)
-    return (
-        hashlib.sha256(b"eventlog_handler seal\0" + secret).digest(),
-        hashlib.sha256(b"eventlog_handler mac\0" + secret).digest(),
-    )
-
-
-def _seal(plain: bytes) -> str:
-    """``plain`` encrypted (a SHAKE-256 keystream) and authenticated (HMAC-SHA256)."""
-    seal_key, mac_key = _keys()
-    nonce = os.urandom(16)
-    sealed = nonce + _keystream_xor(seal_key, nonce, plain)
-    tag = hmac.new(mac_key, sealed, hashlib.sha256).digest()[:16]
-    return base64.urlsafe_b64encode(tag + sealed).decode("ascii")
-
-
-def _keystream_xor(key: bytes, nonce: bytes, data: bytes) -> bytes:
-    """``data`` XOR the SHAKE-256 keystream of ``key`` and ``nonce``: seals and unseals."""
-    stream = hashlib.shake_256(key + nonce).digest(len(data))
-    return bytes(a ^ b for a, b in zip(data, stream, strict=True))
-
-
-def _unseal(text: str) -> bytes | None:
-    """What :func:`_seal` sealed, or ``None`` when it was sealed by a process that is not a
-    ``multiprocessing`` parent of this one (another program's, inherited through a subprocess)."""
-    seal_key, mac_key = _keys()
-    try:
-        raw = base64.urlsafe_b64decode(text.encode("ascii"))
-    except (ValueError, UnicodeError):
-        return None
-    tag, sealed = raw[:16], raw[16:]
-    if len(sealed) < 16 or not hmac.compare_digest(
-        tag, hmac.new(mac_key, sealed, hashlib.sha256).digest()[:16]
-    ):
-        return None
-    return _keystream_xor(seal_key, sealed[:16], sealed[16:])
-
-
-def _in_forkserver() -> bool:
-    """Whether this is multiprocessing's fork server importing the main module (preload), not
-    one of its children (they run on the fork server's stack, as processes of their parent)."""
-    if multiprocessing.parent_process() is not None:
-        return False
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(os.path.join("multiprocessing", "forkserver.py")):
-            return True
-        frame = frame.f_back
-    return False
-
-
 def adopt_parent_setup() -> None:
-    """In a process that ``multiprocessing`` started: run the ``setup()`` the parent left for
-    it (:func:`_pass_to_children`), if this one has none. In a fork server, have each child it
-    forks do so as it starts."""
+    """In a process that ``multiprocessing`` started: run the ``setup()`` the parent handed it
+    (:mod:`~eventlog_handler.integrations._children`), if this one has none. In a fork server,
+    have each child it forks do so as it starts. Then hand down from here (this process's
+    children, those of a child included, get this process's setup, if any)."""
     try:
         if _CURRENT:
             return
-        if _in_forkserver():
+        if children.in_forkserver():
             # It only forks: setting up there could deadlock its children. multiprocessing
             # runs its after-fork hooks in each of them, once the child has its process object.
             multiprocessing.util.register_after_fork(_ADOPTER, _adopt_in_child)
             return
-        if multiprocessing.parent_process() is not None:  # the child runs: its process object
-            plain = _process_config().get(CHILD_SETUP_ENV)
-            if not isinstance(plain, str):
-                # Not handed a setup: a setup the environment holds is stale (the fork
-                # server's, from before the parent's close()); its own children must not read it.
-                os.environ.pop(CHILD_SETUP_ENV, None)
-                return
-            raw: bytes | None = plain.encode()
-        else:
-            # A spawned child imports the parent's main module as "__mp_main__" (in the parent,
-            # "__mp_main__" is an alias of "__main__") before its process object arrives.
-            main = sys.modules.get("__mp_main__")
-            sealed = os.environ.get(CHILD_SETUP_ENV)
-            if getattr(main, "__name__", None) != "__mp_main__" or sealed is None:
-                return
-            # None when sealed by another program's (through a subprocess), or by the parent
-            # before it changed its authentication key: _when_spawned looks again.
-            raw = _unseal(sealed)
-        if raw is None:
-            return
-        arguments = json.loads(raw)
-        if isinstance(arguments, dict):
+        arguments = children.handed_to_this_process()
+        if arguments is not None:
             with parent_said_it():
                 setup(**arguments)
     except Exception as exc:  # a child must run whatever its parent's settings
         sys.stderr.write(f"eventlog_handler: the parent's setup() failed here: {exc}\n")
+    finally:
+        children.pass_on_from_here()
 
 
-def _when_spawned() -> None:
-    """In a spawned child, once its process object is here (see
-    :data:`~eventlog_handler.integrations._hooks.WHEN_SPAWNED`): adopt the parent's setup from
-    that object, if the environment held none this process could read; or, where a setup ran
-    while the main module was imported, make what it left for this process's own children its
-    process object's (it went to the one ``multiprocessing`` had before, which is gone)."""
-    active = current()
-    if active is None:
-        adopt_parent_setup()
-        return
-    config = _process_config()
-    if active.for_children is None:
-        config.pop(CHILD_SETUP_ENV, None)
-    else:
-        config[CHILD_SETUP_ENV] = active.for_children.plain
-
-
-WHEN_SPAWNED.append(_when_spawned)
+#: A spawned child, once its process object is here, adopts the parent's setup from that
+#: object if the environment held none it could use while the main module was imported, and
+#: hands down from that object (the one multiprocessing had before is gone).
+WHEN_SPAWNED.append(adopt_parent_setup)
 
 
 class _Adopter:

@@ -328,8 +328,6 @@ _PROCESS_RUN = _ProcessRun()
 multiprocessing.util.register_after_fork(_PROCESS_RUN, _ProcessRun.wrap)
 
 
-
-
 #: What a spawned child does once its process object is here, before ``run`` (see
 #: :func:`_hook_spawned_process`): ``setup()``'s module adds its adoption of the parent's setup.
 WHEN_SPAWNED: list[Callable[[], None]] = []

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.faultserver import FaultServer
-from tests.support.processes import child_env, run_program, run_python
+from tests.support.processes import child_env, run_program, run_script
 from tests.support.waits import dead_port, wait_until
 
 PROGRAM = """
@@ -248,9 +248,7 @@ def test_an_exception_that_ends_a_process_is_reported_once(
     # multiprocessing catches what ends a Process's run() and prints it itself: neither the
     # child's sys.excepthook nor the parent sees it, and the child ends with exit code 1.
     # setup() at the module's top level, or under `if __name__ == "__main__":`.
-    script = tmp_path / "program.py"
-    script.write_text(PROCESS_RAISES)
-    completed = run_python(server.url, [str(script), method, where], timeout=60)
+    completed = run_script(PROCESS_RAISES, server.url, tmp_path, method, where, timeout=60)
     assert completed.returncode == 0, completed.stderr
     assert "exit code 1" in completed.stdout
     assert "ValueError: boom 7" in completed.stderr  # still printed, as without the package
@@ -306,9 +304,7 @@ def test_one_bug_is_one_stack_whatever_process_it_happens_in(
     # frames, exception types and loggers must still be the program's "__main__", or one bug
     # becomes a stack per start method (and a new one when Python's default start method
     # changes).
-    script = tmp_path / "program.py"
-    script.write_text(ONE_BUG)
-    completed = run_python(server.url, [str(script)], timeout=90)
+    completed = run_script(ONE_BUG, server.url, tmp_path, timeout=90)
     assert completed.returncode == 0, completed.stderr
     assert wait_until(lambda: len(server.accepted) >= 8, 10), (server.accepted, completed.stderr)
     names = ("MainProcess", "fork", "spawn", "forkserver")
@@ -366,9 +362,7 @@ if __name__ == "__main__":
 def test_children_started_after_close_send_nothing(server: FaultServer, tmp_path: Path) -> None:
     # close() undoes setup(): a child spawned afterwards must not set itself up from what
     # setup() left in the environment for its children.
-    script = tmp_path / "program.py"
-    script.write_text(CLOSED_BEFORE_CHILDREN)
-    completed = run_python(server.url, [str(script)], timeout=90)
+    completed = run_script(CLOSED_BEFORE_CHILDREN, server.url, tmp_path, timeout=90)
     assert completed.returncode == 0, completed.stderr
     assert "left for children: False" in completed.stdout, completed.stdout
     assert "children done" in completed.stdout
@@ -403,9 +397,7 @@ if __name__ == "__main__":
 def test_a_fork_server_that_preloads_the_package_sets_up_its_children(
     server: FaultServer, tmp_path: Path, preload: str
 ) -> None:
-    script = tmp_path / "program.py"
-    script.write_text(FORK_SERVER_PRELOADS)
-    completed = run_python(server.url, [str(script), preload], timeout=60)
+    completed = run_script(FORK_SERVER_PRELOADS, server.url, tmp_path, preload, timeout=60)
     assert completed.returncode == 0, completed.stderr
     expected = f"from a child of a fork server that preloaded {preload}"
     assert wait_until(lambda: expected in server.arrivals(), 10), completed.stderr
@@ -450,9 +442,7 @@ if __name__ == "__main__":
 
 
 def test_a_closed_setup_reaches_no_grandchild(server: FaultServer, tmp_path: Path) -> None:
-    script = tmp_path / "program.py"
-    script.write_text(CLOSED_AND_GRANDCHILDREN)
-    completed = run_python(server.url, [str(script)], timeout=90)
+    completed = run_script(CLOSED_AND_GRANDCHILDREN, server.url, tmp_path, timeout=90)
     assert completed.returncode == 0, completed.stderr
     assert "done" in completed.stdout
     assert wait_until(lambda: len(server.accepted) >= 2, 10), completed.stderr
@@ -498,15 +488,146 @@ def test_a_child_that_imports_the_package_in_its_target_delivers_at_exit(
 ) -> None:
     # A fork server's child ends through os._exit: no atexit; the flush must be there anyway.
     (tmp_path / "jobs.py").write_text(JOBS)
-    script = tmp_path / "program.py"
-    script.write_text(IMPORTED_IN_THE_TARGET)
-    completed = run_python(server.url, [str(script), str(tmp_path)], timeout=60)
+    completed = run_script(IMPORTED_IN_THE_TARGET, server.url, tmp_path, str(tmp_path), timeout=60)
     assert completed.returncode == 0, completed.stderr
     expected = {
         f"from a {method} child that imported the package late"
         for method in ("spawn", "forkserver")
     }
     assert wait_until(lambda: expected <= set(server.arrivals()), 10), completed.stderr
+
+
+BEFORE_SEND_EVERYWHERE = """
+import logging, multiprocessing, sys
+import eventlog_handler
+
+log = logging.getLogger("app")
+
+
+class Expected(Exception):
+    pass
+
+
+def scrub(event, hint=None):
+    event["message"] = event["message"].replace("4111-1111-1111-1111", "[card]")
+    return event
+
+
+def work():
+    name = multiprocessing.current_process().name
+    log.warning("card 4111-1111-1111-1111 in %s", name)
+    try:
+        raise Expected("not a failure")
+    except Expected:
+        log.exception("expected in %s", name)
+
+
+if __name__ == "__main__":
+    hook = {"path": "__main__.scrub", "function": scrub}[sys.argv[1]]
+    eventlog_handler.setup(before_send=hook, ignore_exceptions=[Expected])
+    work()
+    for method in ("fork", "forkserver", "spawn"):
+        process = multiprocessing.get_context(method).Process(target=work, name=method)
+        process.start()
+        process.join()
+"""
+
+
+@pytest.mark.parametrize("given", ["path", "function"])
+def test_before_send_and_ignored_exceptions_hold_in_every_child(
+    server: FaultServer, tmp_path: Path, given: str
+) -> None:
+    # A spawned child runs the parent's setup() while it imports the main module: "__main__.scrub"
+    # is not defined yet then. A function object or an exception class can't be pickled into
+    # the environment: they travel as their import paths.
+    completed = run_script(BEFORE_SEND_EVERYWHERE, server.url, tmp_path, given, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    expected = {f"card [card] in {name}" for name in ("MainProcess", "fork", "forkserver", "spawn")}
+    assert wait_until(lambda: expected <= set(server.arrivals()), 10), completed.stderr
+    time.sleep(0.5)  # an unscrubbed or unignored event would have come by now
+    assert set(server.arrivals()) == expected
+    assert "eventlog_handler" not in completed.stderr
+
+
+LAMBDA_BEFORE_SEND = """
+import logging, multiprocessing
+import eventlog_handler
+
+log = logging.getLogger("app")
+
+
+def work():
+    log.warning("from a spawned child")
+
+
+if __name__ == "__main__":
+    eventlog_handler.setup(before_send=lambda event, hint: event)
+    log.warning("from the parent")
+    process = multiprocessing.get_context("spawn").Process(target=work)
+    process.start()
+    process.join()
+"""
+
+
+def test_a_child_the_parents_setup_cannot_reach_says_why(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    code, stderr, _ = run_program(LAMBDA_BEFORE_SEND, server.url, tmp_path, timeout=60)
+    assert code == 0, stderr
+    assert wait_until(lambda: "from the parent" in server.arrivals(), 10), stderr
+    said = [line for line in stderr.splitlines() if line.startswith("eventlog_handler:")]
+    assert len(said) == 1, stderr
+    assert "does not run its parent's setup(): before_send is <function <lambda>" in said[0]
+    assert "give a function defined at a module's top level, or its import path" in said[0]
+    assert list(server.arrivals()) == ["from the parent"]
+
+
+WHEN_STARTED = """
+import logging, multiprocessing
+import eventlog_handler
+
+log = logging.getLogger("app")
+
+
+def work(when):
+    log.warning("%s, %s", when, multiprocessing.current_process().name)
+
+
+def processes(when):
+    return [
+        multiprocessing.get_context(method).Process(target=work, args=(when,), name=method)
+        for method in ("fork", "forkserver", "spawn")
+    ]
+
+
+def run(made):
+    for process in made:
+        process.start()
+        process.join()
+
+
+if __name__ == "__main__":
+    made_before_setup = processes("made before setup(), started after")
+    handle = eventlog_handler.setup()
+    run(made_before_setup)
+    made_before_close = processes("made before close(), started after")
+    handle.close(5)
+    run(made_before_close)
+    print("done", flush=True)
+"""
+
+
+def test_a_child_has_the_setup_in_place_when_it_starts(server: FaultServer, tmp_path: Path) -> None:
+    # As a forked child does, whatever the start method: not as when its object was made.
+    code, stderr, stdout = run_program(WHEN_STARTED, server.url, tmp_path, timeout=60)
+    assert code == 0, stderr
+    assert "done" in stdout
+    expected = {
+        f"made before setup(), started after, {name}" for name in ("fork", "forkserver", "spawn")
+    }
+    assert wait_until(lambda: expected <= set(server.arrivals()), 10), stderr
+    time.sleep(0.5)  # a child started after close() would have sent by now
+    assert set(server.arrivals()) == expected
 
 
 BAD_KEY_POOL = """
@@ -586,9 +707,8 @@ def test_pool_blocks_do_not_wait_for_a_server_that_is_not_running(
     # started with it may still take the events); a pool worker's exit is part of the
     # program's work, which Pool.__exit__ waits for: every block took a second more. The
     # events are still counted as not sent, on stderr.
-    script = tmp_path / "program.py"
-    script.write_text(POOL_BLOCKS_NO_SERVER)
-    completed = run_python(f"http://127.0.0.1:{dead_port()}", [str(script), method], timeout=120)
+    url = f"http://127.0.0.1:{dead_port()}"
+    completed = run_script(POOL_BLOCKS_NO_SERVER, url, tmp_path, method, timeout=120)
     assert completed.returncode == 0, completed.stderr
     median = float(completed.stdout.split("median block")[1])
     assert median < 0.9, (median, completed.stderr[-2000:])

@@ -45,6 +45,16 @@ def run_python(
     )
 
 
+def run_script(
+    source: str, server_url: str, tmp_path: Path, *args: str, timeout: float = 30, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """Write ``source`` to ``program.py`` in ``tmp_path`` and run it with ``args`` (see
+    :func:`run_python`)."""
+    script = tmp_path / "program.py"
+    script.write_text(source)
+    return run_python(server_url, [str(script), *args], timeout=timeout, **extra)
+
+
 class Program:
     """A Python program in a process of its own, logging through ``setup()``."""
 
