@@ -315,17 +315,18 @@ def setup(
             celery.install(_current_handlers)
         if "rq" in sys.modules:
             rq.install(_current_handlers)
-        _CURRENT.for_children = children.hand_down(
-            {
-                "api_key": api_key,
-                "server_url": server_url,
-                "level": level_number,
-                "capture_exceptions": capture_exceptions,
-                "flush_on_sigterm": flush_on_sigterm,
-                "flush_timeout": flush_timeout,
-                **options,
-            }
-        )
+        handed = {
+            "api_key": api_key,
+            "server_url": server_url,
+            "level": level_number,
+            "capture_exceptions": capture_exceptions,
+            "flush_on_sigterm": flush_on_sigterm,
+            "flush_timeout": flush_timeout,
+            **options,
+        }
+        if "ignore_exceptions" in options:  # as checked: a generator given here is used up
+            handed["ignore_exceptions"] = handler.settings.ignore_exceptions
+        _CURRENT.for_children = children.hand_down(handed)
         return _CURRENT
 
 

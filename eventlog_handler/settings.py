@@ -16,7 +16,7 @@ import functools
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 from urllib.parse import urlsplit
@@ -316,6 +316,8 @@ class Settings:
         for name, value in options.items():
             if name not in known:
                 continue
+            if isinstance(value, Iterator):  # a generator: checking it here would use it up
+                value = tuple(value)
             if value is not None and name not in _CONNECTION:
                 try:
                     _CONVERTERS[name](name, value)

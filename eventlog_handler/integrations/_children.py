@@ -69,9 +69,13 @@ _HANDED_DOWN = _HandedDown()
 
 
 def hand_down(arguments: dict[str, Any]) -> Left:
-    """Leave ``setup()``'s ``arguments`` for the children this process starts from now on."""
+    """Leave ``setup()``'s ``arguments`` for the children this process starts from now on.
+    Never raises (what can't be handed down is said by the children it doesn't reach)."""
     global _LEFT
-    travelling, unpassable = _travelling(arguments)
+    try:
+        travelling, unpassable = _travelling(arguments)
+    except Exception as exc:  # a user's object that fails when it is looked at
+        travelling, unpassable = {}, f"its arguments could not be read ({type(exc).__name__})"
     if unpassable:
         os.environ.pop(CHILD_SETUP_ENV, None)
         left = Left("", json.dumps({UNPASSABLE: unpassable}))
@@ -132,37 +136,72 @@ def handed_to_this_process() -> dict[str, Any] | None:
             f"not run its parent's setup(): {arguments[UNPASSABLE]}",
         )
         return None
-    if multiprocessing.parent_process() is None and _names_main(arguments):
-        return None  # not yet: the main module, still being imported, may not define it yet
-    return arguments
+    problem = _unusable_hook(arguments.get("before_send"))
+    if problem is None:
+        return arguments
+    if multiprocessing.parent_process() is None:
+        return None  # the main module is still being imported: the child looks again after
+    # Never without it: the hook may be what keeps secrets off the server.
+    say_once(
+        UNPASSABLE,
+        f"eventlog_handler: this process ({multiprocessing.current_process().name}) does not "
+        f"run its parent's setup(): {problem}",
+    )
+    return None
 
 
 def _travelling(arguments: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """``arguments`` as JSON can carry them (a function or class as its import path), and why
-    they can't ("" when they can)."""
+    they can't ("" when they can). ``ignore_exceptions`` is expected as the settings hold it
+    (a tuple of classes and names: a generator given to ``setup()`` was used up there)."""
     travelling = dict(arguments)
     hook = travelling.get("before_send")
     if hook is not None and not isinstance(hook, str):
         path = _import_path(hook)
         if path is None:
+            kind = getattr(hook, "__qualname__", None) or type(hook).__qualname__
             return travelling, (
-                f"before_send is {hook!r}, which has no import path to travel by; give a "
+                f"before_send ({str(kind)[:100]}) has no import path to travel by; give a "
                 f"function defined at a module's top level, or its import path "
                 f"('package.module.function')"
             )
         travelling["before_send"] = path
     ignored = travelling.get("ignore_exceptions")
-    if isinstance(ignored, type):
-        ignored = [ignored]
-    if isinstance(ignored, list | tuple):
+    if isinstance(ignored, tuple | list):
         travelling["ignore_exceptions"] = [
             type_name(item) if isinstance(item, type) else item for item in ignored
         ]
     try:
         json.dumps(travelling)
-    except (TypeError, ValueError) as exc:
-        return travelling, f"an argument of its setup() is not plain data ({exc})"
+    except (TypeError, ValueError):
+        names = sorted(name for name, value in travelling.items() if not _plain(value))
+        return travelling, f"{', '.join(names) or 'an argument'} of its setup() is not plain data"
     return travelling, ""
+
+
+def _plain(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _unusable_hook(path: Any) -> str | None:
+    """Why the ``before_send`` a child was handed can't be used here, or ``None``: its module
+    is not imported yet, or not whole (a spawned child still importing its main module), or
+    the path leads nowhere in this process (a main module without a file, ``python -c``)."""
+    if not isinstance(path, str):
+        return None
+    module_name, _, name = path.strip().rpartition(".")
+    if multiprocessing.parent_process() is None:  # importing the main module: import nothing
+        module = sys.modules.get("__mp_main__" if module_name == "__main__" else module_name)
+        return None if callable(getattr(module, name, None)) else "not yet"
+    try:
+        found = getattr(importlib.import_module(module_name), name)
+    except Exception as exc:
+        return f"its before_send {path!r} can't be imported here ({type(exc).__name__})"
+    return None if callable(found) else f"its before_send {path!r} is not callable here"
 
 
 def _import_path(value: Any) -> str | None:
@@ -176,12 +215,6 @@ def _import_path(value: Any) -> str | None:
     except (ImportError, AttributeError):
         return None
     return f"{main_named(module)}.{name}" if found is value else None
-
-
-def _names_main(arguments: dict[str, Any]) -> bool:
-    """Whether an import path among ``arguments`` points into the main module."""
-    path = arguments.get("before_send")
-    return isinstance(path, str) and path.strip().split(".", 1)[0] in ("__main__", "__mp_main__")
 
 
 def _process_config() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.faultserver import FaultServer
-from tests.support.processes import child_env, run_program, run_script
+from tests.support.processes import child_env, run_program, run_python, run_script
 from tests.support.waits import dead_port, wait_until
 
 PROGRAM = """
@@ -498,7 +498,10 @@ def test_a_child_that_imports_the_package_in_its_target_delivers_at_exit(
 
 
 BEFORE_SEND_EVERYWHERE = """
-import logging, multiprocessing, sys
+import logging, multiprocessing, os, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hooks  # the program's module of hooks: it imports eventlog_handler, then defines them
 import eventlog_handler
 
 log = logging.getLogger("app")
@@ -523,8 +526,8 @@ def work():
 
 
 if __name__ == "__main__":
-    hook = {"path": "__main__.scrub", "function": scrub}[sys.argv[1]]
-    eventlog_handler.setup(before_send=hook, ignore_exceptions=[Expected])
+    hook = {"path": "__main__.scrub", "function": scrub, "module": hooks.scrub}[sys.argv[1]]
+    eventlog_handler.setup(before_send=hook, ignore_exceptions=(kind for kind in [Expected]))
     work()
     for method in ("fork", "forkserver", "spawn"):
         process = multiprocessing.get_context(method).Process(target=work, name=method)
@@ -532,14 +535,24 @@ if __name__ == "__main__":
         process.join()
 """
 
+HOOKS = """
+import eventlog_handler
 
-@pytest.mark.parametrize("given", ["path", "function"])
+
+def scrub(event, hint=None):
+    event["message"] = event["message"].replace("4111-1111-1111-1111", "[card]")
+    return event
+"""
+
+
+@pytest.mark.parametrize("given", ["path", "function", "module"])
 def test_before_send_and_ignored_exceptions_hold_in_every_child(
     server: FaultServer, tmp_path: Path, given: str
 ) -> None:
+    (tmp_path / "hooks.py").write_text(HOOKS)
     # A spawned child runs the parent's setup() while it imports the main module: "__main__.scrub"
-    # is not defined yet then. A function object or an exception class can't be pickled into
-    # the environment: they travel as their import paths.
+    # is not defined yet then, nor is a module's that imports the package first. A function or
+    # an exception class travels as its import path; a generator is used up by the parent.
     completed = run_script(BEFORE_SEND_EVERYWHERE, server.url, tmp_path, given, timeout=60)
     assert completed.returncode == 0, completed.stderr
     expected = {f"card [card] in {name}" for name in ("MainProcess", "fork", "forkserver", "spawn")}
@@ -549,36 +562,94 @@ def test_before_send_and_ignored_exceptions_hold_in_every_child(
     assert "eventlog_handler" not in completed.stderr
 
 
-LAMBDA_BEFORE_SEND = """
-import logging, multiprocessing
+UNREACHABLE = """
+import logging, multiprocessing, sys
 import eventlog_handler
 
 log = logging.getLogger("app")
+
+
+class Scrubber:
+    def __init__(self, key):
+        self.key = key  # what the hook needs: the object's repr must not reach stderr
+
+    def scrub(self, event, hint=None):
+        return event
+
+
+def scrub(event, hint=None):
+    return event
 
 
 def work():
     log.warning("from a spawned child")
 
 
-if __name__ == "__main__":
-    eventlog_handler.setup(before_send=lambda event, hint: event)
+if __name__ == "__main__" and sys.argv[-1] in ("lambda", "bound"):
+    hooks = {"lambda": lambda event, hint: event, "bound": Scrubber(KEY).scrub}
+    eventlog_handler.setup(before_send=hooks[sys.argv[-1]])
     log.warning("from the parent")
     process = multiprocessing.get_context("spawn").Process(target=work)
     process.start()
     process.join()
 """
 
+#: The same program run with ``python -c``: a spawned child has no main module to import, so
+#: ``__main__.scrub`` leads nowhere in it (a notebook, a program read from stdin likewise).
+MAIN_WITHOUT_A_FILE = """
+import logging, multiprocessing, sys
+sys.path.insert(0, sys.argv[1])
+import eventlog_handler, jobs
 
+
+def scrub(event, hint=None):
+    return event
+
+
+eventlog_handler.setup(before_send=scrub)
+logging.getLogger("app").warning("from the parent")
+process = multiprocessing.get_context("spawn").Process(target=jobs.work)
+process.start()
+process.join()
+"""
+
+WORK_MODULE = """
+import logging
+
+import eventlog_handler  # the program's modules use the package too
+
+
+def work():
+    logging.getLogger("app").warning("from a spawned child")
+"""
+
+
+@pytest.mark.parametrize("hook", ["lambda", "bound", "main without a file"])
 def test_a_child_the_parents_setup_cannot_reach_says_why(
-    server: FaultServer, tmp_path: Path
+    server: FaultServer, tmp_path: Path, hook: str
 ) -> None:
-    code, stderr, _ = run_program(LAMBDA_BEFORE_SEND, server.url, tmp_path, timeout=60)
-    assert code == 0, stderr
-    assert wait_until(lambda: "from the parent" in server.arrivals(), 10), stderr
-    said = [line for line in stderr.splitlines() if line.startswith("eventlog_handler:")]
-    assert len(said) == 1, stderr
-    assert "does not run its parent's setup(): before_send is <function <lambda>" in said[0]
-    assert "give a function defined at a module's top level, or its import path" in said[0]
+    # Never set up without its before_send: the hook may be what keeps secrets off the server.
+    key = "KeyGivenInCode0123456789abcdefghijABCDEFG"
+    if hook == "main without a file":
+        (tmp_path / "jobs.py").write_text(WORK_MODULE)
+        completed = run_python(server.url, ["-c", MAIN_WITHOUT_A_FILE, str(tmp_path)], timeout=60)
+    else:
+        program = UNREACHABLE.replace("KEY", repr(key))
+        completed = run_script(program, server.url, tmp_path, hook, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert wait_until(lambda: "from the parent" in server.arrivals(), 10), completed.stderr
+    said = [line for line in completed.stderr.splitlines() if line.startswith("eventlog_handler")]
+    assert len(said) == 1, completed.stderr
+    assert "(SpawnProcess-1) does not run its parent's setup(): " in said[0], said
+    reason = {
+        "lambda": "before_send (<lambda>) has no import path to travel by; give a function "
+        "defined at a module's top level, or its import path",
+        "bound": "before_send (Scrubber.scrub) has no import path",
+        "main without a file": "its before_send '__main__.scrub' can't be imported here",
+    }[hook]
+    assert reason in said[0], said
+    assert key not in completed.stderr
+    time.sleep(0.5)  # the child's warning would have come by now
     assert list(server.arrivals()) == ["from the parent"]
 
 
