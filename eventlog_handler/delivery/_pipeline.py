@@ -105,12 +105,16 @@ class Pipeline:
         events: list[dict[str, Any]] = []
         created: list[float] = []
         version = self.version
-        hook = self.settings.before_send
+        own = self.settings
+        hook = own.before_send
+        # Entries of another handler of this server and key (a later setup(), a new
+        # dictConfig) are given to that handler's hook, each its own.
+        mixed = any(entry.settings is not own for entry in entries)
         scrubber = self.scrubber()
         scrub = scrubber.flat_event
         # The messages of log entries are those of their events (a hook may change them; a
         # long one is cut, with a mark): looked at for secrets all together, not one by one.
-        plain = hook is None and scrubber.plain_texts(
+        plain = not mixed and hook is None and scrubber.plain_texts(
             [entry.message for entry in entries], MAX_MESSAGE
         )
         roll = self.rollup if rollup else None
@@ -135,6 +139,8 @@ class Pipeline:
             data = event.get("data")
             if data and (VALUE_KEY in data or CRITICAL_KEY in data):
                 _lift_marks(event, data)
+            if mixed:
+                hook = entry.settings.before_send
             if hook is not None:
                 changed = self._before_send(hook, event, entry)
                 if changed is None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,6 +109,30 @@ def test_setup_twice_does_not_send_twice(server: CaptureServer) -> None:
     assert server.events[0]["tags"] == ["second"]
     second.close(5)
     assert sys.excepthook is previous_hook
+
+
+def _mark(letter: str) -> Callable[..., dict[str, Any]]:
+    def mark(event: dict[str, Any], hint: Any = None) -> dict[str, Any]:
+        event["message"] = f"{letter}: {event['message']}"
+        return event
+
+    return mark
+
+
+def test_a_new_setup_brings_its_own_before_send(server: CaptureServer) -> None:
+    # One engine per server and key, made with the first setup's settings: the hook that may
+    # keep secrets off the server is still each setup's own.
+    first = setup(API_KEY, server.url, before_send=_mark("A"), **FAST)
+    logging.getLogger("app").warning("first")
+    assert messages(first, server, 1) == ["A: first"]
+    first.close(5)
+    second = setup(API_KEY, server.url, before_send=_mark("B"), **FAST)
+    logging.getLogger("app").warning("second")
+    assert messages(second, server, 2) == ["A: first", "B: second"]
+    third = setup(API_KEY, server.url, **FAST)
+    logging.getLogger("app").warning("third")
+    assert messages(third, server, 3) == ["A: first", "B: second", "third"]
+    third.close(5)
 
 
 def test_hooks_are_skipped_in_interactive_sessions(
