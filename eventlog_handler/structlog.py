@@ -243,7 +243,10 @@ class EventLogProcessor:
             stack=stack,
         )
         engine.enqueue(
-            event, created=created, exc=exc if settings.before_send is not None else None
+            event,
+            created=created,
+            exc=exc if settings.before_send is not None else None,
+            settings=settings,
         )
         if trace:
             tracelog.note_event(created, levelno, source, message)

@@ -70,6 +70,8 @@ def capture_exception(
             exc=exc,
             submission_method=submission_method,
         )
-        return engine.enqueue(event, exc=exc if settings.before_send is not None else None)
+        return engine.enqueue(
+            event, exc=exc if settings.before_send is not None else None, settings=settings
+        )
     except Exception:  # pragma: no cover - reporting must never raise into the application
         return False

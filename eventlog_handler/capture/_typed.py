@@ -51,7 +51,7 @@ def _submit(kind: str, source: Any, data: dict[str, Any] | None = None) -> bool:
         )
         event["type"] = kind
         event.pop("message", None)
-        return engine.enqueue(event)
+        return engine.enqueue(event, settings=settings)
     except Exception:  # pragma: no cover - reporting must never raise into the application
         return False
 

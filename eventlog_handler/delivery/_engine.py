@@ -289,19 +289,22 @@ class Engine:
         *,
         urgent: bool = False,
         exc: BaseException | None = None,
+        settings: Settings | None = None,
     ) -> bool:
         """Queue a complete, JSON-ready event; ``created`` is its POSIX time (default: now).
 
         An error (and an ``urgent`` event: a session's start) waits ``error_delay``, not
         ``flush_interval``. ``exc``: the exception the event reports, for a ``before_send``
-        hook's hint (give it only when one is set: the entry keeps a copy)."""
+        hook's hint (give it only when one is set: the entry keeps a copy). ``settings``: those
+        of the handler or setup the event comes from (default: the engine's), whose
+        ``before_send`` it goes through."""
         try:
             level = event.get("@level")
             if level is None and type(event.get("data")) is dict:
                 level = event["data"].get("@level")
             is_error = urgent or event.get("type") == "error" or level in ("Error", "Fatal")
             entry = Entry(
-                self.settings,
+                self.settings if settings is None else settings,
                 event,
                 NUMBERS.get(level.lower(), 0) if type(level) is str else 0,
                 event.get("source"),

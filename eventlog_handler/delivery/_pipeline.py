@@ -114,8 +114,10 @@ class Pipeline:
         scrub = scrubber.flat_event
         # The messages of log entries are those of their events (a hook may change them; a
         # long one is cut, with a mark): looked at for secrets all together, not one by one.
-        plain = not mixed and hook is None and scrubber.plain_texts(
-            [entry.message for entry in entries], MAX_MESSAGE
+        plain = (
+            not mixed
+            and hook is None
+            and scrubber.plain_texts([entry.message for entry in entries], MAX_MESSAGE)
         )
         roll = self.rollup if rollup else None
         now = time.monotonic()

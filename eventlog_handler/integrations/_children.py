@@ -166,6 +166,9 @@ def _travelling(arguments: dict[str, Any]) -> tuple[dict[str, Any], str]:
                 f"('package.module.function')"
             )
         travelling["before_send"] = path
+    for name, value in travelling.items():
+        if isinstance(value, set | frozenset):  # tags={"a", "b"}: as a list
+            travelling[name] = sorted(value, key=str)
     ignored = travelling.get("ignore_exceptions")
     if isinstance(ignored, tuple | list):
         travelling["ignore_exceptions"] = [
@@ -175,7 +178,11 @@ def _travelling(arguments: dict[str, Any]) -> tuple[dict[str, Any], str]:
         json.dumps(travelling)
     except (TypeError, ValueError):
         names = sorted(name for name, value in travelling.items() if not _plain(value))
-        return travelling, f"{', '.join(names) or 'an argument'} of its setup() is not plain data"
+        verb = "is" if len(names) < 2 else "are"
+        return (
+            travelling,
+            f"{', '.join(names) or 'an argument'} of its setup() {verb} not plain data",
+        )
     return travelling, ""
 
 

@@ -527,7 +527,9 @@ def work():
 
 if __name__ == "__main__":
     hook = {"path": "__main__.scrub", "function": scrub, "module": hooks.scrub}[sys.argv[1]]
-    eventlog_handler.setup(before_send=hook, ignore_exceptions=(kind for kind in [Expected]))
+    eventlog_handler.setup(
+        before_send=hook, ignore_exceptions=(kind for kind in [Expected]), tags={"everywhere"}
+    )
     work()
     for method in ("fork", "forkserver", "spawn"):
         process = multiprocessing.get_context(method).Process(target=work, name=method)
@@ -552,13 +554,15 @@ def test_before_send_and_ignored_exceptions_hold_in_every_child(
     (tmp_path / "hooks.py").write_text(HOOKS)
     # A spawned child runs the parent's setup() while it imports the main module: "__main__.scrub"
     # is not defined yet then, nor is a module's that imports the package first. A function or
-    # an exception class travels as its import path; a generator is used up by the parent.
+    # an exception class travels as its import path; a generator is used up by the parent; a
+    # set is not JSON.
     completed = run_script(BEFORE_SEND_EVERYWHERE, server.url, tmp_path, given, timeout=60)
     assert completed.returncode == 0, completed.stderr
     expected = {f"card [card] in {name}" for name in ("MainProcess", "fork", "forkserver", "spawn")}
     assert wait_until(lambda: expected <= set(server.arrivals()), 10), completed.stderr
     time.sleep(0.5)  # an unscrubbed or unignored event would have come by now
     assert set(server.arrivals()) == expected
+    assert all(event["tags"] == ["everywhere"] for event in server.accepted), server.accepted
     assert "eventlog_handler" not in completed.stderr
 
 

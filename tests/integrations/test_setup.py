@@ -113,7 +113,7 @@ def test_setup_twice_does_not_send_twice(server: CaptureServer) -> None:
 
 def _mark(letter: str) -> Callable[..., dict[str, Any]]:
     def mark(event: dict[str, Any], hint: Any = None) -> dict[str, Any]:
-        event["message"] = f"{letter}: {event['message']}"
+        event["tags"] = [*event.get("tags", []), letter]
         return event
 
     return mark
@@ -121,17 +121,39 @@ def _mark(letter: str) -> Callable[..., dict[str, Any]]:
 
 def test_a_new_setup_brings_its_own_before_send(server: CaptureServer) -> None:
     # One engine per server and key, made with the first setup's settings: the hook that may
-    # keep secrets off the server is still each setup's own.
-    first = setup(API_KEY, server.url, before_send=_mark("A"), **FAST)
+    # keep secrets off the server is still each setup's own, for every kind of event.
+    first = setup(API_KEY, server.url, before_send=_mark("A"), force_hooks=True, **FAST)
     logging.getLogger("app").warning("first")
-    assert messages(first, server, 1) == ["A: first"]
+    assert first.flush(5)
     first.close(5)
-    second = setup(API_KEY, server.url, before_send=_mark("B"), **FAST)
+    second = setup(API_KEY, server.url, before_send=_mark("B"), force_hooks=True, **FAST)
     logging.getLogger("app").warning("second")
-    assert messages(second, server, 2) == ["A: first", "B: second"]
+    try:
+        raise ValueError("captured")
+    except ValueError as exc:
+        eventlog_handler.capture_exception(exc)
+    eventlog_handler.submit_feature_usage("export")
+    assert second.hooks is not None
+    second.hooks.report(RuntimeError("uncaught"), level="Fatal", submission_method="test")
+    assert second.flush(5)
+    events = server.wait_for(5, timeout=5)
+    marks = {
+        event.get("message") or event.get("source") or event["@simple_error"]["message"]: event[
+            "tags"
+        ]
+        for event in events
+    }
+    assert marks == {
+        "first": ["A"],
+        "second": ["B"],
+        "captured": ["B"],
+        "export": ["B"],
+        "uncaught": ["B"],
+    }, events
     third = setup(API_KEY, server.url, **FAST)
     logging.getLogger("app").warning("third")
-    assert messages(third, server, 3) == ["A: first", "B: second", "third"]
+    assert third.flush(5)
+    assert "tags" not in server.wait_for(6, timeout=5)[-1]
     third.close(5)
 
 
