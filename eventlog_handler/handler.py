@@ -32,10 +32,10 @@ How a record becomes an event is described in :mod:`eventlog_handler.capture._re
 
 from __future__ import annotations
 
+import _thread
 import logging
 import math
 import sys
-import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -370,9 +370,10 @@ def _when_configured(callback: Callable[[], None]) -> None:
         except Exception:  # pragma: no cover - never raises
             pass
 
-    threading.Thread(
-        target=wait_then_run, name="eventlog-handler-reconfigured", daemon=True
-    ).start()
+    # Not threading.Thread.start(): it waits until the new thread says it started, and the
+    # garbage collector may run a dead handler's weakref callback on that thread first, which
+    # takes logging's lock, held here by the configuration: both would wait for ever.
+    _thread.start_new_thread(wait_then_run, ())
 
 
 def _logging_lock_held() -> bool:
