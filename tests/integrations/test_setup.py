@@ -311,3 +311,43 @@ def test_malformed_environment_variables_are_said_and_the_program_runs_on(
     events = server.wait_for(1, timeout=10)
     assert [event["message"] for event in events] == ["order 7 placed"]
     assert "Production EU" not in str(events)
+
+
+CONFIGURED_WHILE_A_COLLECTION_RUNS = """
+import logging, threading, time
+from logging.config import dictConfig  # imported before setup(), as gunicorn does
+import eventlog_handler
+
+eventlog_handler.setup()
+original = threading.Thread._bootstrap_inner
+
+
+def bootstrap_after_a_collection(self):
+    # What the garbage collector can do on a new thread before it reports its start: run a
+    # dead handler's weakref callback (logging._removeHandlerRef), which takes logging's lock.
+    with logging._lock:
+        pass
+    original(self)
+
+
+threading.Thread._bootstrap_inner = bootstrap_after_a_collection
+dictConfig({"version": 1, "root": {"level": "INFO"}})  # closes the setup's handler
+threading.Thread._bootstrap_inner = original
+print("configured", flush=True)
+for _ in range(500):  # the setup is put back on a thread of its own, once the lock is free
+    if any(isinstance(h, eventlog_handler.EventLogHandler) for h in logging.getLogger().handlers):
+        break
+    time.sleep(0.01)
+logging.getLogger("app").warning("after the configuration")
+"""
+
+
+def test_a_configuration_after_setup_never_hangs(server: CaptureServer, tmp_path: Path) -> None:
+    # The setup is put back by a thread started while the configuration holds logging's lock.
+    code, stderr, stdout = run_program(
+        CONFIGURED_WHILE_A_COLLECTION_RUNS, server.url, tmp_path, timeout=30
+    )
+    assert code == 0, stderr
+    assert "configured" in stdout
+    events = server.wait_for(1, timeout=10)
+    assert [event["message"] for event in events] == ["after the configuration"]
