@@ -69,7 +69,7 @@ from eventlog_handler.wire._extras import (
 from eventlog_handler.wire._frames import FRAMES_KEY, call_site, error_refs
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
-from eventlog_handler.wire._simple_error import chained
+from eventlog_handler.wire._simple_error import chained, group_member_errors, group_members
 
 __all__ = ["build_event", "capture_record", "exception_of", "record_to_event"]
 
@@ -172,13 +172,17 @@ def build_event(
 
 
 def _with_frames(event: dict[str, Any], exc: BaseException, settings: Settings) -> None:
-    """Frame references under each ``@simple_error`` level's ``data["@frames"]``."""
+    """Frame references under each ``@simple_error`` level's ``data["@frames"]`` (and each
+    exception group member's: they tell one group's failure from another's)."""
     locals_for = None
     if settings.include_locals:
         locals_for = (settings.in_app_include, settings.in_app_exclude, settings.data_exclusions)
-    node: Any = event.get("@simple_error")
-    current: BaseException | None = exc
-    seen: set[int] = set()
+    _frames_of_chain(event.get("@simple_error"), exc, locals_for, set(), 2)
+
+
+def _frames_of_chain(
+    node: Any, current: BaseException | None, locals_for: Any, seen: set[int], groups: int
+) -> None:
     while isinstance(node, dict) and current is not None and id(current) not in seen:
         seen.add(id(current))
         try:
@@ -190,6 +194,10 @@ def _with_frames(event: dict[str, Any], exc: BaseException, settings: Settings) 
             if not isinstance(data, dict):
                 data = node["data"] = {}
             data[FRAMES_KEY] = refs
+        if groups:
+            members = zip(group_member_errors(node), group_members(current), strict=False)
+            for member_node, member in members:
+                _frames_of_chain(member_node, member, None, seen, groups - 1)
         node = node.get("inner")
         current = chained(current)
 

@@ -40,6 +40,7 @@ from eventlog_handler.wire._jsonsafe import (
     truncate,
 )
 from eventlog_handler.wire._levels import level_name
+from eventlog_handler.wire._simple_error import error_levels
 from eventlog_handler.wire._stacking import STACK_KEY
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
@@ -65,17 +66,13 @@ def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
         data = event.get("data")
         error = event.get("@simple_error")
         resolved = False
-        node: Any = error
-        depth = 0
-        while type(node) is dict and depth <= 10:
+        for node in error_levels(error):
             node_data = node.get("data")
             if type(node_data) is dict and is_ref(node_data.get(FRAMES_KEY)):
                 node_data[FRAMES_KEY] = resolve(
                     node_data[FRAMES_KEY], include, exclude, settings.secrets
                 )
                 resolved = True
-            node = node.get("inner")
-            depth += 1
         if resolved and (type(data) is not dict or STACK_KEY not in data):
             stack = error_stack(error)
             if stack is not None:
@@ -108,7 +105,9 @@ def with_environment(event: dict[str, Any], environment: str) -> dict[str, Any]:
     tags = event.get("tags")
     if type(tags) is not list:
         event["tags"] = [environment]
-    elif environment not in tags and len(tags) < MAX_TAGS:
+    elif environment not in tags:
+        if len(tags) >= MAX_TAGS:  # full: the environment takes the last place
+            del tags[MAX_TAGS - 1 :]
         tags.append(environment)
     data = event.get("data")
     if type(data) is not dict:

@@ -1,7 +1,9 @@
 """The ``extra=`` fields of a record: which are data, and which say something else.
 
 Three keys are not data: ``tags`` (added to the event's tags), ``@user`` (the event's user) and
-``stack`` (a manual stack, :mod:`._stacking`). A key that is one of the service's own data keys
+``stack`` when it holds what :func:`~eventlog_handler.wire._stacking.stack` makes (a mapping with
+``title`` and/or ``signature_data``: a manual stack). Any other value under ``stack`` (a string,
+such as the stack that structlog's ``StackInfoRenderer`` renders) is data. A key that is one of the service's own data keys
 (:data:`KNOWN_DATA_KEYS`) travels as ``_<key>`` so it can't override the package's value.
 """
 
@@ -15,7 +17,7 @@ from pythonjsonlogger.core import RESERVED_ATTRS as _JSON_LOGGER_RESERVED
 
 from eventlog_handler.wire._events import user_info
 from eventlog_handler.wire._stacking import EXTRA_KEY as STACK_KEY
-from eventlog_handler.wire._stacking import manual_stack
+from eventlog_handler.wire._stacking import is_stack, manual_stack
 
 #: Record attributes that are not ``extra=`` fields: python-json-logger's list, every attribute
 #: of a fresh ``LogRecord`` of this Python (``taskName`` on 3.12+, and whatever comes later),
@@ -59,6 +61,7 @@ KNOWN_DATA_KEYS = frozenset(
         "@message_args",
         "@format_error",
         "@trimmed",
+        "@frames",
     }
 )
 
@@ -93,7 +96,7 @@ def take_special(
         tags = tags_from(data.pop(TAGS_KEY))
     if USER_KEY in data:
         user = user_from(data.pop(USER_KEY))
-    if STACK_KEY in data:
+    if STACK_KEY in data and is_stack(data[STACK_KEY]):
         stack = manual_stack(data.pop(STACK_KEY))
     if not KNOWN_DATA_KEYS.isdisjoint(data):
         reserve_known_keys(data)

@@ -20,6 +20,10 @@ signature the service hashes instead (SHA1 of the UTF-16LE concatenation of the 
   exception's type and its application frames. When the outermost exception has no
   application frame (a library wrapped the application's error), the first error of the chain
   that has some lends its frames, and its type is added as ``cause`` (``from KeyError``).
+- An exception group (``asyncio.TaskGroup``, ``except*``) also has ``members``: each member's
+  type and innermost application frame, sorted and each once
+  (``with KeyError in shop.ship, ValueError in shop.charge``), so two groups that fail for
+  different reasons are two stacks, whatever order their tasks failed in.
 
 The values are shaped so that their concatenation can't be read two ways: type names hold no
 blanks, and the other values start with a word and a blank (``in``, ``from``, ``at``).
@@ -84,6 +88,7 @@ def error_stack(error: Any) -> dict[str, Any] | None:
         node = node.get("inner")
         depth += 1
     signature: dict[str, str] = {"type": outer_type}
+    members = _members(error) or (_members(chosen) if chosen is not None else "")
     if chosen is None:
         frames = _frames_of(error)
         if not isinstance(frames, list) or not frames or not isinstance(frames[-1], dict):
@@ -96,8 +101,33 @@ def error_stack(error: Any) -> dict[str, Any] | None:
             signature["cause"] = _cut(f"from {chosen['type']}", MAX_VALUE)
         signature["frames"] = _cut("in " + " > ".join(names), MAX_VALUE)
         where = names[-1]
+    if members:
+        signature["members"] = _cut(f"with {members}", MAX_VALUE)
     short = outer_type.rpartition(".")[2] or outer_type
-    return {"title": _cut(f"{short} in {where}", MAX_TITLE), "signature_data": signature}
+    title = f"{short} in {where}" + (f" ({members})" if members else "")
+    return {"title": _cut(title, MAX_TITLE), "signature_data": signature}
+
+
+def _members(error: Any, groups: int = 2) -> str:
+    """What an exception group's members are (``ValueError in shop.pay.charge``, sorted, each
+    once: the order tasks fail in varies), or ``""`` for an error that is not a group."""
+    from eventlog_handler.wire._simple_error import group_member_errors
+
+    described: set[str] = set()
+    for member in group_member_errors(error):
+        if type(member) is not dict or not isinstance(member.get("type"), str):
+            continue
+        frames = _frames_of(member)
+        names = _app_names(frames)
+        if names:
+            text = f"{member['type']} in {names[-1]}"
+        elif isinstance(frames, list) and frames and isinstance(frames[-1], dict):
+            text = f"{member['type']} in {_name(frames[-1])}"
+        else:
+            text = member["type"]
+        inner = _members(member, groups - 1) if groups > 1 else ""
+        described.add(f"{text} ({inner})" if inner else text)
+    return ", ".join(sorted(described))
 
 
 def log_stack(

@@ -33,7 +33,7 @@ import site
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -451,10 +451,13 @@ def _build(
     ext = extra_attributes(exc, exclusions)
     if _GROUP_TYPES and isinstance(exc, _GROUP_TYPES):
         members = list(getattr(exc, "exceptions", ()))
+        # One entry per member listed, in order (frames are added by position): a member seen
+        # already on the way here is named, not walked again.
         ext["exceptions"] = [
             _build(member, exclusions, min(depth_left, 1), seen)
-            for member in members[:MAX_GROUP_MEMBERS]
             if id(member) not in seen
+            else _named(member)
+            for member in group_members(exc)
         ]
         if len(members) > MAX_GROUP_MEMBERS:
             ext["exceptions_omitted"] = len(members) - MAX_GROUP_MEMBERS
@@ -467,6 +470,42 @@ def _build(
         else:
             error.setdefault("data", {})["@inner_omitted"] = True
     return error
+
+
+def _named(exc: BaseException) -> dict[str, Any]:
+    """An error seen already on the way: its message and type, not walked again."""
+    return {"message": truncate(exception_message(exc), MAX_MESSAGE), "type": type_name(type(exc))}
+
+
+def group_members(exc: BaseException) -> list[BaseException]:
+    """The members of the exception group ``exc`` that its ``@simple_error`` lists (in
+    ``data["@ext"]["exceptions"]``, in this order); none when ``exc`` is not a group."""
+    if not _GROUP_TYPES or not isinstance(exc, _GROUP_TYPES):
+        return []
+    members = getattr(exc, "exceptions", ())
+    return [member for member in members[:MAX_GROUP_MEMBERS] if isinstance(member, BaseException)]
+
+
+def group_member_errors(error: Any) -> list[Any]:
+    """The member ``@simple_error`` objects an error of an exception group lists."""
+    data = error.get("data") if type(error) is dict else None
+    ext = data.get("@ext") if type(data) is dict else None
+    members = ext.get("exceptions") if type(ext) is dict else None
+    return members if type(members) is list else []
+
+
+def error_levels(error: Any, groups: int = 2) -> Iterator[dict[str, Any]]:
+    """Each level of an ``@simple_error``: the error, its ``inner`` errors, and the members
+    of the exception groups among them."""
+    node: Any = error
+    depth = 0
+    while type(node) is dict and depth <= 10:
+        yield node
+        if groups:
+            for member in group_member_errors(node):
+                yield from error_levels(member, groups - 1)
+        node = node.get("inner")
+        depth += 1
 
 
 def chained(exc: BaseException) -> BaseException | None:

@@ -10,7 +10,9 @@ that carries ``@stack`` (``{"title": str, "signature_data": {str: str}}``) is gr
     log.exception("sync failed", extra=stack("Inventory sync"))   # one stack for every cause
 
 :func:`stack` builds the ``extra`` fragment; :func:`manual_stack` turns what a user gave under
-``extra={"stack": ...}`` into the ``@stack`` value (or ``None``). Neither ever raises: input
+``extra={"stack": ...}`` into the ``@stack`` value (or ``None``). Only a mapping with ``title``
+and/or ``signature_data`` under ``stack`` is a manual stack (:func:`is_stack`): another value
+there, such as a stack trace string, is the user's data and never regroups the event. Neither ever raises: input
 that can't name a stack leaves the event in its default stack, and says so once on the
 ``eventlog_handler`` logger.
 """
@@ -66,6 +68,15 @@ def stack(
     signature.update(fields)
     value = manual_stack({"title": title, "signature_data": signature})
     return {EXTRA_KEY: value} if value is not None else {}
+
+
+def is_stack(value: Any) -> bool:
+    """Whether ``value``, found under ``extra={"stack": ...}``, is meant as a manual stack (a
+    mapping with ``title`` and/or ``signature_data``, as :func:`stack` makes it)."""
+    try:
+        return isinstance(value, Mapping) and ("title" in value or "signature_data" in value)
+    except Exception:  # a hostile mapping: the event keeps it as data
+        return False
 
 
 def manual_stack(value: Any) -> dict[str, Any] | None:

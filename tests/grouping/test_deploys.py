@@ -6,6 +6,7 @@ the bytes sent exactly as the service computes it (:mod:`.signature`).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 from tests.fidelity.pythons import PROJECT_ROOT, interpreters, link_dependencies
 from tests.support.capture import CaptureServer
+from tests.support.constants import API_KEY, FAST
 from tests.support.processes import child_env
 
 from .signature import server_signature
@@ -302,3 +304,86 @@ def test_frames_json_is_bounded(make_handler, server):
     assert len(frames) <= 20
     assert len(json.dumps(event)) < 180_000
     logging.getLogger("app").handlers.clear()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.TaskGroup is new in 3.11")
+def test_task_groups_that_fail_for_different_reasons_are_different_stacks(make_handler, server):
+    import asyncio
+
+    logger, handler = make_handler()
+
+    async def charge() -> None:
+        raise ValueError("card declined")
+
+    async def ship() -> None:
+        raise KeyError("no address")
+
+    async def checkout(*steps: Any) -> None:
+        async with asyncio.TaskGroup() as group:  # type: ignore[attr-defined,unused-ignore]
+            for step in steps:
+                group.create_task(step())
+
+    runs = {
+        "charge": (charge,),
+        "ship": (ship,),
+        "charge again": (charge,),
+        "both": (charge, ship),
+        "both, the other way round": (ship, charge),
+    }
+    for name, steps in runs.items():
+        try:
+            asyncio.run(checkout(*steps))
+        except Exception:
+            logger.exception(name)
+    handler.engine.flush(5)
+    events = by_message(server.wait_for(len(runs)))
+    signature = {name: server_signature(event) for name, event in events.items()}
+    assert signature["charge"] == signature["charge again"]  # one bug, one stack
+    assert signature["charge"] != signature["ship"]  # on the code before: one stack for both
+    assert signature["both"] == signature["both, the other way round"]  # whatever failed first
+    assert len({signature["charge"], signature["ship"], signature["both"]}) == 3
+    group = events["both, the other way round"]["@simple_error"]["data"]["@ext"]["exceptions"]
+    assert [member["type"] for member in group] == ["KeyError", "ValueError"]
+    members = events["both"]["data"]["@stack"]["signature_data"]["members"]
+    assert members.startswith("with KeyError in ") and ", ValueError in " in members
+    assert all("line" not in part for part in members.split(", "))
+
+
+def test_a_stack_trace_under_the_stack_key_is_data_not_a_stack(make_handler, server):
+    """structlog's ``StackInfoRenderer`` (and a user's own field) puts a text under ``stack``:
+    it is data, and the event keeps its own stack (a text there would change with every line
+    added above the call, and split the stack on every deploy)."""
+    import structlog
+
+    from eventlog_handler.structlog import EventLogProcessor
+
+    logger, handler = make_handler()
+    trace = 'Stack (most recent call last):\n  File "app.py", line 28, in <module>'
+    logger.error("plain", extra={"stack": trace})
+    logger.error("plain, no field")
+    slog = structlog.wrap_logger(
+        structlog.PrintLogger(io.StringIO()),
+        processors=[
+            structlog.processors.StackInfoRenderer(),
+            EventLogProcessor(API_KEY, server.url, **FAST),
+            structlog.processors.KeyValueRenderer(),
+        ],
+    )
+    slog.error("structured", stack_info=True)
+    handler.engine.flush(5)
+    events = by_message(server.wait_for(3))
+    assert len(events) == 3
+    for event in events.values():
+        assert "ManualStackingKey" not in event["data"]["@stack"]["signature_data"]
+    assert events["plain"]["data"]["stack"] == trace
+    assert events["structured"]["data"]["stack"].startswith("Stack (most recent call last)")
+    assert events["plain"]["data"]["@stack"]["signature_data"]["site"].startswith("at ")
+
+
+def test_a_users_field_named_frames_is_kept_apart(make_handler, server):
+    logger, handler = make_handler()
+    logger.error("with my frames", extra={"@frames": "mine"})
+    handler.engine.flush(5)
+    (event,) = server.wait_for(1)
+    assert event["data"]["_@frames"] == "mine"
+    assert isinstance(event["data"]["@frames"], list)  # the call site's, the package's own

@@ -163,6 +163,17 @@ def test_environment_is_a_tag_and_a_data_key(make_handler, server):
     assert "machine_name" in error_event["data"].get("@environment", {}), error_event
 
 
+def test_the_environment_tag_stays_when_an_event_has_all_its_tags(make_handler, server):
+    logger, handler = make_handler(environment="production")
+    logger.warning("tagged", extra={"tags": [f"t{index}" for index in range(60)]})
+    handler.engine.flush(5)
+    (event,) = server.wait_for(1)
+    assert len(event["tags"]) == 50  # the service's limit
+    assert event["tags"][-1] == "production" and event["tags"][:49] == [
+        f"t{index}" for index in range(49)
+    ]
+
+
 GIT_SCRIPT = """\
 import logging
 import eventlog_handler
