@@ -137,6 +137,7 @@ def user_context(
 
 def clear_user() -> Scope[dict[str, Any] | None]:
     """Events captured in this context carry no user (until reset)."""
+    _tell_listener(None)
     return Scope(_USER, None)
 
 

@@ -137,7 +137,9 @@ class Pipeline:
                 elif type(data) is dict:
                     data["@version"] = version
             if sessions is not None:
-                _stamp_session(event, sessions.id_at(entry.created))
+                user = event.get("@user")
+                identity = user.get("identity") if type(user) is dict else None
+                _stamp_session(event, sessions.id_at(entry.created, identity))
             data = event.get("data")
             if data and (VALUE_KEY in data or CRITICAL_KEY in data):
                 _lift_marks(event, data)

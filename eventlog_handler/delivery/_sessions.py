@@ -11,13 +11,18 @@ One session at a time per process, following the process's user:
 - ``setup(sessions=True)`` starts one, for the user known then (or none: a worker, a CLI);
 - :func:`~eventlog_handler.set_user` with another identity outside a web request ends it and
   starts one for the new user (inside a request, every event already carries ``@user``, from
-  which the service makes its own per-user sessions);
+  which the service makes its own per-user sessions); a user cleared (``clear_user()``,
+  ``set_user(None)``, the end of a ``user_context()`` block with no user around it) ends the
+  user's session and starts one with no user;
 - the exit flush and ``EventLogSetup.close()`` end it.
 
 No thread of its own: the heartbeat is an errand the delivery worker makes when it is due
 (:mod:`eventlog_handler.delivery._errands`). An event belongs to the session that was open when
 it was captured (its creation time is compared with the sessions' starts), so an event
-captured just before a change of user is not counted in the next user's session.
+captured just before a change of user is not counted in the next user's session; and only when
+its user is that session's user (the same identity, or none for both), so an event of another
+user (a web request's, another thread's) is never counted in this one: the service gives it a
+session of its own user.
 """
 
 from __future__ import annotations
@@ -57,8 +62,8 @@ class Sessions:
         self.interval = settings.heartbeat_interval
         #: The open session: ``(id, identity)``, or ``None``.
         self.current: tuple[str, str | None] | None = None
-        #: ``[start, end, id]`` of the latest sessions (POSIX times; ``end`` is ``inf`` while
-        #: open), oldest first.
+        #: ``[start, end, id, identity]`` of the latest sessions (POSIX times; ``end`` is
+        #: ``inf`` while open), oldest first.
         self.history: deque[list[Any]] = deque(maxlen=HISTORY)
         errands.recurring = self._beat
 
@@ -79,23 +84,24 @@ class Sessions:
         event.pop("message", None)
         with self.ledger.lock:
             self._end(now)
-            identity = user.get("identity") if user else None
-            self.current = (session_id, identity if isinstance(identity, str) else None)
-            self.history.append([now, math.inf, session_id])
+            identity = _identity(user)
+            self.current = (session_id, identity)
+            self.history.append([now, math.inf, session_id, identity])
             self.errands.recurring_due = time.monotonic() + self.interval
             self.ledger.changed.notify_all()
         self.enqueue(event)
         return session_id
 
     def follow_user(self, user: dict[str, Any] | None) -> None:
-        """The process's user became ``user``: a new session when its identity is another."""
-        identity = user.get("identity") if user else None
-        if not isinstance(identity, str):
-            return
+        """The process's user became ``user``: a new session when its identity is another (a
+        session with no user when the user is gone)."""
+        identity = _identity(user)
         current = self.current
+        if current is None and identity is None:
+            return  # no session to end, none to start for nobody (after close())
         if current is not None and current[1] == identity:
             return
-        self.start(user)
+        self.start(user if identity is not None else None)
 
     def end(self) -> None:
         """End the open session (a heartbeat with ``close=true``); stop the heartbeats."""
@@ -113,11 +119,12 @@ class Sessions:
                 item[1] = now
         self.errands.put(self._heartbeat(current[0], close=True))
 
-    def id_at(self, created: float) -> str | None:
-        """The id of the session open at POSIX time ``created``, if any."""
-        for start, end, session_id in reversed(self.history):
+    def id_at(self, created: float, identity: Any = None) -> str | None:
+        """The id of the session open at POSIX time ``created``, if any, and if it is the
+        session of the user ``identity`` (``None``: no user)."""
+        for start, end, session_id, owner in reversed(self.history):
             if start <= created < end:
-                return str(session_id)
+                return str(session_id) if owner == identity else None
         return None
 
     def _beat(self, now: float) -> float:
@@ -136,3 +143,8 @@ class Sessions:
             time.monotonic() + self.settings.error_delay if due is None else due,
             retry=close,
         )
+
+
+def _identity(user: dict[str, Any] | None) -> str | None:
+    identity = user.get("identity") if user else None
+    return identity if isinstance(identity, str) else None

@@ -231,6 +231,89 @@ def test_the_session_follows_the_user_back_after_user_context(server: FaultServe
     }
 
 
+def test_an_event_is_never_counted_in_another_users_session(server: FaultServer) -> None:
+    """The session follows the user out of a block and at ``clear_user()``; an event of a user
+    who is not the session's (a web request's, another thread's) carries no session of
+    someone else (the service opens its user's own)."""
+
+    def run() -> None:
+        setup = _setup(server, sessions=True, heartbeat_interval=60)
+        log = logging.getLogger("app")
+        try:
+            log.warning("nobody yet")
+            with eventlog_handler.user_context("u-42"):
+                log.warning("as u-42")
+            log.warning("nobody after the block")
+            eventlog_handler.set_user("u-50")
+            log.warning("as u-50")
+            eventlog_handler.clear_user()
+            log.warning("nobody after clear_user")
+            with eventlog_handler.request_scope({"path": "/a"}):
+                eventlog_handler.set_user("visitor-9")
+                log.warning("a visitor's, in a request")
+            log.warning("given another user", extra={"@user": "someone-else"})
+            assert setup.flush(10)
+        finally:
+            setup.close(5)
+
+    contextvars.Context().run(run)
+    starts = [event for event in server.accepted if event.get("type") == "session"]
+    owners = [start.get("@user", {}).get("identity") for start in starts]
+    assert owners == [None, "u-42", None, "u-50", None]
+    ids = [start["reference_id"] for start in starts]
+    stamped = {
+        event["message"]: event.get("data", {}).get("@ref:session")
+        for event in server.accepted
+        if event.get("type") == "log"
+    }
+    assert stamped == {
+        "nobody yet": ids[0],
+        "as u-42": ids[1],
+        "nobody after the block": ids[2],  # on the code before: u-42's session
+        "as u-50": ids[3],
+        "nobody after clear_user": ids[4],  # on the code before: u-50's session
+        "a visitor's, in a request": None,
+        "given another user": None,
+    }
+    ended = {sid for sid, close, _ in server.heartbeats if close}
+    assert ended == set(ids)
+
+
+def test_threads_of_two_users_never_share_a_session(server: FaultServer) -> None:
+    import threading
+
+    setup = _setup(server, sessions=True, heartbeat_interval=60)
+    barrier = threading.Barrier(2)
+
+    def job(identity: str) -> None:
+        eventlog_handler.set_user(identity)
+        for round_ in range(20):
+            barrier.wait(5)
+            logging.getLogger("jobs").warning("job %s for %s", round_, identity)
+
+    try:
+        threads = [threading.Thread(target=job, args=(name,)) for name in ("u-A", "u-B")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert setup.flush(10)
+    finally:
+        setup.close(5)
+    owner = {
+        start["reference_id"]: start.get("@user", {}).get("identity")
+        for start in server.accepted
+        if start.get("type") == "session"
+    }
+    logs = [event for event in server.accepted if event.get("type") == "log"]
+    assert len(logs) == 40
+    assert any("@ref:session" in event.get("data", {}) for event in logs)  # the last user's
+    for event in logs:
+        session = event.get("data", {}).get("@ref:session")
+        if session is not None:
+            assert owner[session] == event["@user"]["identity"], event["message"]
+
+
 def test_a_manual_session_reference_is_sent_as_given(server: FaultServer) -> None:
     setup = _setup(server, sessions=True)
     try:
