@@ -178,6 +178,26 @@ def get_request() -> dict[str, Any] | None:
     return _REQUEST.get()
 
 
+#: Whether the unit of work's not-found event was queued: a list shared by every context
+#: copied from the request's (a handler run in a thread pool, an ASGI middleware's task), so
+#: the middleware's 404 and the application's own ``submit_not_found`` send one event.
+_NOT_FOUND: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
+    "eventlog_handler_not_found", default=None
+)
+
+
+def not_found_sent() -> bool:
+    """Whether this unit of work's not-found event was queued already."""
+    return bool(_NOT_FOUND.get())
+
+
+def note_not_found_sent() -> None:
+    """This unit of work's not-found event was queued (nothing outside one)."""
+    sent = _NOT_FOUND.get()
+    if sent is not None and not sent:
+        sent.append(True)
+
+
 #: The reference id of the last error event captured in this context.
 _LAST_REFERENCE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "eventlog_handler_last_reference", default=None
@@ -216,6 +236,7 @@ class RequestScope:
             Scope(_TAGS, ()),
             Scope(_REQUEST, request),
             Scope(_LAST_REFERENCE, None),
+            Scope(_NOT_FOUND, []),
         ]
         self._trace: Any = tracelog.new_scope_ring()  # the request's own trace log
 

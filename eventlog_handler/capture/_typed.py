@@ -15,7 +15,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from eventlog_handler.capture._context import get_request, get_tags, get_user
+from eventlog_handler.capture._context import (
+    get_request,
+    get_tags,
+    get_user,
+    not_found_sent,
+    note_not_found_sent,
+)
 from eventlog_handler.capture._exceptions import current_settings
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
 from eventlog_handler.delivery._errands import Errand
@@ -33,6 +39,11 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 def _submit(kind: str, source: Any, data: dict[str, Any] | None = None) -> bool:
     try:
+        if not safe_str(source).strip():
+            what = "feature name" if kind == "usage" else "path"
+            function = "submit_feature_usage" if kind == "usage" else "submit_not_found"
+            _say_once(f"empty {kind}", f"{function}: the {what} is empty; nothing was sent")
+            return False
         settings = current_settings()
         if settings is None or is_sender_thread():
             return False
@@ -65,9 +76,15 @@ def submit_feature_usage(feature: str) -> bool:
 def submit_not_found(path: str) -> bool:
     """Send a not-found event (``type: "404"``, ``source`` = ``path``, with ``@request`` inside
     a web request); ``True`` when queued. A request from a crawler (its user agent matches
-    the service's ``@@UserAgentBotPatterns``) is not sent: counted as ``filtered``."""
+    the service's ``@@UserAgentBotPatterns``) is not sent: counted as ``filtered``.
+
+    One per request: inside a web request whose 404 was queued already (by the application,
+    or by the middleware's ``report_not_found``), nothing more is sent and ``True`` is
+    returned."""
     request = get_request()
     if request is not None:
+        if not_found_sent():
+            return True
         try:
             settings = current_settings()
             if settings is not None and not is_sender_thread():
@@ -77,7 +94,10 @@ def submit_not_found(path: str) -> bool:
                     return False
         except Exception:  # pragma: no cover - reporting must never raise
             return False
-    return _submit("404", path, {"@request": request} if request is not None else None)
+    queued = _submit("404", path, {"@request": request} if request is not None else None)
+    if queued:
+        note_not_found_sent()
+    return queued
 
 
 def submit_user_description(

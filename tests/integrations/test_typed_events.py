@@ -78,6 +78,20 @@ def test_feature_usage_and_not_found_have_the_services_types(
     assert by_type["404"]["source"] == "/missing/page"
 
 
+def test_an_empty_feature_or_path_is_said_and_not_sent(
+    server: FaultServer, handle: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert eventlog_handler.submit_feature_usage("") is False
+    assert eventlog_handler.submit_feature_usage("   ") is False
+    assert eventlog_handler.submit_not_found("") is False
+    assert eventlog_handler.submit_feature_usage("export")
+    assert handle.flush(5)
+    assert [(event["type"], event["source"]) for event in server.accepted] == [("usage", "export")]
+    said = capfd.readouterr().err
+    assert said.count("submit_feature_usage: the feature name is empty; nothing was sent") == 1
+    assert said.count("submit_not_found: the path is empty; nothing was sent") == 1
+
+
 def test_in_a_request_a_404_carries_the_request_and_the_id_is_the_requests(
     server: FaultServer, handle: Any
 ) -> None:

@@ -23,6 +23,13 @@ def create_asgi() -> Any:
     async def hello() -> dict[str, str]:
         return {"hello": "world"}
 
+    @app.get("/items/{name}")
+    def item(name: str) -> Any:  # run in a thread pool, in a copy of the request's context
+        from fastapi.responses import JSONResponse
+
+        eventlog_handler.submit_not_found(f"/items/{name} (the application's)")
+        return JSONResponse({"missing": name}, status_code=404)
+
     return app
 
 
@@ -36,6 +43,11 @@ def create_flask() -> Any:
     @app.get("/hello")
     def hello() -> str:
         return "hello"
+
+    @app.get("/items/<name>")
+    def item(name: str) -> Any:
+        eventlog_handler.submit_not_found(f"/items/{name} (the application's)")
+        return {"missing": name}, 404
 
     return init_flask(app, report_not_found=True)
 

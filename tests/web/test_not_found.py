@@ -96,3 +96,39 @@ def test_without_the_option_no_404_is_sent(fault_server: FaultServer) -> None:
     finally:
         setup.close(5)
     assert fault_server.accepted == []
+
+
+def test_an_application_that_reports_its_own_404_sends_one_event(
+    fault_server: FaultServer,
+) -> None:
+    """The README shows both ``submit_not_found(request.path)`` and the middleware's option: a
+    request whose 404 the application reported is not reported again by the middleware."""
+    from tests.web.notfound_app import create_flask
+
+    app = Uvicorn(
+        ["-m", "uvicorn", "tests.web.notfound_app:asgi", "--host", "127.0.0.1", "--port", "0"],
+        child_env(fault_server.url, NOTFOUND_TEST_SETUP="1"),
+    )
+    try:
+        headers = {"User-Agent": BROWSER}
+        for name in ("a", "b"):
+            answer = requests.get(f"{app.url}/items/{name}", headers=headers, timeout=10)
+            assert answer.status_code == 404
+        assert requests.get(app.url + "/nowhere", headers=headers, timeout=10).status_code == 404
+        assert wait_until(lambda: len(fault_server.accepted) >= 3, 10)
+        time.sleep(0.5)  # a second event per request would have come by now
+    finally:
+        output = app.stop()
+    assert app.process.returncode == 0, output
+    sources = sorted(event["source"] for event in fault_server.accepted)
+    assert sources == ["/items/a (the application's)", "/items/b (the application's)", "/nowhere"]
+
+    fault_server.accepted.clear()
+    setup = eventlog_handler.setup(API_KEY, fault_server.url, capture_exceptions=False, **FAST)
+    try:
+        client = create_flask().test_client()
+        assert client.get("/items/c", headers={"User-Agent": BROWSER}).status_code == 404
+        assert setup.flush(5)
+    finally:
+        setup.close(5)
+    assert [event["source"] for event in fault_server.accepted] == ["/items/c (the application's)"]
