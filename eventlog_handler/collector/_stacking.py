@@ -4,7 +4,9 @@ The service computes a *signature* for every event and groups events with the sa
 (per project) into a stack:
 
 - ``data["@stack"]`` (manual stacking, ``{"title": ..., "signature_data": {str: str}}``) with a
-  non-empty ``signature_data``: those values, and the stack is titled ``title``.
+  non-empty ``signature_data``: the concatenation of its non-empty values, in order (keys and
+  title are not part of it), and the stack is titled ``title``. A value that is not a string
+  makes the service ignore ``@stack``.
 - an event of type ``error`` with ``@error`` (frames as objects): the exception type and the
   frames' methods; with ``@simple_error``: the exception type and the SHA1 of the
   ``stack_trace`` text, exactly as sent (the text decides what "the same bug" is).
@@ -37,11 +39,9 @@ def _manual(data: Mapping[str, Any]) -> StackBasis | None:
     signature = manual.get("signature_data")
     if not isinstance(signature, dict):
         return None
-    items = tuple(
-        (str(key), str(value))
-        for key, value in signature.items()
-        if value is not None and str(value) != "" and str(key) != ""
-    )
+    if any(value is not None and not isinstance(value, str) for value in signature.values()):
+        return None  # the service can't read it as its string dictionary: @stack is ignored
+    items = tuple((str(key), value) for key, value in signature.items() if value)
     return ("manual", items) if items else None
 
 
@@ -97,8 +97,11 @@ def signature_of(basis: StackBasis) -> tuple[str, dict[str, str]]:
     kind = basis[0]
     info: dict[str, str] = {}
     if kind == "manual":
-        info = dict(basis[1])
-    elif kind == "error":
+        # The service hashes the values alone, concatenated in order (SHA1 of UTF-16LE text):
+        # two signatures with the same values under other keys are one stack.
+        joined = "".join(value for _, value in basis[1])
+        return hashlib.sha1(joined.encode("utf-16-le", "replace")).hexdigest(), dict(basis[1])
+    if kind == "error":
         if basis[1]:
             info["ExceptionType"] = basis[1]
         if basis[2]:

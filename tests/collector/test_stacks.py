@@ -65,6 +65,42 @@ def test_manual_stacking_with_at_stack(client: Client, collector: Collector) -> 
     assert stack["signature_info"] == {"provider": "acme"}
 
 
+def test_manual_stacks_are_told_apart_by_their_values_alone_as_the_service_does(
+    client: Client, collector: Collector
+) -> None:
+    """The service hashes the concatenated values of ``signature_data`` (not its keys), and
+    ignores a ``@stack`` with a value that is not a string: the collector's stacks are the
+    service's, checked against the signature the service computes (tests/grouping)."""
+    from tests.grouping.signature import server_signature
+
+    signatures = {
+        "m1": {"gateway": "adyen"},
+        "m2": {"processor": "adyen"},
+        "m3": {"a": "ab", "b": "c"},
+        "m4": {"a": "a", "b": "bc"},
+        "m5": {"a": 5},
+        "m6": {"a": "5"},
+    }
+    events = [
+        {
+            "type": "log",
+            "source": "app.pay",
+            "message": name,
+            "data": {"@stack": {"title": f"stack {name}", "signature_data": signature}},
+        }
+        for name, signature in signatures.items()
+    ]
+    assert client.post_events(events).status_code == 202
+    stack_of = {event["message"]: event["stack_id"] for event in collector.events(limit=100)}
+    assert stack_of["m1"] == stack_of["m2"]
+    assert stack_of["m3"] == stack_of["m4"]
+    assert stack_of["m5"] != stack_of["m6"]  # m5's @stack is ignored: stacked by its source
+    service = {event["message"]: server_signature(event) for event in events}
+    for one in signatures:
+        for other in signatures:
+            assert (stack_of[one] == stack_of[other]) == (service[one] == service[other])
+
+
 def test_logs_group_by_source_and_other_types_by_type_and_source(
     client: Client, collector: Collector
 ) -> None:
