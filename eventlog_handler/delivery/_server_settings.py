@@ -183,7 +183,7 @@ def _level(value: str) -> int:
 EMPTY = ServerSettings()
 
 
-#: Seconds the worker waits for the service's settings (it sends nothing meanwhile).
+#: Seconds a fetch of the service's settings waits for the answer (on a thread of its own).
 CONFIG_TIMEOUT = 3.0
 #: After a failed fetch of the settings, seconds before the next try.
 CONFIG_RETRY = 60.0
@@ -210,6 +210,8 @@ class SettingsFetch:
         #: Why the last fetch failed (``None``: it didn't).
         self.error: str | None = None
         self.wanted = enabled
+        #: A fetch is under way (taken, not yet run to its end).
+        self.fetching = False
         self.next_try = 0.0
         #: When the next check is due though no answer named a newer version.
         self.next_check = math.inf
@@ -217,6 +219,7 @@ class SettingsFetch:
     def restart(self) -> None:
         """A new process (after fork): fetch again; the settings in force stay."""
         self.wanted = self.enabled
+        self.fetching = False
         self.next_try = 0.0
         self.error = None
 
@@ -233,14 +236,31 @@ class SettingsFetch:
         """Whether a fetch is wanted now (an idle check is due: it is then wanted)."""
         if self.enabled and not self.wanted and now >= self.next_check:
             self.wanted = True
-        return self.wanted
+        return self.wanted and not self.fetching
 
     def refresh(self, fetch: Callable[[int | None], Mapping[str, Any] | None]) -> None:
-        """Fetch the settings if wanted (on the worker)."""
-        if not self.wanted:
-            return
+        """Fetch the settings if wanted: :meth:`take`, then :meth:`run`."""
+        if self.take():
+            self.run(fetch)
+
+    def take(self) -> bool:
+        """Whether a fetch is wanted; if so, it is under way from now (the worker asks, and
+        then runs it on a thread of its own)."""
+        if not self.wanted or self.fetching:
+            return False
         self.wanted = False
+        self.fetching = True
         self.next_check = time.monotonic() + IDLE_CHECK
+        return True
+
+    def run(self, fetch: Callable[[int | None], Mapping[str, Any] | None]) -> None:
+        """Fetch the settings and put them in force (a failure changes nothing else)."""
+        try:
+            self._run(fetch)
+        finally:
+            self.fetching = False
+
+    def _run(self, fetch: Callable[[int | None], Mapping[str, Any] | None]) -> None:
         current = self.current
         try:
             answer = fetch(current.version if current.version >= 0 else None)

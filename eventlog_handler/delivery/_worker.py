@@ -2,7 +2,10 @@
 
 What is due, earliest first:
 
-- the service's settings, once at start and whenever an answer says there is a newer version;
+- the service's settings, once at start and whenever an answer says there is a newer version,
+  fetched on a short-lived thread of their own, so that a slow answer never holds back events
+  or the exit flush (the first batch waits for the first settings at most
+  :data:`FIRST_SETTINGS_WAIT` seconds, and not at all once the program exits);
 - a batch from memory: a whole batch is ready, an error has waited ``error_delay``, a log has
   waited ``flush_interval``, or someone flushes or the program exits;
 - a roll-up whose window ended (:mod:`eventlog_handler.delivery._rollup`);
@@ -44,6 +47,9 @@ from eventlog_handler.wire._jsonsafe import safe_str
 #: Threads that send (workers, or an exiting thread draining the buffer): what they log is
 #: never captured, so the HTTP library's own logs can't feed back into the engine.
 SENDER_THREADS: set[int] = set()
+#: Seconds the first batch waits for the service's first settings (their data exclusions and
+#: filters) while they are being fetched; then it goes with the local settings alone.
+FIRST_SETTINGS_WAIT = 1.0
 
 
 def is_sender_thread() -> bool:
@@ -87,6 +93,9 @@ class Worker:
         self.ident: int | None = None
         #: Set by ``close()``: the worker ends once nothing is pending.
         self.stop = False
+        #: The thread fetching the service's settings, and when it started (monotonic).
+        self._fetching: threading.Thread | None = None
+        self._fetch_started = 0.0
 
     def start(self) -> bool:
         """Start the thread (the lock is held). ``False`` when threads can't start any more."""
@@ -118,12 +127,14 @@ class Worker:
         SENDER_THREADS.add(ident)
         try:
             while not self.state.over(time.monotonic()):
-                self.server_settings.refresh(self._fetch_settings)
+                self._refresh_settings()
                 if self.spooling is not None:
                     self.spooling.work(self.delivery)
                 batch = self._next()
                 if batch is None:
                     return
+                if batch:
+                    self._wait_for_first_settings()
                 self._process(batch)
                 if self.state.over(time.monotonic()):
                     return  # the exit path saves or counts what is left
@@ -141,6 +152,48 @@ class Worker:
                     self.thread = None
                     self.intake.worker_running = False
                 ledger.changed.notify_all()
+
+    def _refresh_settings(self) -> None:
+        """Start fetching the service's settings when a fetch is wanted and none is under way."""
+        if not self.server_settings.take():
+            return
+        thread = threading.Thread(
+            target=self._fetch_on_own_thread, name="eventlog-handler-settings", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError:  # interpreter shutdown: the settings in force stay
+            self.server_settings.fetching = False
+            return
+        self._fetching, self._fetch_started = thread, time.monotonic()
+
+    def _fetch_on_own_thread(self) -> None:
+        block_signals()
+        ident = threading.get_ident()
+        SENDER_THREADS.add(ident)  # what the HTTP library logs here is not captured
+        try:
+            self.server_settings.run(self._fetch_settings)
+        except BaseException:  # pragma: no cover - run() handles every failure of the fetch
+            pass
+        finally:
+            SENDER_THREADS.discard(ident)
+            with self.ledger.lock:
+                self.ledger.changed.notify_all()
+
+    def _wait_for_first_settings(self) -> None:
+        """Before the first batch: the first settings, while being fetched, for at most
+        :data:`FIRST_SETTINGS_WAIT` seconds since the fetch began; not once the program exits."""
+        fetching = self._fetching
+        if fetching is None or self.server_settings.current.version >= 0:
+            return
+        end = self._fetch_started + FIRST_SETTINGS_WAIT
+        ledger = self.ledger
+        with ledger.lock:
+            while self.server_settings.fetching and not self.state.closing:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return
+                ledger.changed.wait(timeout=remaining)
 
     def _fetch_settings(self, version: int | None) -> dict[str, Any] | None:
         client = self.client(CONFIG_TIMEOUT)  # a client of its own, closed after

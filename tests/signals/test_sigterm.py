@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from tests.support.constants import TRANSPORT_API_KEY as API_KEY
-from tests.support.faultserver import FaultServer
+from tests.support.faultserver import Delay, FaultServer
+from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,6 +119,40 @@ def test_sigterm_flushes_then_dies_by_the_signal(server: FaultServer) -> None:
     assert sorted(e["message"] for e in server.accepted) == sorted(
         f"pending {i}" for i in range(25)
     )
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="needs SIGTERM")
+def test_a_slow_settings_answer_holds_back_nothing_at_sigterm(server: FaultServer) -> None:
+    """The worker fetched the service's settings before its first batch, and waited up to 3 s
+    for them: a SIGTERM in that time lost every event (the exit flush's 2 s ran out)."""
+    server.config = Delay(10.0, then={"version": 1, "settings": {}})
+    process = run_until_sigterm(server, flag=True)
+    assert process.returncode == -signal.SIGTERM
+    assert sorted(e["message"] for e in server.accepted) == sorted(
+        f"pending {i}" for i in range(25)
+    )
+    assert server.config_requests  # the fetch was asked for
+
+
+def test_a_slow_settings_answer_delays_an_error_a_second_at_most(server: FaultServer) -> None:
+    server.config = Delay(10.0, then={"version": 1, "settings": {}})
+    wait = (
+        "logged = time.time()\n"
+        'logging.getLogger("svc").error("failed")\n'
+        "print(logged, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    process = start_program(server, True, wait=wait)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        logged = float(process.stdout.readline())
+        assert wait_until(lambda: "failed" in server.arrivals(), 10)
+    finally:
+        process.kill()
+        process.communicate()
+    # At most FIRST_SETTINGS_WAIT (1 s) plus the machine's delays; the fetch waited 3 s.
+    assert server.arrivals()["failed"] - logged < 2.5
 
 
 def test_without_the_option_sigterm_loses_pending_events(server: FaultServer) -> None:

@@ -70,10 +70,13 @@ class FaultServer:
         self.accepted: list[dict[str, Any]] = []
         self.duplicates: list[str] = []
         #: ``GET /api/v2/projects/config``: the answer (a dict, sent as JSON with 200, or 304
-        #: when the client's ``v`` is its version), or a status / "hang" to fail with.
+        #: when the client's ``v`` is its version), or a status / "hang" to fail with; a
+        #: ``Delay`` answers after its seconds.
         self.config: Any = {"version": 0, "settings": {}}
         #: The ``v`` parameter of every settings request and the thread that made it.
         self.config_requests: list[str | None] = []
+        #: Bytes of each "drip" or "huge" answer written before the client closed.
+        self.answer_bytes: list[int] = []
         #: ``X-Exceptionless-ConfigVersion`` sent with accepted posts (None: not sent).
         self.config_version: int | None = None
         #: Session heartbeats: ``(id, close, time received)``.
@@ -237,6 +240,10 @@ class _Handler(BaseHTTPRequestHandler):
         with owner._lock:
             owner.config_requests.append(version)
             config = owner.config
+        while isinstance(config, Delay):  # a slow answer
+            if owner._stopping.wait(config.seconds):
+                return
+            config = config.then
         if config == "hang":
             owner._stopping.wait()
             self.close_connection = True
@@ -259,6 +266,27 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(reply.body)))
         self.end_headers()
         self.wfile.write(reply.body)
+
+    def _answer_slowly(self, length: int, drip: bool) -> None:
+        owner = self.server.owner
+        self.close_connection = True
+        sent = 0
+        try:
+            self.send_response(202)
+            self.send_header("Content-Length", str(length))
+            self.end_headers()
+            self.wfile.flush()
+            chunk = b"x" if drip else b"x" * 65_536
+            while sent < length and not owner._stopping.is_set():
+                self.wfile.write(chunk)
+                self.wfile.flush()
+                sent += len(chunk)
+                if drip:
+                    owner._stopping.wait(0.3)
+        except OSError:  # the client closed the connection: what it took is recorded
+            pass
+        with owner._lock:
+            owner.answer_bytes.append(sent)
 
     def do_POST(self) -> None:
         owner = self.server.owner
@@ -295,6 +323,12 @@ class _Handler(BaseHTTPRequestHandler):
             owner.record(Seen("hang", events, headers, len(raw), received))
             owner._stopping.wait()
             self.close_connection = True
+            return
+        if action in ("drip", "huge"):
+            # "drip": a 202 whose body comes a byte at a time, three a second; "huge": a 202
+            # with a 64 MB body. Nothing is stored; the bytes the client took are recorded.
+            owner.record(Seen(action, events, headers, len(raw), received), stored=False)
+            self._answer_slowly(1_000 if action == "drip" else 64 << 20, action == "drip")
             return
         reply = action if isinstance(action, Reply) else Reply(int(action))
         if reply.status >= 400 and not reply.body:
