@@ -13,6 +13,7 @@ is the engine's). That skips requests' per-request work (settings merge, cookies
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -28,6 +29,10 @@ from eventlog_handler.api._answers import (
     transport_error,
 )
 from eventlog_handler.api._client import EVENTS_PATH, USER_AGENT, Client
+
+#: The most of an answer's body read: the service answers with a few bytes; the rest of a
+#: larger body (not the service's answer) is left unread and its connection closed.
+MAX_ANSWER = 256 * 1024
 
 
 class Sender(Client):
@@ -66,6 +71,9 @@ class Sender(Client):
         timeout = self.timeout
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self._timeout = urllib3.Timeout(connect=connect, read=read)
+        #: The longest an answer's body may take, all of it (a read timeout restarts with
+        #: every byte: a server that drips its answer would hold the worker for ever).
+        self._body_time = read if isinstance(read, int | float) else 10.0
         self._pool_pid = os.getpid()
         return pool
 
@@ -87,13 +95,12 @@ class Sender(Client):
                 retries=False,
                 redirect=False,
                 timeout=self._timeout,
-                preload_content=True,
+                preload_content=False,
             )
+            body = _body(response, time.monotonic() + self._body_time)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise transport_error(exc, url) from None
-        answer = Answer(
-            response.status, response.reason or "", response.headers, response.data, url
-        )
+        answer = Answer(response.status, response.reason or "", response.headers, body, url)
         if answer.status >= 300:
             raise api_error(answer)
         check_event_answer(answer)
@@ -105,6 +112,32 @@ class Sender(Client):
             self._pool.clear()
         self._pool = None
         super().close()
+
+
+def _body(response: Any, deadline: float) -> bytes:
+    """The answer's body, at most :data:`MAX_ANSWER` bytes, read by ``deadline`` (monotonic):
+    past it, a read timeout. The connection goes back to the pool only when the body was read
+    whole."""
+    read = getattr(response, "read1", None) or response.read  # read1: what has arrived
+    chunks: list[bytes] = []
+    size = 0
+    whole = False
+    try:
+        while size <= MAX_ANSWER:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the answer took too long")
+            chunk = read(64 * 1024)
+            if not chunk:
+                whole = True
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        if whole:
+            response.release_conn()
+        else:
+            response.close()  # unread bytes: the connection can't carry another request
+    return b"".join(chunks)[:MAX_ANSWER]
 
 
 def _default_ca_bundle() -> str:

@@ -17,6 +17,7 @@ import pytest
 from eventlog_handler.wire._events import error_event, log_event
 from tests.support.accounting import accounted_in_memory as accounted
 from tests.support.faultserver import FaultServer, Reply
+from tests.support.waits import wait_until
 
 
 def capture(engine: Any, count: int, prefix: str = "event") -> list[str]:
@@ -187,6 +188,34 @@ def test_server_that_never_answers_times_out_and_retries(server, make_engine):
     assert server.statuses()[0] == "hang"
     assert "timeout" in (stats["last_error"] or "")
     assert sorted(server.accepted_ids()) == sorted(refs)
+
+
+def test_an_answer_that_drips_is_given_up_like_one_that_never_comes(server, make_engine):
+    """A read timeout restarts with every byte: without a limit on the whole answer, a server
+    that drips its body held the worker (and every event) for as long as it dripped."""
+    server.script.append("drip")
+    engine = make_engine(timeout=1.5)
+    refs = capture(engine, 10)
+    stats = settled(engine, server, 10)
+    assert server.statuses()[0] == "drip"
+    assert "timeout" in (stats["last_error"] or "")
+    assert sorted(server.accepted_ids()) == sorted(refs)
+    assert wait_until(lambda: server.answer_bytes, 10)  # the client closed: the writes failed
+    assert server.answer_bytes[0] < 100  # a few seconds of bytes, not the 1,000 of its length
+
+
+def test_a_huge_answer_is_not_read_whole(server, make_engine):
+    """The service answers a post with a few bytes; a 64 MB answer (something else answering)
+    was read whole into memory."""
+    server.script.append("huge")
+    engine = make_engine()
+    refs = capture(engine, 10)
+    stats = settled(engine, server, 10)
+    assert server.statuses()[0] == "huge"
+    assert "not the service's answer" in (stats["last_error"] or ""), stats["last_error"]
+    assert sorted(server.accepted_ids()) == sorted(refs)
+    assert wait_until(lambda: server.answer_bytes, 10)  # the client closed: the writes failed
+    assert server.answer_bytes[0] < 16 << 20
 
 
 def test_lost_answer_retry_creates_no_duplicate(server, make_engine):
