@@ -115,8 +115,8 @@ def api_error(answer: Answer) -> errors.ApiError:
         "url": answer.url,
         "location": answer.headers.get("Location", ""),
     }
-    if cls is errors.RateLimitedError:
-        return errors.RateLimitedError(
+    if cls is errors.RateLimitedError or cls is errors.ServiceUnavailableError:
+        return cls(
             status, retry_after=parse_retry_after(answer.headers.get("Retry-After")), **kwargs
         )
     return cls(status, **kwargs)

@@ -133,7 +133,15 @@ class ServerError(ApiError):
 
 
 class ServiceUnavailableError(ServerError):
-    """503: submission is disabled or the service is temporarily down."""
+    """503: submission is disabled or the service is temporarily down.
+
+    ``retry_after`` is the ``Retry-After`` in seconds, when one was sent (the service sends
+    none; proxies and load balancers in front of it do).
+    """
+
+    def __init__(self, status: int, retry_after: float | None = None, **kwargs: Any) -> None:
+        self.retry_after = retry_after
+        super().__init__(status, **kwargs)
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

@@ -84,22 +84,32 @@ class RetryPolicy:
             return Decision(Action.RETRY, self.backoff(attempt), type(error).__name__)
         status = error.status
         if isinstance(error, errors.RateLimitedError):
-            delay = self.backoff(attempt)
-            if error.retry_after is not None:
-                delay = min(max(error.retry_after, 0.0), max(self.maximum, 1.0))
-            return Decision(Action.RETRY, delay, f"throttled ({status})")
+            return Decision(Action.RETRY, self._after(error, attempt), f"throttled ({status})")
         if isinstance(error, errors.PaymentRequiredError):
             return Decision(Action.RETRY, self.until_next_bucket(), "usage limit (402)")
         if isinstance(error, errors.PayloadTooLargeError):
             action = Action.SPLIT if batch_size > 1 else Action.SHRINK
             return Decision(action, 0.0, "too large (413)")
         if isinstance(error, errors.ServerError) or status in (408, 425):
-            return Decision(Action.RETRY, self.backoff(attempt), f"server error ({status})")
+            return Decision(Action.RETRY, self._after(error, attempt), f"server error ({status})")
         if isinstance(error, errors.ValidationError):
             action = Action.SPLIT if batch_size > 1 else Action.DROP
             return Decision(action, 0.0, f"rejected ({status})")
         delay = max(self.backoff(attempt), min(self.refused_delay, self.maximum))
         return Decision(Action.REFUSED, delay, f"refused ({status})")
+
+    def _after(self, error: errors.ApiError, attempt: int) -> float:
+        """The pause before retrying after ``error``: its ``Retry-After`` when it has one (at
+        most :attr:`maximum`, or 1 s), else the backoff. A ``Retry-After`` shorter than
+        :attr:`initial` (``0``, a date in the past: clock skew) is honoured on the first retry;
+        when the server answers so again, the backoff paces the retries, not the server."""
+        retry_after = getattr(error, "retry_after", None)
+        if retry_after is None:
+            return self.backoff(attempt)
+        delay = min(max(float(retry_after), 0.0), max(self.maximum, 1.0))
+        if delay < self.initial and attempt > 0:
+            delay = max(delay, self.backoff(attempt))
+        return delay
 
     def until_next_bucket(self, now: float | None = None) -> float:
         """Seconds until the next 5-minute usage bucket starts (capped at :attr:`maximum`)."""

@@ -161,6 +161,36 @@ def test_retry_after_is_capped_at_the_maximum_and_never_negative() -> None:
     assert tiny.decide(api_error(429, retry_after=9.0), 0, 1).delay == 1.0
 
 
+def test_a_retry_after_of_now_again_and_again_is_paced_by_the_backoff() -> None:
+    """``Retry-After: 0`` (or a date in the past: clock skew) on every answer would have the
+    worker retry a throttled server in a tight loop."""
+    for retry_after in (0.0, -30.0, 0.5):
+        first = EXACT.decide(api_error(429, retry_after=retry_after), 0, 10)
+        assert first.delay == max(retry_after, 0.0)  # honoured once
+        delays = [
+            EXACT.decide(api_error(429, retry_after=retry_after), attempt, 10).delay
+            for attempt in (1, 2, 3)
+        ]
+        assert delays == [2.0, 4.0, 8.0]
+
+
+def test_a_503_with_retry_after_waits_as_asked() -> None:
+    assert EXACT.decide(api_error(503, retry_after=15.0), 0, 10) == Decision(
+        Action.RETRY, 15.0, "server error (503)"
+    )
+    assert EXACT.decide(api_error(503), 0, 10).delay == 1.0  # without one: the backoff
+    assert EXACT.decide(api_error(500), 2, 10).delay == 4.0
+
+
+def test_the_answer_reader_takes_retry_after_from_a_503() -> None:
+    from eventlog_handler.api._answers import Answer
+    from eventlog_handler.api._answers import api_error as from_answer
+
+    answer = Answer(503, "Service Unavailable", {"Retry-After": "15"}, b"", "http://127.0.0.1/")
+    error = from_answer(answer)
+    assert isinstance(error, errors.ServiceUnavailableError) and error.retry_after == 15.0
+
+
 @pytest.mark.parametrize(
     ("now", "low"),
     [(1000.0, 200.0), (1200.0, 0.0 + USAGE_BUCKET_SECONDS), (1199.5, 0.5), (0.0, 300.0)],
