@@ -86,11 +86,18 @@ def is_ignored_logger(name: str | None) -> bool:
 _MINIMUMS: dict[tuple[tuple[str, ...], str], float] = {}
 
 
+#: Loggers that carry a program's output, not its log (Celery's ``worker_redirect_stdouts``:
+#: ``print()`` and structlog's ``PrintLogger`` in a worker, already sent by the processor):
+#: never events, still in the trace log.
+OUTPUT_LOGGERS = frozenset({"celery.redirected"})
+
+
 def source_minimum(name: str | None, ignore_loggers: tuple[str, ...] = ()) -> float:
     """The lowest level of the records of the logger ``name`` that become events, for the
     handler and the structlog processor alike: ``inf`` for loggers never sent (this package's
     HTTP stack, :data:`IGNORED_LOGGERS`, the settings' ``ignore_loggers`` and their children),
     ``WARNING`` for a server's routine lines (:data:`ROUTINE_LOGGERS`: still in the trace log),
+    above ``CRITICAL`` for a program's output (:data:`OUTPUT_LOGGERS`: in the trace log only),
     else 0. Remembered per name (the names of a program repeat)."""
     if not name:
         return 0.0
@@ -102,6 +109,8 @@ def source_minimum(name: str | None, ignore_loggers: tuple[str, ...] = ()) -> fl
             name == item or name.startswith(item + ".") for item in ignore_loggers
         ):
             minimum = math.inf
+        elif name in OUTPUT_LOGGERS:
+            minimum = float(logging.CRITICAL + 1)
         elif is_routine_logger(name):
             minimum = float(logging.WARNING)
         if len(_MINIMUMS) < 10_000:

@@ -242,17 +242,24 @@ def _with_stack(event: dict[str, Any], stack: dict[str, Any] | None) -> dict[str
 
 
 def exception_of(exc_info: Any) -> BaseException | None:
-    """The exception of an ``exc_info`` value: a 3-tuple, an exception, or ``True``."""
+    """The exception of an ``exc_info`` value: a 3-tuple, an exception, or ``True``. An
+    exception that only carries another across processes (billiard's
+    ``ExceptionWithTraceback``, which Celery logs for a pool child's ``TimeLimitExceeded`` or
+    ``WorkerLostError``) stands for the one it carries."""
     if exc_info is None or exc_info is False:
         return None
+    value: Any = None
     if isinstance(exc_info, BaseException):
-        return exc_info
-    if isinstance(exc_info, tuple):
+        value = exc_info
+    elif isinstance(exc_info, tuple):
         value = exc_info[1] if len(exc_info) >= 2 else None
-        return value if isinstance(value, BaseException) else None
-    if exc_info is True:
-        return sys.exc_info()[1]
-    return None
+    elif exc_info is True:
+        value = sys.exc_info()[1]
+    if type(value).__name__ == "ExceptionWithTraceback":
+        carried = getattr(value, "exc", None)
+        if isinstance(carried, BaseException):
+            return carried
+    return value if isinstance(value, BaseException) else None
 
 
 def record_message(

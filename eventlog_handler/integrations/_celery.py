@@ -7,7 +7,8 @@ attached before would silently stop receiving records. Through Celery's signals:
 - ``after_setup_logger``: the handlers of the current :func:`~eventlog_handler.setup` are put
   back on the root logger (Celery's own handlers stay, and so does the level it set);
 - ``after_setup_task_logger``: they are added to ``celery.task``, which does not propagate, so
-  what tasks log with ``get_task_logger`` is sent too;
+  what tasks log with ``get_task_logger`` is sent too (a ``setup()`` made after that signal,
+  in a ``worker_process_init`` handler, adds them to the logger as it finds it);
 - ``task_prerun`` / ``task_postrun``: each task runs in a scope of its own (a user or tags set in
   one task never reach the next), tagged with the task's name;
 - ``worker_process_shutdown``: a pool child (prefork) sends what it logged before it ends, also
@@ -16,7 +17,12 @@ attached before would silently stop receiving records. Through Celery's signals:
 
 A task's failure is reported once, at its final failure: Celery logs it at ``ERROR`` with the
 exception. Retries (``self.retry``, ``autoretry_for``), ``Ignore`` and ``Reject`` are logged below
-``WARNING`` on Celery's loggers, whose routine lines are not events.
+``WARNING`` on Celery's loggers, whose routine lines are not events. A pool child's end that the
+main process reports (``TimeLimitExceeded``, ``WorkerLostError``) comes wrapped in billiard's
+``ExceptionWithTraceback``: the exception inside is reported
+(:func:`eventlog_handler.capture._records.exception_of`). What a worker's tasks print (Celery
+logs stdout on ``celery.redirected``; structlog's ``PrintLogger`` writes there too) is output,
+not events: in the trace log only.
 """
 
 from __future__ import annotations
@@ -56,6 +62,12 @@ def install(handlers: Callable[[], list[logging.Handler]]) -> bool:
         signals.worker_process_shutdown.connect(_worker_process_shutdown, weak=False)
         signals.worker_shutdown.connect(_worker_shutdown, weak=False)
         _connected = True
+    # A setup() made after Celery set up its task logger (in a worker_process_init handler, in
+    # a pool child) comes after that signal: the logger is taken as it is now.
+    with contextlib.suppress(Exception):
+        task_logger = logging.Logger.manager.loggerDict.get("celery.task")
+        if isinstance(task_logger, logging.Logger):
+            _after_setup_task_logger(task_logger)
     return True
 
 

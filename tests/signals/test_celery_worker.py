@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,50 +25,70 @@ APP = Path(__file__).parent / "celery_app"
 TASKS = ["tasks.warn", "tasks.flaky", "tasks.auto", "tasks.ignored", "tasks.rejected"]
 
 
-@pytest.mark.parametrize("pool", ["solo", "prefork"])
-def test_a_celery_worker_with_defaults_sends_what_its_tasks_log(tmp_path: Path, pool: str) -> None:
+def run_worker(
+    tmp_path: Path,
+    server: FaultServer,
+    pool: str,
+    tasks: list[str],
+    until: Callable[[], bool],
+    **env_extra: str,
+) -> tuple[int, str]:
+    """A real ``celery worker -A tasks`` (prefork with 2 children, or ``pool``) sending to
+    ``server``; ``tasks`` sent by another process; stopped with ``SIGTERM`` once ``until()``
+    (and a second more, in which anything reported late would come). Its exit status and
+    output."""
     broker = tmp_path / "broker"
     (broker / "done").mkdir(parents=True)
-    with FaultServer() as server:
-        env = child_env(server.url, BROKER_DIR=str(broker))
-        env["PYTHONPATH"] = os.pathsep.join([str(APP), env["PYTHONPATH"]])
-        command = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "info"]
-        command += ["--pool", pool] + (["--concurrency", "2"] if pool == "prefork" else [])
-        worker = subprocess.Popen(
-            command,
-            cwd=str(tmp_path),
+    env = child_env(server.url, BROKER_DIR=str(broker), **env_extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(APP), env["PYTHONPATH"]])
+    command = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "info"]
+    command += ["--pool", pool] + (["--concurrency", "2"] if pool == "prefork" else [])
+    worker = subprocess.Popen(
+        command,
+        cwd=str(tmp_path),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        subprocess.run(
+            [sys.executable, str(APP / "producer.py"), *tasks],
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            cwd=str(tmp_path),
+            check=True,
+            timeout=60,
         )
-        try:
-            subprocess.run(
-                [sys.executable, str(APP / "producer.py"), *TASKS],
-                env=env,
-                cwd=str(tmp_path),
-                check=True,
-                timeout=60,
-            )
+        assert wait_until(until, 45)
+        time.sleep(1)  # a retry or a control-flow exception reported late would show now
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=10)
+    return worker.returncode, output
 
-            def errors() -> list[str]:
-                return [
-                    event["@simple_error"]["type"]
-                    for event in server.accepted
-                    if event.get("type") == "error"
-                ]
 
-            # The two failing tasks end (after their retries) as one error each.
-            assert wait_until(lambda: sorted(errors()) == ["KeyError", "ValueError"], 45), errors()
-            time.sleep(1)  # a retry or a control-flow exception reported late would show now
-            worker.send_signal(signal.SIGTERM)
-            output, _ = worker.communicate(timeout=60)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.communicate(timeout=10)
+def error_types(server: FaultServer) -> list[str]:
+    return [
+        event["@simple_error"]["type"] for event in server.accepted if event.get("type") == "error"
+    ]
+
+
+@pytest.mark.parametrize("pool", ["solo", "prefork"])
+def test_a_celery_worker_with_defaults_sends_what_its_tasks_log(tmp_path: Path, pool: str) -> None:
+    with FaultServer() as server:
+        # The two failing tasks end (after their retries) as one error each.
+        returncode, output = run_worker(
+            tmp_path,
+            server,
+            pool,
+            TASKS,
+            lambda: sorted(error_types(server)) == ["KeyError", "ValueError"],
+        )
         events = list(server.accepted)
-    assert worker.returncode == 0, output[-3000:]
+    assert returncode == 0, output[-3000:]
     messages = {str(event.get("message")) for event in events}
     assert {"task warning 1", "task logger warning 1"} <= messages, messages
     warning = next(event for event in events if event.get("message") == "task warning 1")
@@ -79,6 +100,48 @@ def test_a_celery_worker_with_defaults_sends_what_its_tasks_log(tmp_path: Path, 
     # Celery's routine lines ("Task ... received", "succeeded", retries) are not events.
     assert not [e for e in events if "received" in str(e.get("message"))]
     assert not [e for e in events if "retry" in str(e.get("message")).lower()]
+
+
+def test_setup_in_worker_process_init_sends_what_the_task_logger_logs(tmp_path: Path) -> None:
+    """Celery sets up its task logger (which does not propagate) before a pool child runs its
+    ``worker_process_init`` handlers: a ``setup()`` made there missed it, and every
+    ``get_task_logger()`` record was lost without a word."""
+    with FaultServer() as server:
+        returncode, output = run_worker(
+            tmp_path,
+            server,
+            "prefork",
+            ["tasks.warn"],
+            lambda: (
+                {"task warning 1", "task logger warning 1"}
+                <= {str(event.get("message")) for event in server.accepted}
+            ),
+            SETUP_IN="worker_process_init",
+        )
+    assert returncode == 0, output[-3000:]
+
+
+def test_a_hard_time_limit_is_its_own_error_and_printed_lines_are_no_events(
+    tmp_path: Path,
+) -> None:
+    """Celery's main process logs a pool child killed at its time limit with billiard's
+    wrapper as the exception (every such failure, and every lost child, was one stack named
+    ``ExceptionWithTraceback``); and what tasks print (structlog's ``PrintLogger``) came back
+    as warnings on ``celery.redirected``, a second event for each structlog event."""
+    with FaultServer() as server:
+        returncode, output = run_worker(
+            tmp_path,
+            server,
+            "prefork",
+            ["tasks.printing", "tasks.hard"],
+            lambda: bool(error_types(server)),
+        )
+        events = list(server.accepted)
+    assert returncode == 0, output[-3000:]
+    assert "printed by a task" in output  # Celery's console has it, as without the package
+    [error] = [event for event in events if event.get("type") == "error"]
+    assert error["@simple_error"]["type"].endswith("TimeLimitExceeded"), error["@simple_error"]
+    assert not [e for e in events if "printed by a task" in str(e.get("message"))]
 
 
 def test_the_celery_example(tmp_path: Path) -> None:

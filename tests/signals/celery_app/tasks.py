@@ -1,9 +1,11 @@
 import logging
 import os
+import time
 
 import atomic_broker  # noqa: F401  (whole message files only)
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from celery.signals import worker_process_init
 from celery.utils.log import get_task_logger
 
 import eventlog_handler
@@ -16,7 +18,14 @@ app.conf.broker_transport_options = {
     "data_folder_processed": folder + "/done",
 }
 app.conf.task_ignore_result = True
-eventlog_handler.setup()
+if os.environ.get("SETUP_IN") == "worker_process_init":  # in each pool child only
+
+    @worker_process_init.connect
+    def set_up(**_):
+        eventlog_handler.setup()
+
+else:
+    eventlog_handler.setup()
 log = logging.getLogger("tasks")
 task_log = get_task_logger(__name__)
 
@@ -54,3 +63,13 @@ def ignored():
 @app.task(name="tasks.rejected")
 def rejected():
     raise Reject("no", requeue=False)
+
+
+@app.task(name="tasks.printing")
+def printing():
+    print("printed by a task", flush=True)
+
+
+@app.task(name="tasks.hard", time_limit=1)
+def hard():
+    time.sleep(30)
