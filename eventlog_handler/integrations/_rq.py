@@ -16,9 +16,13 @@ RQ adds its console handlers (``Job OK``, the job's failure) only when no logger
 has a handler; the package's handlers on the root logger don't count for that check, so RQ's
 console output is as it was.
 
-The worker process must have called ``setup()`` before it forks its work horses: put
+The worker process should have called ``setup()`` before it forks its work horses: put
 ``eventlog_handler.setup()`` in a module the worker imports at its start, for example the
-settings module of ``rq worker -c settings`` (README, "Deploying").
+settings module of ``rq worker -c settings`` (README, "Deploying"). Where it is called only
+in the job's module (imported by the work horse, inside the job), the wrap comes too late for
+that job's ``perform_job``: RQ's steps after the job (``handle_job_success``,
+``handle_job_retry``, ``handle_job_failure``, ``handle_exception``) send what the work horse
+logged instead, so nothing is lost; that job has no scope or tags of its own.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from eventlog_handler.delivery import _engine as transport
 
 _lock = threading.Lock()
 _installed = False
+#: Inside the wrapped ``perform_job`` (it sends what the work horse logged when it ends).
+_performing = False
 #: Jobs whose failure this module handled (RQ's own line about it is not sent again).
 _failed_jobs: OrderedDict[str, None] = OrderedDict()
 _FAILED_JOBS_KEPT = 1000
@@ -81,25 +87,59 @@ def _wrap_worker(worker: Any) -> None:
     handle_exception = worker.handle_exception
 
     def perform_job_in_scope(self: Any, job: Any, *args: Any, **kwargs: Any) -> Any:
+        global _performing
         scope, tags = _enter(job)
+        _performing = True
         try:
             return perform_job(self, job, *args, **kwargs)
         finally:
+            _performing = False
             _leave(scope, tags)
             if getattr(self, "_is_horse", False):
                 # The work horse ends with os._exit right after: send what it logged now.
-                with contextlib.suppress(Exception):
-                    transport.shutdown_all()
+                _send_before_the_horse_ends()
 
     def handle_exception_once(self: Any, job: Any, *exc_info: Any) -> Any:
         with contextlib.suppress(Exception):
             _report(job, exc_info)
-        return handle_exception(self, job, *exc_info)
+        try:
+            return handle_exception(self, job, *exc_info)
+        finally:
+            _after_a_step(self)
 
     perform_job_in_scope.__wrapped__ = perform_job  # type: ignore[attr-defined]
     handle_exception_once.__wrapped__ = handle_exception  # type: ignore[attr-defined]
     worker.perform_job = perform_job_in_scope
     worker.handle_exception = handle_exception_once
+    for name in ("handle_job_success", "handle_job_retry", "handle_job_failure"):
+        step = getattr(worker, name, None)
+        if callable(step):
+            setattr(worker, name, _sending_after(step))
+
+
+def _sending_after(step: Callable[..., Any]) -> Callable[..., Any]:
+    """RQ's ``step`` (one of the last of a job), then :func:`_after_a_step`."""
+
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return step(self, *args, **kwargs)
+        finally:
+            _after_a_step(self)
+
+    wrapped.__wrapped__ = step  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _after_a_step(worker: Any) -> None:
+    """In a work horse whose job called ``setup()`` itself (no wrapped ``perform_job`` around
+    it): send what it logged, since RQ ends it with ``os._exit`` after this step."""
+    if not _performing and getattr(worker, "_is_horse", False):
+        _send_before_the_horse_ends()
+
+
+def _send_before_the_horse_ends() -> None:
+    with contextlib.suppress(Exception):
+        transport.shutdown_all()
 
 
 def _function_of(job: Any) -> str | None:

@@ -122,6 +122,31 @@ def test_an_rq_worker_sends_what_its_jobs_log_and_each_final_failure_once(
     assert output.count("flaky attempt") == 0  # INFO of the job: not on RQ's console either
 
 
+def test_setup_in_the_jobs_module_only_loses_nothing(tmp_path: Path, redis_url: str) -> None:
+    """``rq worker`` without ``-c``: ``setup()`` runs when the work horse imports the job's
+    module, inside the job, too late for the wrap around it; RQ ends the horse with
+    ``os._exit``, and every event was lost without a word."""
+    with FaultServer() as server:
+        env = _env(server, redis_url)
+        queue: Any = _queue(redis_url)
+        for number in range(3):
+            queue.enqueue("jobs.warn", number)
+        queue.enqueue("jobs.fail")
+        command = [sys.executable, "-m", "rq.cli", "worker", "--burst", "--url", redis_url]
+        done = subprocess.run(
+            command, env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert wait_until(lambda: len(server.accepted) >= 4, 10), server.accepted
+        time.sleep(0.5)  # a duplicate reported late would show now
+        events = list(server.accepted)
+    messages = sorted(str(e.get("message")) for e in events if e.get("type") != "error")
+    assert messages == [f"job warning {number}" for number in range(3)]
+    [error] = [event for event in events if event.get("type") == "error"]
+    assert error["@simple_error"]["type"] == "KeyError"
+    assert error["data"]["@rq"]["function"] == "jobs.fail"
+
+
 def test_sigterm_to_an_rq_worker_loses_nothing(tmp_path: Path, redis_url: str) -> None:
     with FaultServer() as server:
         env = _env(server, redis_url)
