@@ -146,6 +146,9 @@ class SpoolFile:
         self.closed = False
         self._gone = 0  # rows deleted logically, waiting to be deleted for real
         self._retry_at = 0.0
+        #: The file's inode when it was opened: another one (or none) at the path means the
+        #: file was removed while open (a cleanup of the directory).
+        self._inode: int | None = None
         new = not path.exists()
         with self._guard:
             try:
@@ -189,6 +192,8 @@ class SpoolFile:
         self._db = db
         self.count, self.bytes = int(count), int(size)
         self._gone = 0
+        with contextlib.suppress(OSError):
+            self._inode = os.stat(self.path).st_ino
 
     def _reopen(self) -> bool:
         """Open the database again after it was removed (or could not be created)."""
@@ -205,6 +210,61 @@ class SpoolFile:
                 return False
             raise
         return True
+
+    def _rescue_if_removed(self) -> None:
+        """When the file (or its directory) was removed while open, write its rows, with their
+        ids, to a new file at its path, under a new lock: what was written to the removed file
+        would be lost with this process, though the exit said it was kept on disk. Left as it
+        is when that can't be done (the directory can't be made again): the rows are still
+        read and sent from the open file while the process lives."""
+        old = self._db
+        if old is None or self._inode is None:
+            return
+        try:
+            if os.stat(self.path).st_ino == self._inode:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return
+        lock_fd: int | None = None
+        kept = (self.count, self.bytes, self._gone, self._inode)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if self._lock_fd is not None:
+                lock_fd = try_lock(Path(f"{self.path}.lock"))
+                if lock_fd is None:  # pragma: no cover - a new lock file nobody else knows
+                    return
+            self._remove_files()  # a file put in its place is not ours
+            self._open()
+            new = self._db
+            assert new is not None
+            where = f" WHERE 1{_NOT_GONE}" if self._gone else ""
+            rows = old.execute(f"SELECT id, created, is_error, body FROM events{where}")
+            while batch := rows.fetchmany(CHUNK_ROWS):
+                new.execute("BEGIN IMMEDIATE")
+                new.executemany(
+                    "INSERT INTO events (id, created, is_error, body) VALUES (?, ?, ?, ?)", batch
+                )
+                new.execute("COMMIT")
+            self.count, self.bytes = new.execute(
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM events"
+            ).fetchone()
+        except (sqlite3.Error, OSError):
+            if self._db is not old:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.close()  # type: ignore[union-attr]
+                self._remove_files()
+            self._db = old
+            self.count, self.bytes, self._gone, self._inode = kept
+            if lock_fd is not None and lock_fd != -1:
+                os.close(lock_fd)
+            return
+        with contextlib.suppress(sqlite3.Error):
+            old.close()
+        if lock_fd is not None:
+            self._release_lock()
+            self._lock_fd = None if lock_fd == -1 else lock_fd
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -224,6 +284,7 @@ class SpoolFile:
         with self._guard:
             if self._db is None and not self._reopen():
                 return 0
+            self._rescue_if_removed()
             self._retry_gone()
             for chunk in _chunks(items):
                 db = self._db

@@ -262,6 +262,53 @@ def test_exit_during_an_outage_keeps_events_for_the_next_start(tmp_path: Path) -
         assert server.duplicates == []
 
 
+def test_a_spool_directory_removed_while_in_use_keeps_what_it_held(tmp_path: Path) -> None:
+    """A cleanup that removes the spool directory (``rm -rf``, a tmp reaper) while the program
+    runs: the open file went on taking writes after its name was gone, and the exit said the
+    events were kept on disk where nothing was."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    spool = tmp_path / "spool"
+    body = f"""
+    import shutil
+    for i in range(60):
+        engine.enqueue(log_event(f"kept {{i}}", level="Info"))
+    deadline = time.monotonic() + 20
+    while engine.stats()["spooled"] < 60 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    shutil.rmtree({str(spool)!r})
+    for i in range(60, 120):
+        engine.enqueue(log_event(f"kept {{i}}", level="Info"))
+    engine.flush(0.3)
+    """
+    completed = subprocess.run(
+        [sys.executable, "-c", script(url, spool, body)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "120 event(s) kept in the spool" in completed.stderr
+    assert len(list(spool.glob(f"*{SUFFIX}"))) == 1  # made again, with every row
+    with FaultServer(port=port) as server:
+        replay = """
+        deadline = time.monotonic() + 20
+        while engine.stats()["replayed"]["delivered"] < 120 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            engine.enqueue(log_event("tick", level="Debug"))
+        """
+        again = subprocess.run(
+            [sys.executable, "-c", script(url, spool, replay, spool_all=False)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+        kept = sorted(e["message"] for e in server.accepted if e["message"].startswith("kept"))
+        assert kept == sorted(f"kept {i}" for i in range(120))
+        assert server.duplicates == []
+
+
 @pytest.mark.parametrize("processes", [8])
 def test_processes_sharing_one_spool_directory(tmp_path: Path, processes: int) -> None:
     """Eight processes write one directory through an outage, then replay it: no lock errors,

@@ -152,3 +152,27 @@ def test_delete_counts_only_live_rows(tmp_path: Path) -> None:
     assert own.delete([first, first, 999_999]) == 1  # repeated and unknown ids: not counted
     assert own.delete([first]) == 0
     assert own.count == 1 and own.bytes == len(b'{"b":2}')
+
+
+def test_a_file_removed_while_open_is_made_again_with_its_rows_and_their_ids(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    directory = tmp_path / "spool"
+    own = Spool(directory).own()
+    own.append([(100.0 + i, False, f'{{"n":{i}}}'.encode()) for i in range(10)])
+    sending = own.oldest(4, 10_000)  # on their way to the service when the file goes
+    shutil.rmtree(directory)
+    assert own.append([(200.0, True, b'{"n":10}')]) == 1
+    assert own.path.exists() and Path(f"{own.path}.lock").exists()
+    assert own.count == 11
+    assert own.delete(row.id for row in sending) == 4  # the same ids: the right rows go
+    bodies = [row.body for row in own.oldest(100, 10**6)]
+    assert bodies == [f'{{"n":{i}}}'.encode() for i in range(4, 11)]
+    own.close(remove_if_empty=False)
+    again = sqlite3.connect(str(own.path))
+    try:
+        assert again.execute("SELECT COUNT(*) FROM events").fetchone() == (7,)
+    finally:
+        again.close()
