@@ -191,11 +191,37 @@ def _flush_then(
     return on_sigterm
 
 
+#: Seconds a process 1 that outlived ``SIGTERM`` runs on before stderr says so: a server that
+#: takes ``SIGTERM`` as its cue to stop (uvicorn sends it to itself again once it has shut
+#: down) ends within them, and is not told that it did not.
+OUTLIVED_NOTICE_DELAY = 1.0
+_exiting = threading.Event()
+_noticing = False
+
+
 def _outlived_sigterm(handler: Handler, resume: Callable[[], object] | None) -> None:
     """Still running after ``SIGTERM``'s default action (see :func:`_flush_then`)."""
     signal.signal(signal.SIGTERM, handler)
     if resume is not None:
         resume()
+    global _noticing
+    if _noticing:
+        return
+    _noticing = True
+    import _thread
+    import atexit
+
+    atexit.register(_exiting.set)
+    # Not threading's start(), which waits for the thread's start-up: this runs in a signal
+    # handler, which may have come while the main thread holds a lock the start-up needs.
+    with contextlib.suppress(RuntimeError):  # interpreter shutdown
+        _thread.start_new_thread(_say_outlived, ())
+
+
+def _say_outlived() -> None:
+    block_signals()
+    if _exiting.wait(OUTLIVED_NOTICE_DELAY):
+        return  # the program ended by itself meanwhile
     say_once(
         "outlived SIGTERM",
         (

@@ -200,3 +200,42 @@ def test_what_was_logged_before_the_signal_arrives(tmp_path: Path, case: str) ->
         and event.get("@level") in ("Trace", "Debug", "Info")
     ]
     assert routine == [], routine[:5]
+
+
+def _can_make_pid_namespaces() -> bool:
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _can_make_pid_namespaces(),
+    reason="needs unshare(1) and the right to make a PID namespace (root)",
+)
+def test_uvicorn_as_process_one_ends_on_sigterm_and_is_not_told_otherwise(
+    tmp_path: Path,
+) -> None:
+    """``docker run`` without ``--init``: uvicorn is process 1. It shuts down on ``SIGTERM`` and
+    sends the signal to itself again, which process 1 ignores, and then returns and ends: the
+    package's notice for a process 1 that runs on after ``SIGTERM`` was said all the same."""
+    command = ["unshare", "--pid", "--fork", "--mount-proc", *UVICORN]
+    with FaultServer() as server:
+        process, port = serve(command, ASGI_APP, tmp_path, server.url)
+        try:
+            for index in range(20):
+                url = f"http://127.0.0.1:{port}/r{index}"
+                with urllib.request.urlopen(url, timeout=10) as answer:
+                    assert answer.status == 200
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+            os.kill(int(children.split()[0]), signal.SIGTERM)  # as docker stop sends it
+            _, stderr = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate(timeout=10)
+        warnings = {e["message"] for e in server.accepted if e["message"].startswith("request /r")}
+    assert process.returncode == 0, stderr[-2000:]
+    assert "Finished server process [1]" in stderr  # it was process 1
+    assert warnings == {f"request /r{index}" for index in range(20)}
+    assert "SIGTERM did not end this process" not in stderr, stderr[-2000:]

@@ -335,7 +335,7 @@ log = logging.getLogger("init")
 for i in range(5):
     log.warning("before %d", i)
 print("ready", os.getpid(), flush=True)
-time.sleep(2)  # SIGTERM arrives here, and is ignored: this is process 1
+time.sleep(4)  # SIGTERM arrives here, and is ignored: this is process 1
 for i in range(5):
     log.warning("after %d", i)
 print("done", flush=True)
