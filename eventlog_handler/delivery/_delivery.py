@@ -430,7 +430,7 @@ class Delivery:
         say(
             f"eventlog_handler: cannot deliver events to {shown_server(settings)} for "
             f"{now - since:.0f} s: {ledger.last_error}. {waiting} event(s) waiting, {kept} "
-            f"(up to {settings.queue_size} in memory, {settings.memory_budget // 1_000_000} MB)"
+            f"(up to {settings.queue_size} in memory, {settings.memory_budget / 2**20:.3g} MB)"
             f"{dropped}; retrying."
         )
 

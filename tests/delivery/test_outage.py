@@ -102,6 +102,7 @@ def test_the_default_server_is_named_as_such(monkeypatch: pytest.MonkeyPatch) ->
     engine.shutdown(0.1)
     assert lines, "nothing was said about the outage"
     assert "EVENTLOG_SERVER_URL" in lines[0] and DEFAULT_SERVER_URL in lines[0]
+    assert "in memory, 64 MB)" in lines[0]  # the README's unit: the default budget is 64 MiB
 
 
 def test_the_exit_line_names_the_default_server_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
