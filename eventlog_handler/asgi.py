@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from eventlog_handler.capture._context import RequestScope, add_tags, get_tags, get_user, set_user
-from eventlog_handler.capture._typed import submit_not_found
+from eventlog_handler.capture._typed import report_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._request import active_exclusions, from_scope, report
 
@@ -94,7 +94,7 @@ def _noting_not_found(send: Send, scope: Scope) -> Send:
     async def noting(message: Message) -> None:
         if message.get("type") == "http.response.start" and message.get("status") == 404:
             path = f"{scope.get('root_path', '')}{scope.get('path', '')}" or "/"
-            submit_not_found(path)
+            report_not_found(path)
         await send(message)
 
     return noting

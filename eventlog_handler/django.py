@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eventlog_handler.capture._context import RequestScope
-from eventlog_handler.capture._typed import submit_not_found
+from eventlog_handler.capture._typed import report_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._request import active_exclusions, from_environ, report
 
@@ -89,7 +89,7 @@ class EventLogMiddleware:
 
     def _note(self, request: Any, response: Any) -> None:
         if self.report_not_found and getattr(response, "status_code", None) == 404:
-            submit_not_found(str(getattr(request, "path", "") or "/"))
+            report_not_found(str(getattr(request, "path", "") or "/"))
 
 
 def request_info(request: Any) -> dict[str, Any] | None:

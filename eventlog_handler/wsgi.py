@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from eventlog_handler.capture._context import RequestScope
-from eventlog_handler.capture._typed import submit_not_found
+from eventlog_handler.capture._typed import report_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._request import active_exclusions, from_environ, report
 
@@ -127,7 +127,7 @@ def _noting_not_found(start_response: StartResponse, environ: dict[str, Any]) ->
     def start(status: str, headers: Any, *exc_info: Any) -> Any:
         if isinstance(status, str) and status[:4] == "404 ":
             path = f"{environ.get('SCRIPT_NAME', '')}{environ.get('PATH_INFO', '')}" or "/"
-            submit_not_found(_latin1_path(path))
+            report_not_found(_latin1_path(path))
         return start_response(status, headers, *exc_info)
 
     return start

@@ -180,7 +180,7 @@ def get_request() -> dict[str, Any] | None:
 
 #: Whether the unit of work's not-found event was queued: a list shared by every context
 #: copied from the request's (a handler run in a thread pool, an ASGI middleware's task), so
-#: the middleware's 404 and the application's own ``submit_not_found`` send one event.
+#: the middleware's 404 is not sent after the application's own ``submit_not_found``.
 _NOT_FOUND: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
     "eventlog_handler_not_found", default=None
 )

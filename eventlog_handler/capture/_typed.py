@@ -76,15 +76,11 @@ def submit_feature_usage(feature: str) -> bool:
 def submit_not_found(path: str) -> bool:
     """Send a not-found event (``type: "404"``, ``source`` = ``path``, with ``@request`` inside
     a web request); ``True`` when queued. A request from a crawler (its user agent matches
-    the service's ``@@UserAgentBotPatterns``) is not sent: counted as ``filtered``.
-
-    One per request: inside a web request whose 404 was queued already (by the application,
-    or by the middleware's ``report_not_found``), nothing more is sent and ``True`` is
-    returned."""
+    the service's ``@@UserAgentBotPatterns``) is not sent: counted as ``filtered``. Inside a
+    web request, the middleware's ``report_not_found`` then sends no second one
+    (:func:`report_not_found`)."""
     request = get_request()
     if request is not None:
-        if not_found_sent():
-            return True
         try:
             settings = current_settings()
             if settings is not None and not is_sender_thread():
@@ -98,6 +94,14 @@ def submit_not_found(path: str) -> bool:
     if queued:
         note_not_found_sent()
     return queued
+
+
+def report_not_found(path: str) -> bool:
+    """The web middleware's 404 (``report_not_found=True``): :func:`submit_not_found`, unless
+    the application sent the request's not-found event itself."""
+    if get_request() is not None and not_found_sent():
+        return False
+    return submit_not_found(path)
 
 
 def submit_user_description(

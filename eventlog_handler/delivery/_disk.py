@@ -1,5 +1,7 @@
 """What the disk says, for the spool: which errors mean "full" and which "corrupt", moving a
-corrupt file into the quarantine, and keeping files readable by their owner only."""
+corrupt file into the quarantine, keeping files readable by their owner only, the ``flock``
+that makes a file one process's, writes in chunks that a full disk cuts short, and copying a
+file's rows into a new one."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ import secrets
 import sqlite3
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+if sys.platform != "win32":  # Windows: no flock, so no claims of other processes' files
+    import fcntl
 
 SUFFIX = ".spool.sqlite3"
 #: The subdirectory corrupt files are moved into.
@@ -18,6 +24,10 @@ QUARANTINE = "quarantine"
 #: Quarantined databases kept at most; the oldest are deleted past it.
 QUARANTINE_KEEP = 20
 JOURNALS = ("-wal", "-shm")
+#: Rows and bytes of JSON per write transaction at most: a full disk loses at most this much
+#: of one write, and keeps everything committed before.
+CHUNK_ROWS = 64
+CHUNK_BYTES = 64 * 1024
 
 # SQLite's primary result codes (the low byte of an extended code).
 _SQLITE_IOERR = 10
@@ -111,3 +121,48 @@ def mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return time.time()
+
+
+def try_lock(path: Path) -> int | None:
+    """An fd holding an exclusive ``flock`` on ``path``, or ``None`` when another has it."""
+    if sys.platform == "win32":  # pragma: no cover
+        return -1
+    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def copy_rows(old: sqlite3.Connection, new: sqlite3.Connection, not_gone: str) -> tuple[int, int]:
+    """Copy the spool rows of ``old`` (but those ``not_gone`` filters out) into ``new``, with
+    their ids; return ``new``'s live rows and bytes."""
+    rows = old.execute(f"SELECT id, created, is_error, body FROM events WHERE 1{not_gone}")
+    while batch := rows.fetchmany(CHUNK_ROWS):
+        new.execute("BEGIN IMMEDIATE")
+        new.executemany(
+            "INSERT INTO events (id, created, is_error, body) VALUES (?, ?, ?, ?)", batch
+        )
+        new.execute("COMMIT")
+    count, size = new.execute(
+        "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM events"
+    ).fetchone()
+    return int(count), int(size)
+
+
+def chunks(
+    items: list[tuple[float, int, bytes]],
+) -> Iterator[list[tuple[float, int, bytes]]]:
+    """``items`` in runs of at most :data:`CHUNK_ROWS` rows and :data:`CHUNK_BYTES` bytes."""
+    chunk: list[tuple[float, int, bytes]] = []
+    size = 0
+    for item in items:
+        if chunk and (len(chunk) >= CHUNK_ROWS or size + len(item[2]) > CHUNK_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(item)
+        size += len(item[2])
+    if chunk:
+        yield chunk

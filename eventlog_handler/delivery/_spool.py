@@ -27,8 +27,9 @@ from eventlog_handler.delivery._disk import (
     is_corrupt,
     move_aside,
     mtime,
+    try_lock,
 )
-from eventlog_handler.delivery._spool_file import Row, SpoolCorrupt, SpoolFile, try_lock
+from eventlog_handler.delivery._spool_file import Row, SpoolCorrupt, SpoolFile
 
 __all__ = [
     "QUARANTINE",

@@ -41,28 +41,23 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from eventlog_handler.delivery._disk import (
     JOURNALS,
+    chunks,
+    copy_rows,
     is_corrupt,
     is_full,
     move_aside,
     owner_only,
+    try_lock,
 )
 
-if sys.platform != "win32":  # Windows: no flock, so no claims of other processes' files
-    import fcntl
-
-#: Rows and bytes of JSON per write transaction at most: a full disk loses at most this much
-#: of one :meth:`SpoolFile.append`, and keeps everything committed before.
-CHUNK_ROWS = 64
-CHUNK_BYTES = 64 * 1024
 #: Seconds between attempts to delete logically deleted rows for real while the disk is full.
 RETRY_DELETE_SECONDS = 1.0
 
@@ -212,11 +207,9 @@ class SpoolFile:
         return True
 
     def _rescue_if_removed(self) -> None:
-        """When the file (or its directory) was removed while open, write its rows, with their
-        ids, to a new file at its path, under a new lock: what was written to the removed file
-        would be lost with this process, though the exit said it was kept on disk. Left as it
-        is when that can't be done (the directory can't be made again): the rows are still
-        read and sent from the open file while the process lives."""
+        """The file (or its directory) removed while open: its rows, with their ids, go to a
+        new file at its path, under a new lock (else they would be lost with this process,
+        though the exit says they are kept). Where that can't be done, the open file serves."""
         old = self._db
         if old is None or self._inode is None:
             return
@@ -239,17 +232,7 @@ class SpoolFile:
             self._open()
             new = self._db
             assert new is not None
-            where = f" WHERE 1{_NOT_GONE}" if self._gone else ""
-            rows = old.execute(f"SELECT id, created, is_error, body FROM events{where}")
-            while batch := rows.fetchmany(CHUNK_ROWS):
-                new.execute("BEGIN IMMEDIATE")
-                new.executemany(
-                    "INSERT INTO events (id, created, is_error, body) VALUES (?, ?, ?, ?)", batch
-                )
-                new.execute("COMMIT")
-            self.count, self.bytes = new.execute(
-                "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM events"
-            ).fetchone()
+            self.count, self.bytes = copy_rows(old, new, _NOT_GONE if self._gone else "")
         except (sqlite3.Error, OSError):
             if self._db is not old:
                 with contextlib.suppress(sqlite3.Error):
@@ -270,7 +253,7 @@ class SpoolFile:
 
     def append(self, rows: Iterable[tuple[float, bool, bytes]]) -> int:
         """Write events (``created``, ``is_error``, JSON), oldest first, in transactions of at
-        most :data:`CHUNK_ROWS` rows / :data:`CHUNK_BYTES` bytes; return how many were written.
+        most ``CHUNK_ROWS`` rows / ``CHUNK_BYTES`` bytes (:mod:`._disk`); return how many were written.
 
         Stops at the first transaction that does not fit on the disk: the rows before it stay
         written, :attr:`full` is set with the error, and nothing is raised. Other errors are
@@ -286,7 +269,7 @@ class SpoolFile:
                 return 0
             self._rescue_if_removed()
             self._retry_gone()
-            for chunk in _chunks(items):
+            for chunk in chunks(items):
                 db = self._db
                 if db is None:
                     break
@@ -613,32 +596,3 @@ class SpoolFile:
         for name in self._files():
             with contextlib.suppress(OSError):
                 name.unlink()
-
-
-def try_lock(path: Path) -> int | None:
-    """An fd holding an exclusive ``flock`` on ``path``, or ``None`` when another has it."""
-    if sys.platform == "win32":  # pragma: no cover
-        return -1
-    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _chunks(
-    items: list[tuple[float, int, bytes]],
-) -> Iterator[list[tuple[float, int, bytes]]]:
-    """``items`` in runs of at most :data:`CHUNK_ROWS` rows and :data:`CHUNK_BYTES` bytes."""
-    chunk: list[tuple[float, int, bytes]] = []
-    size = 0
-    for item in items:
-        if chunk and (len(chunk) >= CHUNK_ROWS or size + len(item[2]) > CHUNK_BYTES):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(item)
-        size += len(item[2])
-    if chunk:
-        yield chunk

@@ -81,7 +81,7 @@ def test_fetched_once_at_start_and_again_on_a_newer_version(
     log.info("still sent")
     assert wait_until(lambda: "still sent" in messages(server), 10)
     assert "dropped by the service's setting" not in messages(server)
-    assert set(fetches) == {"eventlog-handler-worker"}  # never on the logging thread
+    assert set(fetches) == {"eventlog-handler-settings"}  # never on the logging thread
     stats = handler.stats()
     assert stats["server_settings_version"] == 4
     assert stats["captured"] == accounted(stats) == 12
@@ -184,10 +184,12 @@ def test_a_failing_settings_endpoint_changes_nothing_else(
         log.info("event %d", index)
     took = time.monotonic() - started
     assert took < 2.0  # the logging thread never waits for the settings
-    # A hanging endpoint holds the first batch for the settings' timeout (3 s) at most.
+    # A hanging endpoint holds the first batch for 1 s at most (FIRST_SETTINGS_WAIT).
     assert wait_until(lambda: len(server.accepted) == 100, 15), len(server.accepted)
     # The server has the events before the answer reaches the engine: wait for the count.
     assert wait_until(lambda: handler.stats()["delivered"] == 100, 5), handler.stats()
+    # The fetch fails on its own thread: after its timeout (3 s) for a hanging endpoint.
+    assert wait_until(lambda: handler.stats()["server_settings_error"], 10)
     stats = handler.stats()
     assert stats["delivered"] == stats["captured"] == 100
     assert stats["server_settings_version"] is None
