@@ -253,7 +253,8 @@ class SpoolFile:
 
     def append(self, rows: Iterable[tuple[float, bool, bytes]]) -> int:
         """Write events (``created``, ``is_error``, JSON), oldest first, in transactions of at
-        most ``CHUNK_ROWS`` rows / ``CHUNK_BYTES`` bytes (:mod:`._disk`); return how many were written.
+        most ``CHUNK_ROWS`` rows / ``CHUNK_BYTES`` bytes (:mod:`._disk`); return how many were
+        written.
 
         Stops at the first transaction that does not fit on the disk: the rows before it stay
         written, :attr:`full` is set with the error, and nothing is raised. Other errors are
