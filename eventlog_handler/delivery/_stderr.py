@@ -67,6 +67,8 @@ def _url_credentials(text: str) -> set[str]:
 def _shown(match: re.Match[str]) -> str:
     url = match.group()
     bare = url.rstrip(_TRAILING)
+    if url[len(bare) : len(bare) + 1] == "]" and (bare + "]").endswith(MASK):
+        bare += "]"  # the end of a mask already in place, not a sentence's bracket
     return shown_url(bare) + url[len(bare) :]
 
 

@@ -42,6 +42,17 @@ def test_a_redirect_names_its_target_and_is_not_followed(
     assert all(seen.status == 308 for seen in server.requests)  # nothing went anywhere else
 
 
+def test_a_redirect_with_a_query_is_shown_masked_once(server: FaultServer, tmp_path: Path) -> None:
+    """A target whose query was masked already was masked again: ``api_key=[excluded]]``."""
+    target = "https://events.example.invalid/api/v2/events?api_key=S3cret-in-the-query#frag"
+    server.default = Reply(302, b"", {"Location": target})
+    status, stderr, _ = run_program(PROGRAM, server.url, tmp_path)
+    assert status == 0, stderr
+    shown = "https://events.example.invalid/api/v2/events?api_key=[excluded]#[excluded] (302)"
+    assert f"redirected the events to {shown}" in stderr, stderr
+    assert "S3cret-in-the-query" not in stderr
+
+
 def test_a_404_names_the_url(server: FaultServer, tmp_path: Path) -> None:
     server.default = 404
     status, stderr, _ = run_program(PROGRAM, server.url, tmp_path)
