@@ -118,7 +118,7 @@ def _body(response: Any, deadline: float) -> bytes:
     """The answer's body, at most :data:`MAX_ANSWER` bytes, read by ``deadline`` (monotonic):
     past it, a read timeout. The connection goes back to the pool only when the body was read
     whole."""
-    read = getattr(response, "read1", None) or response.read  # read1: what has arrived
+    read = response.read1  # what has arrived, at most the size asked (urllib3 2.2 and later)
     chunks: list[bytes] = []
     size = 0
     whole = False

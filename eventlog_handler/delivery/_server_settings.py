@@ -229,8 +229,9 @@ class SettingsFetch:
             self.wanted = True
 
     def due_at(self) -> float:
-        """When the worker should wake for the next check (``inf``: never)."""
-        return self.next_check if self.enabled else math.inf
+        """When the worker should wake for the next check (``inf``: never, or not while a
+        fetch is under way: its end wakes the worker)."""
+        return self.next_check if self.enabled and not self.fetching else math.inf
 
     def check_due(self, now: float) -> bool:
         """Whether a fetch is wanted now (an idle check is due: it is then wanted)."""

@@ -249,3 +249,31 @@ def test_an_idle_process_checks_the_settings_again(
     server.config = {"version": 4, "settings": {"@@log:dlv": "Error"}}
     assert wait_until(lambda: handler.engine.server.version == 4, 10)
     assert len(server.accepted) == 1  # only the first warning: the checks sent no events
+
+
+SLOW_SETTINGS_PROGRAM = """
+import logging, time
+import eventlog_handler
+from eventlog_handler.delivery import _server_settings
+
+_server_settings.IDLE_CHECK = 0.3  # the next check falls due while the first fetch runs
+eventlog_handler.setup(flush_interval=0.05)
+logging.getLogger("app").warning("hello")
+time.sleep(3)
+print(time.process_time(), flush=True)
+"""
+
+
+def test_a_settings_fetch_that_outlasts_the_idle_check_costs_no_cpu(tmp_path: Any) -> None:
+    """The worker woke for the idle check of the settings while the fetch was still under way
+    on its own thread, found nothing to do, and woke again at once: a core at 100% for as long
+    as a slow settings answer took (past 120 s in a program)."""
+    from tests.support.faultserver import Delay
+    from tests.support.processes import run_program
+
+    with FaultServer() as server:
+        server.config = Delay(8.0, then={"version": 1, "settings": {}})
+        status, stderr, stdout = run_program(SLOW_SETTINGS_PROGRAM, server.url, tmp_path)
+        assert status == 0, stderr
+        assert "hello" in server.arrivals()
+    assert float(stdout[-1]) < 1.5  # about 0.1 s; busy, the 3 s of sleep cost 3 s of CPU
