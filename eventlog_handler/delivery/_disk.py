@@ -166,3 +166,12 @@ def chunks(
         size += len(item[2])
     if chunk:
         yield chunk
+
+
+def same_file(fd: int, path: Path) -> bool:
+    """Whether the open ``fd`` is the file at ``path``."""
+    try:
+        held, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)

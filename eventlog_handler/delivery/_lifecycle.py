@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -268,6 +270,8 @@ class Lifecycle:
         waiting: deque[Part] = deque(part for part in current if part.origin is None)
         if waiting:
             spooling.spill_parts(waiting)
+        with contextlib.suppress(OSError, sqlite3.Error):
+            spooling.keep_in_place()  # "kept on disk" must be true: a removed file is made again
         with ledger.lock:
             return ledger.spooled
 

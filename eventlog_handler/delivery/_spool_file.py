@@ -12,17 +12,17 @@ Faults of the disk are part of the contract:
 
 - **Permissions.** Databases, their ``-wal``/``-shm`` journals and the ``.lock`` files are
   readable by their owner only (``0600``), whatever the umask: events hold user data.
-- **Full disk** (``SQLITE_FULL``, ``ENOSPC``, ``EDQUOT``, or a file-size limit, ``EFBIG``, which
-  SQLite reports as an I/O error on write). :meth:`SpoolFile.append` writes in small
-  transactions and stops at the first that does not fit: what was committed stays, the return
-  value says how many rows were written, and :attr:`SpoolFile.full` / :attr:`SpoolFile.full_error`
-  say why the rest was not (the engine counts those as ``spool_full`` and says so once). It never
-  raises for a full disk. A delete needs free space too (SQLite's journal must grow), so a
-  delete that does not fit is done *logically*: the rows are hidden from every read, count and
-  eviction at once and deleted for real as soon as space allows; once a file holds no live row
-  its files are removed, which gives the space back. Rows hidden that way and not yet deleted
-  when the process ends are sent again by the next process; the service discards the repeated
-  ``reference_id``. The flag clears at the next write that succeeds.
+- **Full disk** (``SQLITE_FULL``, ``ENOSPC``, ``EDQUOT``, or ``EFBIG``, a file-size limit).
+  :meth:`SpoolFile.append` writes in small transactions and stops at the first that does not
+  fit, never raising: what was committed stays, and :attr:`SpoolFile.full` / ``full_error`` say
+  why the rest was not (the engine counts those as ``spool_full`` and says so once). A delete
+  needs free space too (SQLite's journal must grow), so one that does not fit is done
+  *logically*: the rows are hidden from every read, count and eviction at once and deleted for
+  real as soon as space allows (a file with no live row left is removed). Rows hidden and not
+  yet deleted when the process ends are sent again by the next one; the service discards the
+  repeated ``reference_id``. The flag clears at the next write that succeeds.
+- **A file removed while open** (a cleanup of the directory): it is made again at its path,
+  with its rows and their ids (:meth:`SpoolFile.keep_in_place`).
 - **Corrupt files** (``file is not a database``, ``database disk image is malformed``, a
   truncated file). A file that can't be opened or read is moved into the ``quarantine/``
   subdirectory (its lock released), reported by :meth:`Spool.take_quarantined` (the engine says
@@ -55,6 +55,7 @@ from eventlog_handler.delivery._disk import (
     is_full,
     move_aside,
     owner_only,
+    same_file,
     try_lock,
 )
 
@@ -141,9 +142,7 @@ class SpoolFile:
         self.closed = False
         self._gone = 0  # rows deleted logically, waiting to be deleted for real
         self._retry_at = 0.0
-        #: The file's inode when it was opened: another one (or none) at the path means the
-        #: file was removed while open (a cleanup of the directory).
-        self._inode: int | None = None
+        self._inode: int | None = None  # when opened: another (or none) there, it was removed
         new = not path.exists()
         with self._guard:
             try:
@@ -206,48 +205,50 @@ class SpoolFile:
             raise
         return True
 
-    def _rescue_if_removed(self) -> None:
+    def keep_in_place(self) -> None:
         """The file (or its directory) removed while open: its rows, with their ids, go to a
         new file at its path, under a new lock (else they would be lost with this process,
         though the exit says they are kept). Where that can't be done, the open file serves."""
-        old = self._db
-        if old is None or self._inode is None:
-            return
-        try:
-            if os.stat(self.path).st_ino == self._inode:
+        with self._guard:
+            old = self._db
+            if old is None or self._inode is None:
                 return
-        except FileNotFoundError:
-            pass
-        except OSError:
-            return
-        lock_fd: int | None = None
-        kept = (self.count, self.bytes, self._gone, self._inode)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if self._lock_fd is not None:
-                lock_fd = try_lock(Path(f"{self.path}.lock"))
-                if lock_fd is None:  # pragma: no cover - a new lock file nobody else knows
+            try:
+                if os.stat(self.path).st_ino == self._inode:
                     return
-            self._remove_files()  # a file put in its place is not ours
-            self._open()
-            new = self._db
-            assert new is not None
-            self.count, self.bytes = copy_rows(old, new, _NOT_GONE if self._gone else "")
-        except (sqlite3.Error, OSError):
-            if self._db is not old:
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.close()  # type: ignore[union-attr]
-                self._remove_files()
-            self._db = old
-            self.count, self.bytes, self._gone, self._inode = kept
-            if lock_fd is not None and lock_fd != -1:
-                os.close(lock_fd)
-            return
-        with contextlib.suppress(sqlite3.Error):
-            old.close()
-        if lock_fd is not None:
-            self._release_lock()
-            self._lock_fd = None if lock_fd == -1 else lock_fd
+            except FileNotFoundError:
+                pass
+            except OSError:
+                return
+            lock_fd: int | None = None
+            kept = (self.count, self.bytes, self._gone, self._inode)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                lock = Path(f"{self.path}.lock")
+                if self._lock_fd is not None and not same_file(self._lock_fd, lock):
+                    lock_fd = try_lock(lock)  # the lock file went too: a new one, locked
+                    if lock_fd is None:  # pragma: no cover - a new lock file nobody else knows
+                        return
+                self._remove_files()  # a file put in its place is not ours
+                self._open()
+                new = self._db
+                assert new is not None
+                self.count, self.bytes = copy_rows(old, new, _NOT_GONE if kept[2] else "")
+            except (sqlite3.Error, OSError):
+                if self._db is not old:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.close()  # type: ignore[union-attr]
+                    self._remove_files()
+                self._db = old
+                self.count, self.bytes, self._gone, self._inode = kept
+                if lock_fd is not None and lock_fd != -1:
+                    os.close(lock_fd)
+                return
+            with contextlib.suppress(sqlite3.Error):
+                old.close()
+            if lock_fd is not None:
+                self._release_lock()
+                self._lock_fd = None if lock_fd == -1 else lock_fd
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -265,10 +266,10 @@ class SpoolFile:
         if not items:
             return 0
         written = size = 0
+        self.keep_in_place()
         with self._guard:
             if self._db is None and not self._reopen():
                 return 0
-            self._rescue_if_removed()
             self._retry_gone()
             for chunk in chunks(items):
                 db = self._db

@@ -134,6 +134,7 @@ class SpoolTraffic:
             self.next_scan = now + self.settings.spool_scan_interval
             try:
                 self.orphans.extend(self.spool.claim_orphans())
+                self.keep_in_place()
             except (OSError, sqlite3.Error) as exc:
                 self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
         self._say_quarantined()
@@ -374,6 +375,13 @@ class SpoolTraffic:
         with self.ledger.lock:
             self.ledger.spooled = max(0, self.ledger.spooled - sum(evicted))
             self.ledger.dropped["spool_full"] += sum(evicted)
+
+    def keep_in_place(self) -> None:
+        """This process's file made again if a cleanup removed it (the worker checks now and
+        then; the exit, before it says what was kept)."""
+        own = self.spool.own_file
+        if own is not None:
+            own.keep_in_place()
 
     # -- exit ---------------------------------------------------------------------------------
 

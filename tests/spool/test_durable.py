@@ -262,22 +262,34 @@ def test_exit_during_an_outage_keeps_events_for_the_next_start(tmp_path: Path) -
         assert server.duplicates == []
 
 
-def test_a_spool_directory_removed_while_in_use_keeps_what_it_held(tmp_path: Path) -> None:
-    """A cleanup that removes the spool directory (``rm -rf``, a tmp reaper) while the program
-    runs: the open file went on taking writes after its name was gone, and the exit said the
-    events were kept on disk where nothing was."""
+@pytest.mark.parametrize(
+    ("removed", "after"), [("directory", 60), ("directory", 0), ("database", 60)]
+)
+def test_a_spool_removed_while_in_use_keeps_what_it_held(
+    tmp_path: Path, removed: str, after: int
+) -> None:
+    """A cleanup that removes the spool directory (``rm -rf``, a tmp reaper), or the database
+    files only, while the program runs: the open file went on taking writes after its name was
+    gone, and the exit said the events were kept on disk where nothing was. ``after``: events
+    logged after the removal (none: only the exit finds it)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     spool = tmp_path / "spool"
+    remove = (
+        f"shutil.rmtree({str(spool)!r})"
+        if removed == "directory"
+        else f"[p.unlink() for p in pathlib.Path({str(spool)!r}).glob('*.sqlite3*')"
+        " if not p.name.endswith('.lock')]"
+    )
     body = f"""
-    import shutil
+    import pathlib, shutil
     for i in range(60):
         engine.enqueue(log_event(f"kept {{i}}", level="Info"))
     deadline = time.monotonic() + 20
     while engine.stats()["spooled"] < 60 and time.monotonic() < deadline:
         time.sleep(0.01)
-    shutil.rmtree({str(spool)!r})
-    for i in range(60, 120):
+    {remove}
+    for i in range(60, 60 + {after}):
         engine.enqueue(log_event(f"kept {{i}}", level="Info"))
     engine.flush(0.3)
     """
@@ -288,15 +300,16 @@ def test_a_spool_directory_removed_while_in_use_keeps_what_it_held(tmp_path: Pat
         timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
-    assert "120 event(s) kept in the spool" in completed.stderr
+    total = 60 + after
+    assert f"{total} event(s) kept in the spool" in completed.stderr
     assert len(list(spool.glob(f"*{SUFFIX}"))) == 1  # made again, with every row
     with FaultServer(port=port) as server:
         replay = """
         deadline = time.monotonic() + 20
-        while engine.stats()["replayed"]["delivered"] < 120 and time.monotonic() < deadline:
+        while engine.stats()["replayed"]["delivered"] < TOTAL and time.monotonic() < deadline:
             time.sleep(0.02)
             engine.enqueue(log_event("tick", level="Debug"))
-        """
+        """.replace("TOTAL", str(total))
         again = subprocess.run(
             [sys.executable, "-c", script(url, spool, replay, spool_all=False)],
             capture_output=True,
@@ -305,7 +318,7 @@ def test_a_spool_directory_removed_while_in_use_keeps_what_it_held(tmp_path: Pat
         )
         assert again.returncode == 0, again.stderr
         kept = sorted(e["message"] for e in server.accepted if e["message"].startswith("kept"))
-        assert kept == sorted(f"kept {i}" for i in range(120))
+        assert kept == sorted(f"kept {i}" for i in range(total))
         assert server.duplicates == []
 
 
