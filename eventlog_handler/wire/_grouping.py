@@ -125,9 +125,31 @@ def _members(error: Any, groups: int = 2) -> str:
             text = f"{member['type']} in {_name(frames[-1])}"
         else:
             text = member["type"]
-        inner = _members(member, groups - 1) if groups > 1 else ""
+        inner = _members(member, groups - 1) if groups > 1 else _types_below(member)
         described.add(f"{text} ({inner})" if inner else text)
     return ", ".join(sorted(described))
+
+
+def _types_below(error: Any) -> str:
+    """The types of the errors at the bottom of an exception group nested deeper than its
+    frames go (sorted, each once): a group of groups of ``KeyError`` and one of groups of
+    ``ValueError`` are still told apart."""
+    from eventlog_handler.wire._simple_error import group_member_errors
+
+    found: set[str] = set()
+    waiting = list(group_member_errors(error))
+    seen = 0
+    while waiting and seen < 1_000:
+        member = waiting.pop()
+        seen += 1
+        if type(member) is not dict:
+            continue
+        below = group_member_errors(member)
+        if below:
+            waiting.extend(below)
+        elif isinstance(member.get("type"), str):
+            found.add(member["type"])
+    return ", ".join(sorted(found))
 
 
 def log_stack(

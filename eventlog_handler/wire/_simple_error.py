@@ -450,7 +450,7 @@ def _build(
     }
     ext = extra_attributes(exc, exclusions)
     if _GROUP_TYPES and isinstance(exc, _GROUP_TYPES):
-        members = list(getattr(exc, "exceptions", ()))
+        members = _all_members(exc)
         # One entry per member listed, in order (frames are added by position): a member seen
         # already on the way here is named, not walked again.
         ext["exceptions"] = [
@@ -480,10 +480,19 @@ def _named(exc: BaseException) -> dict[str, Any]:
 def group_members(exc: BaseException) -> list[BaseException]:
     """The members of the exception group ``exc`` that its ``@simple_error`` lists (in
     ``data["@ext"]["exceptions"]``, in this order); none when ``exc`` is not a group."""
+    members = _all_members(exc)[:MAX_GROUP_MEMBERS]
+    return [member for member in members if isinstance(member, BaseException)]
+
+
+def _all_members(exc: BaseException) -> list[Any]:
+    """Every member of the exception group ``exc`` (none when it is not one, or when its
+    ``exceptions`` can't be read: a subclass of its own may make it anything)."""
     if not _GROUP_TYPES or not isinstance(exc, _GROUP_TYPES):
         return []
-    members = getattr(exc, "exceptions", ())
-    return [member for member in members[:MAX_GROUP_MEMBERS] if isinstance(member, BaseException)]
+    try:
+        return list(getattr(exc, "exceptions", ()))
+    except Exception:
+        return []
 
 
 def group_member_errors(error: Any) -> list[Any]:

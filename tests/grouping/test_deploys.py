@@ -387,3 +387,47 @@ def test_a_users_field_named_frames_is_kept_apart(make_handler, server):
     (event,) = server.wait_for(1)
     assert event["data"]["_@frames"] == "mine"
     assert isinstance(event["data"]["@frames"], list)  # the call site's, the package's own
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.TaskGroup is new in 3.11")
+def test_nested_task_groups_that_fail_for_different_reasons_are_different_stacks(
+    make_handler, server
+):
+    import asyncio
+
+    logger, handler = make_handler()
+
+    async def leaf(kind: type[Exception]) -> None:
+        raise kind("failed")
+
+    async def nest(kind: type[Exception], depth: int) -> None:
+        async with asyncio.TaskGroup() as group:  # type: ignore[attr-defined,unused-ignore]
+            group.create_task(nest(kind, depth - 1) if depth > 1 else leaf(kind))
+
+    for depth in (3, 4):
+        for kind in (ValueError, KeyError):
+            try:
+                asyncio.run(nest(kind, depth))
+            except Exception:
+                logger.exception("%s deep, %s", depth, kind.__name__)
+
+    import builtins
+
+    class Listless(builtins.ExceptionGroup):  # type: ignore[misc,name-defined,unused-ignore]
+        @property
+        def exceptions(self):  # type: ignore[no-untyped-def]
+            return iter(super().exceptions)  # not a tuple: a subclass may make it anything
+
+    try:
+        raise Listless("odd", [ValueError(1), KeyError(2)])
+    except Exception:
+        logger.exception("listless")
+    handler.engine.flush(5)
+    events = by_message(server.wait_for(5))
+    assert len(events) == 5  # the odd group's event too (it was lost)
+    for depth in (3, 4):
+        value, key = (
+            server_signature(events[f"{depth} deep, {k}"]) for k in ("ValueError", "KeyError")
+        )
+        assert value != key, depth  # on the code before: one stack at depth 3 and more
+    assert "ValueError" in events["listless"]["data"]["@stack"]["signature_data"]["members"]
