@@ -74,6 +74,15 @@ def test_the_stack_list_names_the_culprit_and_the_stack_says_why_it_groups(
     assert "Line numbers and library frames do not count" in why.group(1)
 
 
+def test_a_culprit_at_module_level_is_named() -> None:
+    from eventlog_handler.collector._dashboard._frames import culprit
+
+    assert culprit({"frames": "in shop.cli.<module>"}) == "in shop.cli.<module>"
+    assert culprit({"frames": "in shop.cli.<module> > shop.cli.<lambda>"}) == (
+        "in shop.cli.<lambda>"
+    )  # the list showed an empty "in " for both
+
+
 def test_errors_and_logs_are_apart_and_the_choice_is_remembered(
     collector: Collector, client: Client
 ) -> None:

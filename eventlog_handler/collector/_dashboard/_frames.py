@@ -98,7 +98,7 @@ def frames_html(frames: Any, heading: str = "Frames") -> str:
 
 
 def _innermost(frames_text: str) -> str:
-    last = frames_text.rsplit(">", 1)[-1].strip()
+    last = frames_text.rsplit(" > ", 1)[-1].strip()  # the separator: "<module>" has a ">"
     return last.removeprefix("in ").removeprefix("at ").strip()
 
 
