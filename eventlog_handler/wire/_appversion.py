@@ -243,7 +243,9 @@ def _snapshot() -> tuple[ModuleType | None, str | None]:
 _AT_IMPORT = _snapshot()
 
 
-def _main() -> ModuleType | None:
+def main_module() -> ModuleType | None:
+    """``__main__``, or what was known of it when the package was imported (its file and
+    spec), when Python has emptied it since (at exit)."""
     main = sys.modules.get("__main__")
     if main is not None and (
         getattr(main, "__file__", None) is not None or getattr(main, "__spec__", None) is not None
@@ -254,7 +256,7 @@ def _main() -> ModuleType | None:
 
 @functools.lru_cache(maxsize=1)
 def _cached() -> str | None:
-    main = _main()
+    main = main_module()
     try:
         version = _detect(main)
     except Exception:  # broken metadata, an odd loader, a file system error

@@ -36,6 +36,10 @@ A record at ``ERROR`` or above without an exception is stacked by its logger, it
      "signature_data": {"source": "shop.orders", "site": "at shop.orders.place",
                         "message": "order %s failed"}}
 
+Frames of the program's main module are ``__main__`` in every script, so a stack with one adds
+``program``: the script's file name, or the module run with ``python -m`` (``of
+nightly_import.py``); two scripts whose ``main()`` fail alike are two bugs.
+
 A stack the user gave (``extra=stack(...)``) always wins.
 """
 
@@ -103,6 +107,8 @@ def error_stack(error: Any) -> dict[str, Any] | None:
         where = names[-1]
     if members:
         signature["members"] = _cut(f"with {members}", MAX_VALUE)
+    if signature["frames"].startswith("in __main__.") or " > __main__." in signature["frames"]:
+        _add_program(signature)
     short = outer_type.rpartition(".")[2] or outer_type
     title = f"{short} in {where}" + (f" ({members})" if members else "")
     return {"title": _cut(title, MAX_TITLE), "signature_data": signature}
@@ -172,8 +178,20 @@ def log_stack(
     signature["site"] = _cut(f"at {site}", MAX_VALUE)
     if text.strip():
         signature["message"] = _cut(text, MAX_VALUE)
+    if module == "__main__":
+        _add_program(signature)
     title = _cut(f"{text.strip() or source or 'log'} (in {site})", MAX_TITLE)
     return {"title": title, "signature_data": signature}
+
+
+def _add_program(signature: dict[str, str]) -> None:
+    """The program, for a stack with frames of its main module (``__main__`` in every script:
+    two scripts' ``main()`` failing alike are two bugs): ``of nightly_import.py``."""
+    from eventlog_handler.wire._simple_error import main_program
+
+    program = main_program()
+    if program:
+        signature["program"] = _cut(f"of {program}", MAX_VALUE)
 
 
 def _safe(value: Any) -> str:

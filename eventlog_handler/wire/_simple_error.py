@@ -82,6 +82,21 @@ _Frame = tuple[str, "int | None", str, "dict[str, Any] | None"]
 MP_MAIN = "__mp_main__"
 
 
+def main_program() -> str | None:
+    """The program whose main module ``__main__`` is: its module for ``python -m`` (``shop.cli``),
+    else its script's file name (``nightly_import.py``); ``None`` without either (``python -c``,
+    a REPL). The same in a ``multiprocessing`` child, which imports the same main module, and
+    at exit, when Python has taken ``__file__`` off ``__main__``."""
+    from eventlog_handler.wire._appversion import main_module
+
+    main = main_module()
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if isinstance(name, str) and name and name not in ("__main__", MP_MAIN):
+        return name.removesuffix(".__main__")
+    path = getattr(main, "__file__", None)
+    return os.path.basename(path) if isinstance(path, str) and path else None
+
+
 def main_named(name: Any) -> Any:
     """``name``, where it names the program's main module, as ``__main__`` in every process: the
     same bug, type or logger in a spawned child must stack with the parent's."""

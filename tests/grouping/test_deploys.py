@@ -431,3 +431,51 @@ def test_nested_task_groups_that_fail_for_different_reasons_are_different_stacks
         )
         assert value != key, depth  # on the code before: one stack at depth 3 and more
     assert "ValueError" in events["listless"]["data"]["@stack"]["signature_data"]["members"]
+
+
+SCRIPT = """\
+import logging
+import eventlog_handler
+
+eventlog_handler.setup(flush_interval=0.05, error_delay=0.01)
+
+
+def main():
+    try:
+        {}["missing"]
+    except KeyError:
+        logging.getLogger(__name__).exception("failed")
+    logging.getLogger(__name__).error("could not finish")
+
+
+main()
+"""
+
+
+def test_two_scripts_failing_alike_are_two_stacks_and_one_script_is_one(server, tmp_path):
+    """Every script's frames are ``__main__``'s: two cron scripts of one project whose
+    ``main()`` fail alike were one stack (for their errors and for their error logs)."""
+    signatures: dict[str, list[str]] = {}
+    for run, (folder, name) in enumerate(
+        [("v1", "import_orders.py"), ("v1", "send_invoices.py"), ("v2", "import_orders.py")]
+    ):
+        root = tmp_path / folder
+        root.mkdir(exist_ok=True)
+        (root / name).write_text(SCRIPT, encoding="utf-8")
+        result = subprocess.run(
+            [sys.executable, str(root / name)],
+            cwd=root,
+            env=child_env(server.url),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        events = server.wait_for(2 * (run + 1))[2 * run :]
+        assert len(events) == 2, events
+        signatures[f"{folder}/{name}"] = sorted(server_signature(event) for event in events)
+        program = {event["data"]["@stack"]["signature_data"].get("program") for event in events}
+        assert program == {f"of {name}"}
+    assert signatures["v1/import_orders.py"] == signatures["v2/import_orders.py"]  # a deploy
+    first, second = signatures["v1/import_orders.py"], signatures["v1/send_invoices.py"]
+    assert not set(first) & set(second)  # another script: other stacks
