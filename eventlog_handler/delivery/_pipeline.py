@@ -70,6 +70,9 @@ class Pipeline:
         self._scrubber: Scrubber | None = None
         self._scrubber_for: tuple[str, ...] | None = None
         self._hook_said = False
+        #: When the service's level and error rules were first seen here (POSIX time): events
+        #: captured before were admitted without them (a program's first moments).
+        self._rules_seen: float | None = None
 
     @property
     def version(self) -> str | None:
@@ -121,6 +124,8 @@ class Pipeline:
         )
         roll = self.rollup if rollup else None
         now = time.monotonic()
+        server = self.server()
+        unruled = self._admitted_without_rules(server)
         filtered = failed = held = 0
         courtesy = Courtesy(lambda: self.ledger.captured)
         sessions = self.sessions
@@ -129,6 +134,9 @@ class Pipeline:
             courtesy()  # a long batch (errors cost more): logging threads don't wait for it
             if entry is None or event is None:
                 failed += 1
+                continue
+            if entry.created < unruled and _turned_off(entry, event, server):
+                filtered += 1  # captured before the service's rules were known here
                 continue
             if version is not None:
                 data = event.get("data")
@@ -182,6 +190,15 @@ class Pipeline:
             if failed:
                 self.ledger.settle(failed, "rejected")
         return events, created, weights
+
+    def _admitted_without_rules(self, server: ServerSettings) -> float:
+        """Events captured before this POSIX time were admitted before the service's
+        ``@@log`` and ``@@error`` rules were known (0: none were)."""
+        if server.version < 0 or not (server.has_log_levels or server.has_error_rules):
+            return 0.0
+        if self._rules_seen is None:
+            self._rules_seen = time.time()
+        return self._rules_seen
 
     def _built(
         self, entries: list[Entry]
@@ -248,6 +265,24 @@ def _popped(entries: list[Entry]) -> Iterator[Entry]:
     pop = entries.pop
     while entries:
         yield pop()
+
+
+def _turned_off(entry: Entry, event: dict[str, Any], server: ServerSettings) -> bool:
+    """Whether the service's rules turn off an event that was admitted without them: an error
+    whose type (or a type of its chain) is ``@@error:*`` off, a log below its source's
+    ``@@log`` level (the decision :func:`~eventlog_handler.capture._admit.admit` makes)."""
+    if event.get("type") == "error":
+        names: list[str] = []
+        error = event.get("@simple_error")
+        while type(error) is dict and len(names) < 10:
+            if isinstance(error.get("type"), str):
+                names.append(error["type"])
+            error = error.get("inner")
+        return server.has_error_rules and bool(server.drops_error(tuple(names)))
+    if server.has_log_levels:
+        minimum = server.log_level(entry.source)
+        return minimum is not None and entry.levelno < minimum
+    return False
 
 
 def _stamp_session(event: dict[str, Any], session_id: str | None) -> None:

@@ -277,3 +277,45 @@ def test_a_settings_fetch_that_outlasts_the_idle_check_costs_no_cpu(tmp_path: An
         assert status == 0, stderr
         assert "hello" in server.arrivals()
     assert float(stdout[-1]) < 1.5  # about 0.1 s; busy, the 3 s of sleep cost 3 s of CPU
+
+
+FIRST_MOMENTS_PROGRAM = """
+import json, logging
+import eventlog_handler
+
+class GatewayTimeout(Exception):
+    pass
+
+handle = eventlog_handler.setup(flush_interval=0.05)
+logging.getLogger("shop.cart").info("added to the cart")  # the settings are fetched now
+logging.getLogger("shop.cart").warning("cart is large")
+try:
+    raise GatewayTimeout("payment gateway")
+except GatewayTimeout:
+    logging.getLogger("shop.pay").exception("payment failed")
+handle.flush(10)
+print(json.dumps(handle.stats()), flush=True)
+"""
+
+
+def test_the_services_rules_apply_to_what_a_program_logs_in_its_first_moments(
+    tmp_path: Any,
+) -> None:
+    """The level and error rules were applied on the logging thread only, where they are
+    known once the settings arrive: what a script logged before (right after ``setup()``)
+    was sent whatever they said."""
+    import json
+
+    from tests.support.faultserver import Delay
+    from tests.support.processes import run_program
+
+    rules = {"@@log:shop.*": "Warn", "@@error:*Timeout*": "false"}
+    with FaultServer() as server:
+        server.config = Delay(0.3, then={"version": 3, "settings": rules})
+        status, stderr, stdout = run_program(FIRST_MOMENTS_PROGRAM, server.url, tmp_path)
+        assert status == 0, stderr
+        messages = [event.get("message") for event in server.accepted]
+    assert messages == ["cart is large"]
+    stats = json.loads(stdout[-1])
+    assert stats["server_settings_version"] == 3
+    assert stats["dropped"]["filtered"] == 2
