@@ -138,6 +138,8 @@ def run_serve(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C (or SIGTERM); 0 on a clean stop, 2 on a refused option, 1 if the
     address cannot be bound."""
     db_path: Path | None = None if args.db == ":memory:" else Path(args.db)
+    new_db = db_path is not None and not db_path.exists()
+    unbound = False
     try:
         collector = Collector(
             db_path,
@@ -163,6 +165,7 @@ def run_serve(args: argparse.Namespace) -> int:
             print(
                 f"eventlog serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
             )
+            unbound = True
             return 1
         if in_main_thread:
             previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -174,6 +177,9 @@ def run_serve(args: argparse.Namespace) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         collector.close()
+        if unbound and new_db and db_path is not None:  # it served nothing: leave no database
+            for leftover in (db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
+                leftover.unlink(missing_ok=True)
     return 0
 
 

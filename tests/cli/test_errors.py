@@ -264,3 +264,32 @@ def test_version(run: Run) -> None:
     assert result.code == 0
     assert result.out == f"eventlog {__version__}\n"
     assert result.err == ""
+
+
+def test_serve_on_a_busy_port_says_so_and_leaves_no_database(
+    tmp_path, collector: Collector
+) -> None:
+    import subprocess
+    import sys
+    from urllib.parse import urlsplit
+
+    database = tmp_path / "other.sqlite3"
+    port = str(urlsplit(collector.url).port)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eventlog_handler.cli",
+            "serve",
+            "--db",
+            str(database),
+            "--port",
+            port,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # a database was made for nothing
