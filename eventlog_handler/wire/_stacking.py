@@ -80,10 +80,11 @@ def is_stack(value: Any) -> bool:
 
 
 def manual_stack(value: Any) -> dict[str, Any] | None:
-    """The ``@stack`` value for what was given under ``extra={"stack": ...}``, or ``None``.
+    """The ``@stack`` value of a manual stack, or ``None``.
 
-    Accepts a string (the title, also used as the stacking key), or a mapping with ``title``
-    and/or ``signature_data`` (a mapping of names to values). Titles and values become
+    Accepts a mapping with ``title`` and/or ``signature_data`` (a mapping of names to values),
+    what :func:`stack` makes and what is taken under ``extra={"stack": ...}`` (:func:`is_stack`),
+    or a string (the title, also used as the stacking key) given here directly. Titles and values become
     strings, blank ones are left out, sizes are bounded (:data:`MAX_TITLE`, :data:`MAX_KEY`,
     :data:`MAX_VALUE`, :data:`MAX_ENTRIES`) and keys are sorted, so the same input always
     gives the same signature. ``None`` when no stack can be named: the event keeps the
