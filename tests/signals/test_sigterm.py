@@ -151,8 +151,8 @@ def test_a_slow_settings_answer_delays_an_error_a_second_at_most(server: FaultSe
     finally:
         process.kill()
         process.communicate()
-    # At most FIRST_SETTINGS_WAIT (1 s) plus the machine's delays; the fetch waited 3 s.
-    assert server.arrivals()["failed"] - logged < 2.5
+    # At most FIRST_SETTINGS_WAIT (1 s) plus the machine's delays; the fetch waited 3 s or more.
+    assert server.arrivals()["failed"] - logged < 2.8
 
 
 def test_without_the_option_sigterm_loses_pending_events(server: FaultServer) -> None:
