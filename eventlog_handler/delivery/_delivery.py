@@ -15,6 +15,8 @@ recovery. The API key is masked in every line.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
@@ -288,9 +290,13 @@ class Delivery:
         was_closing = state.closing
         end = time.monotonic() + delay
         notice = self._notice_due()
+        # Now and then, the spool's own file is checked (a cleanup may have removed it, and a
+        # long outage is when it holds the most): the worker is in here, not in its scans.
+        check_at = time.monotonic() + self.settings.spool_scan_interval
         while True:
             spill: list[Any] = []
             spilled_bytes = 0
+            check_disk = False
             with ledger.lock:
                 if state.deadline is not None:
                     end = min(end, state.deadline)
@@ -308,6 +314,11 @@ class Delivery:
                         break
                     until = end if notice is None else min(end, notice)
                     spooling = self.spooling
+                    if spooling is not None:
+                        if now >= check_at:
+                            check_disk = True
+                            break
+                        until = min(until, check_at)
                     spilling = spooling is not None and spooling.accepting()
                     if spilling:
                         due = intake.due(now)
@@ -324,11 +335,16 @@ class Delivery:
                         ledger.changed.wait(timeout=max(0.0, until - now))
                     finally:
                         intake.wake_at = BUSY
-                if not spill:
+                if not spill and not check_disk:
                     if intake.finished:
                         return False
                     return state.deadline is None or time.monotonic() < state.deadline
             assert self.spooling is not None
+            if check_disk:
+                check_at = time.monotonic() + self.settings.spool_scan_interval
+                with contextlib.suppress(OSError, sqlite3.Error):
+                    self.spooling.keep_in_place()
+                continue
             given_back = False
             try:
                 left = self.spooling.spill_entries(spill)

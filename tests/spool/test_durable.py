@@ -322,6 +322,57 @@ def test_a_spool_removed_while_in_use_keeps_what_it_held(
         assert server.duplicates == []
 
 
+def test_a_spool_file_removed_during_an_outage_is_made_again_before_a_crash(
+    tmp_path: Path,
+) -> None:
+    """During an outage the worker waits to retry inside the delivery, not in its scans of
+    the spool: a file removed then was not made again, and a crash lost what it held."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    spool = tmp_path / "spool"
+    body = f"""
+    import pathlib
+    for i in range(10):
+        engine.enqueue(log_event(f"held {{i}}", level="Error"))
+    deadline = time.monotonic() + 20
+    while engine.stats()["spooled"] < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # the worker is in its retry pause now
+    for path in pathlib.Path({str(spool)!r}).glob("*.sqlite3*"):
+        if not path.name.endswith(".lock"):
+            path.unlink()
+    time.sleep(2.5)
+    os._exit(0)  # a crash: no exit flush
+    """
+    slow = (
+        script(url, spool, body)
+        .replace('"retry_initial": 0.01', '"retry_initial": 20.0')
+        .replace('"max_backoff": 0.05', '"max_backoff": 60.0')
+        .replace('"spool_scan_interval": 0.05', '"spool_scan_interval": 0.5')
+    )
+    crashed = subprocess.run(
+        [sys.executable, "-c", slow], capture_output=True, text=True, timeout=60
+    )
+    assert crashed.returncode == 0, crashed.stderr
+    assert len(list(spool.glob(f"*{SUFFIX}"))) == 1  # made again while the program ran
+    with FaultServer(port=port) as server:
+        replay = """
+        deadline = time.monotonic() + 20
+        while engine.stats()["replayed"]["delivered"] < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            engine.enqueue(log_event("tick", level="Debug"))
+        """
+        again = subprocess.run(
+            [sys.executable, "-c", script(url, spool, replay, spool_all=False)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+        held = sorted(e["message"] for e in server.accepted if e["message"].startswith("held"))
+        assert held == sorted(f"held {i}" for i in range(10))
+
+
 @pytest.mark.parametrize("processes", [8])
 def test_processes_sharing_one_spool_directory(tmp_path: Path, processes: int) -> None:
     """Eight processes write one directory through an outage, then replay it: no lock errors,
