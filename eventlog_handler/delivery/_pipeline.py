@@ -279,7 +279,8 @@ def _turned_off(entry: Entry, event: dict[str, Any], server: ServerSettings) -> 
                 names.append(error["type"])
             error = error.get("inner")
         return server.has_error_rules and bool(server.drops_error(tuple(names)))
-    if server.has_log_levels:
+    if server.has_log_levels and entry.levelno and event.get("type", "log") == "log":
+        # a log record's entry (typed events and entries given back from a spill have none)
         minimum = server.log_level(entry.source)
         return minimum is not None and entry.levelno < minimum
     return False

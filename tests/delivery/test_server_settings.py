@@ -286,9 +286,11 @@ import eventlog_handler
 class GatewayTimeout(Exception):
     pass
 
-handle = eventlog_handler.setup(flush_interval=0.05)
+handle = eventlog_handler.setup(flush_interval=0.05, sessions=True)
 logging.getLogger("shop.cart").info("added to the cart")  # the settings are fetched now
 logging.getLogger("shop.cart").warning("cart is large")
+eventlog_handler.submit_feature_usage("export")  # no log level: the @@log rules are not its
+eventlog_handler.submit_not_found("/nowhere")
 try:
     raise GatewayTimeout("payment gateway")
 except GatewayTimeout:
@@ -309,13 +311,16 @@ def test_the_services_rules_apply_to_what_a_program_logs_in_its_first_moments(
     from tests.support.faultserver import Delay
     from tests.support.processes import run_program
 
-    rules = {"@@log:shop.*": "Warn", "@@error:*Timeout*": "false"}
+    rules = {"@@log:*": "Warn", "@@error:*Timeout*": "false"}
     with FaultServer() as server:
         server.config = Delay(0.3, then={"version": 3, "settings": rules})
         status, stderr, stdout = run_program(FIRST_MOMENTS_PROGRAM, server.url, tmp_path)
         assert status == 0, stderr
-        messages = [event.get("message") for event in server.accepted]
-    assert messages == ["cart is large"]
+        sent = sorted(
+            f"{event.get('type')}: {event.get('message') or event.get('source')}"
+            for event in server.accepted
+        )
+    assert sent == ["404: /nowhere", "log: cart is large", "session: None", "usage: export"]
     stats = json.loads(stdout[-1])
     assert stats["server_settings_version"] == 3
     assert stats["dropped"]["filtered"] == 2
