@@ -66,15 +66,16 @@ def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
         data = event.get("data")
         error = event.get("@simple_error")
         resolved = False
+        program: str | None = None
         for node in error_levels(error):
             node_data = node.get("data")
             if type(node_data) is dict and is_ref(node_data.get(FRAMES_KEY)):
-                node_data[FRAMES_KEY] = resolve(
-                    node_data[FRAMES_KEY], include, exclude, settings.secrets
-                )
+                refs = node_data[FRAMES_KEY]
+                program = program or refs.program
+                node_data[FRAMES_KEY] = resolve(refs, include, exclude, settings.secrets)
                 resolved = True
         if resolved and (type(data) is not dict or STACK_KEY not in data):
-            stack = error_stack(error)
+            stack = error_stack(error, program)
             if stack is not None:
                 if type(data) is not dict:
                     data = event["data"] = {}
@@ -83,7 +84,7 @@ def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
         if type(site) is CallSite:
             assert type(data) is dict
             if STACK_KEY not in data:
-                stack = log_stack(site.source, site.template, site, site.innermost)
+                stack = log_stack(site.source, site.template, site, site.innermost, site.program)
                 if stack is not None:
                     data[STACK_KEY] = stack
             if site:

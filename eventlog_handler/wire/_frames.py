@@ -45,6 +45,7 @@ from typing import Any
 
 from eventlog_handler.settings import MASK
 from eventlog_handler.wire._cards import mask_card_numbers
+from eventlog_handler.wire._simple_error import MAIN_NAMES, program_of
 
 #: Where frames travel: ``@simple_error.data[FRAMES_KEY]``, and a serious log's ``data``.
 FRAMES_KEY = "@frames"
@@ -157,9 +158,16 @@ def _library_roots(roots: tuple[str, ...]) -> tuple[str, ...]:
 
 class FrameRefs(list):  # type: ignore[type-arg]
     """Unresolved :data:`FrameRef` items (a list: valid JSON if it ever went out as it is;
-    a type of its own: the queue's size estimate counts it as one small value)."""
+    a type of its own: the queue's size estimate counts it as one small value). ``program``:
+    what ``__main__`` was where one of the frames ran in it
+    (:func:`~eventlog_handler.wire._simple_error.program_of`, read on the caller's thread:
+    ``runpy`` may put another ``__main__`` back before the worker sees it)."""
 
-    __slots__ = ()
+    __slots__ = ("program",)
+
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__(items)
+        self.program: str | None = None
 
 
 class CallSite(FrameRefs):
@@ -208,6 +216,8 @@ def error_refs(
         module = frame_globals.get("__name__") if frame_globals is not None else None
         if type(module) is not str:
             module = None
+        elif module in MAIN_NAMES and refs.program is None:
+            refs.program = program_of(frame_globals)
         if locals_for is not None:
             include, exclude, exclusions = locals_for
             frame = by_entry.get(id(entry))
@@ -239,6 +249,7 @@ def call_site(
         kinds = _SITE_KINDS.setdefault((tuple(include), tuple(exclude)), {})
     innermost: FrameRef | None = None
     app: list[FrameRef] = []
+    program: str | None = None
     walked = 0
     while frame is not None and walked < MAX_CALL_SITE_WALK:
         code = frame.f_code
@@ -258,13 +269,17 @@ def call_site(
                 innermost = ref
             if kind:
                 app.append(ref)
+                if module in MAIN_NAMES and program is None:
+                    program = program_of(frame.f_globals)
                 if len(app) >= MAX_FRAMES:
                     break
         elif innermost is not None:
             walked += 1  # machinery again, further up (a handler that logs): a plain frame
         frame = frame.f_back
     app.reverse()
-    return CallSite(app, innermost, source, template)
+    site = CallSite(app, innermost, source, template)
+    site.program = program
+    return site
 
 
 def _site_kind(

@@ -74,7 +74,7 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def error_stack(error: Any) -> dict[str, Any] | None:
+def error_stack(error: Any, program: str | None = None) -> dict[str, Any] | None:
     """The ``@stack`` of an ``@simple_error`` whose frames are resolved, or ``None`` (no
     frames: the service's own stacking stands)."""
     if not isinstance(error, dict) or not isinstance(error.get("type"), str):
@@ -108,7 +108,7 @@ def error_stack(error: Any) -> dict[str, Any] | None:
     if members:
         signature["members"] = _cut(f"with {members}", MAX_VALUE)
     if signature["frames"].startswith("in __main__.") or " > __main__." in signature["frames"]:
-        _add_program(signature)
+        _add_program(signature, program)
     short = outer_type.rpartition(".")[2] or outer_type
     title = f"{short} in {where}" + (f" ({members})" if members else "")
     return {"title": _cut(title, MAX_TITLE), "signature_data": signature}
@@ -159,7 +159,7 @@ def _types_below(error: Any) -> str:
 
 
 def log_stack(
-    source: str | None, template: Any, app: Sequence[Any], innermost: Any
+    source: str | None, template: Any, app: Sequence[Any], innermost: Any, program: Any = None
 ) -> dict[str, Any] | None:
     """The ``@stack`` of a serious log record from its call site references (the
     application's frames, outermost first, and the innermost frame above the logging
@@ -179,18 +179,16 @@ def log_stack(
     if text.strip():
         signature["message"] = _cut(text, MAX_VALUE)
     if module == "__main__":
-        _add_program(signature)
+        _add_program(signature, program)
     title = _cut(f"{text.strip() or source or 'log'} (in {site})", MAX_TITLE)
     return {"title": title, "signature_data": signature}
 
 
-def _add_program(signature: dict[str, str]) -> None:
+def _add_program(signature: dict[str, str], program: Any) -> None:
     """The program, for a stack with frames of its main module (``__main__`` in every script:
-    two scripts' ``main()`` failing alike are two bugs): ``of nightly_import.py``."""
-    from eventlog_handler.wire._simple_error import main_program
-
-    program = main_program()
-    if program:
+    two scripts' ``main()`` failing alike are two bugs): ``of nightly_import.py``; read where
+    the frames were (:func:`~eventlog_handler.wire._simple_error.program_of`)."""
+    if isinstance(program, str) and program:
         signature["program"] = _cut(f"of {program}", MAX_VALUE)
 
 

@@ -82,19 +82,28 @@ _Frame = tuple[str, "int | None", str, "dict[str, Any] | None"]
 MP_MAIN = "__mp_main__"
 
 
-def main_program() -> str | None:
-    """The program whose main module ``__main__`` is: its module for ``python -m`` (``shop.cli``),
-    else its script's file name (``nightly_import.py``); ``None`` without either (``python -c``,
-    a REPL). The same in a ``multiprocessing`` child, which imports the same main module, and
-    at exit, when Python has taken ``__file__`` off ``__main__``."""
+#: The names a program's main module runs under (``__mp_main__``: in a spawned child).
+MAIN_NAMES = frozenset(("__main__", MP_MAIN))
+
+
+def program_of(module_globals: Any) -> str | None:
+    """The program whose main module has these globals: its module for ``python -m``
+    (``shop.cli``), else its script's file name (``nightly_import.py``); ``None`` without
+    either (``python -c``, a REPL). The same in a ``multiprocessing`` child, which imports the
+    same main module. Where Python has taken ``__file__`` off ``__main__`` (at exit), what was
+    known of it when the package was imported."""
+    name = getattr(module_globals.get("__spec__"), "name", None)
+    if isinstance(name, str) and name and name not in MAIN_NAMES:
+        return name.removesuffix(".__main__")
+    path = module_globals.get("__file__")
+    if isinstance(path, str) and path:
+        return os.path.basename(path)
     from eventlog_handler.wire._appversion import main_module
 
     main = main_module()
-    name = getattr(getattr(main, "__spec__", None), "name", None)
-    if isinstance(name, str) and name and name not in ("__main__", MP_MAIN):
-        return name.removesuffix(".__main__")
-    path = getattr(main, "__file__", None)
-    return os.path.basename(path) if isinstance(path, str) and path else None
+    if main is None or getattr(main, "__dict__", None) is module_globals:
+        return None  # nothing more is known of it
+    return program_of(vars(main))
 
 
 def main_named(name: Any) -> Any:

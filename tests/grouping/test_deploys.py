@@ -479,3 +479,50 @@ def test_two_scripts_failing_alike_are_two_stacks_and_one_script_is_one(server, 
     assert signatures["v1/import_orders.py"] == signatures["v2/import_orders.py"]  # a deploy
     first, second = signatures["v1/import_orders.py"], signatures["v1/send_invoices.py"]
     assert not set(first) & set(second)  # another script: other stacks
+
+
+LAUNCHER = """\
+import runpy
+import sys
+
+import eventlog_handler
+
+eventlog_handler.setup(flush_interval=0.05, error_delay=0.01)
+runpy.run_path(sys.argv[1], run_name="__main__")
+"""
+
+JOB = """\
+import logging
+import time
+
+
+def main():
+    try:
+        {}["missing"]
+    except KeyError:
+        logging.getLogger("job").exception("failed")
+
+
+main()
+time.sleep(1.0)  # the first event is built while this script is __main__
+main()  # built after runpy has put the launcher back
+"""
+
+
+def test_a_script_run_by_a_launcher_is_its_own_program_for_all_its_events(server, tmp_path):
+    (tmp_path / "launcher.py").write_text(LAUNCHER, encoding="utf-8")
+    (tmp_path / "job.py").write_text(JOB, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(tmp_path / "launcher.py"), str(tmp_path / "job.py")],
+        cwd=tmp_path,
+        env=child_env(server.url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    events = server.wait_for(2)
+    assert len(events) == 2, events
+    programs = [event["data"]["@stack"]["signature_data"].get("program") for event in events]
+    assert programs == ["of job.py", "of job.py"]  # the second was "of launcher.py"
+    assert server_signature(events[0]) == server_signature(events[1])
