@@ -5,7 +5,7 @@ What is due, earliest first:
 - the service's settings, once at start and whenever an answer says there is a newer version,
   fetched on a short-lived thread of their own, so that a slow answer never holds back events
   or the exit flush (the first batch waits for the first settings at most
-  :data:`FIRST_SETTINGS_WAIT` seconds, and not at all once the program exits);
+  :data:`FIRST_SETTINGS_WAIT` seconds, less in a burst, and not at all once the program exits);
 - a batch from memory: a whole batch is ready, an error has waited ``error_delay``, a log has
   waited ``flush_interval``, or someone flushes or the program exits;
 - a roll-up whose window ended (:mod:`eventlog_handler.delivery._rollup`);
@@ -50,6 +50,9 @@ SENDER_THREADS: set[int] = set()
 #: Seconds the first batch waits for the service's first settings (their data exclusions and
 #: filters) while they are being fetched; then it goes with the local settings alone.
 FIRST_SETTINGS_WAIT = 1.0
+#: ... and at most this long while logging threads wait for the worker (a burst at start:
+#: held longer than the intake's PUSHBACK_WAIT, they would evict the oldest logs).
+BURST_SETTINGS_WAIT = 0.3
 
 
 def is_sender_thread() -> bool:
@@ -182,18 +185,20 @@ class Worker:
 
     def _wait_for_first_settings(self) -> None:
         """Before the first batch: the first settings, while being fetched, for at most
-        :data:`FIRST_SETTINGS_WAIT` seconds since the fetch began; not once the program exits."""
+        :data:`FIRST_SETTINGS_WAIT` seconds since the fetch began (:data:`BURST_SETTINGS_WAIT`
+        while logging threads wait for the worker); not once the program exits."""
         fetching = self._fetching
         if fetching is None or self.server_settings.current.version >= 0:
             return
         end = self._fetch_started + FIRST_SETTINGS_WAIT
-        ledger = self.ledger
+        burst_end = time.monotonic() + BURST_SETTINGS_WAIT
+        ledger, intake = self.ledger, self.intake
         with ledger.lock:
             while self.server_settings.fetching and not self.state.closing:
-                remaining = end - time.monotonic()
+                remaining = (min(end, burst_end) if intake.waiting else end) - time.monotonic()
                 if remaining <= 0:
                     return
-                ledger.changed.wait(timeout=remaining)
+                ledger.changed.wait(timeout=min(remaining, 0.05))
 
     def _fetch_settings(self, version: int | None) -> dict[str, Any] | None:
         client = self.client(CONFIG_TIMEOUT)  # a client of its own, closed after

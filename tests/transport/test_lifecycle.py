@@ -377,3 +377,23 @@ def test_multiprocessing_children_deliver_their_events_once(server, method, tmp_
     )
     assert messages == expected
     assert server.duplicates == []
+
+
+def test_a_burst_at_start_is_not_evicted_while_the_settings_are_slow_to_come(server):
+    """The first batch waits for the service's first settings (their data exclusions); a
+    burst that fills the queue meanwhile holds its logging thread, which after a second of no
+    progress evicts the oldest logs: the wait is kept short while logging threads wait."""
+    from tests.support.faultserver import Delay
+
+    server.config = Delay(5.0, then={"version": 1, "settings": {}})
+    settings = Settings.from_options({"server_url": server.url, "api_key": API_KEY}, environ={})
+    engine = transport.Engine(settings)
+    try:
+        for index in range(30_000):
+            engine.enqueue(log_event(f"burst {index}", level="Info"))
+        assert engine.flush(30.0), engine.stats()
+        stats = engine.stats()
+        assert stats["dropped_total"] == 0, stats["dropped"]
+        assert stats["delivered"] == 30_000 == len(server.accepted)
+    finally:
+        engine.shutdown(1.0)
