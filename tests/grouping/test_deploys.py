@@ -74,9 +74,17 @@ def write_program(root: Path, inserted: int) -> None:
     (root / "run.py").write_text(RUN, encoding="utf-8")
 
 
-def run(python: str, root: Path, server: CaptureServer, **extra: str) -> None:
+def run(
+    python: str,
+    root: Path,
+    server: CaptureServer,
+    script: str = "run.py",
+    *args: str,
+    **extra: str,
+) -> None:
+    """``python root/script args`` in ``root``, sending to ``server``; it must succeed."""
     result = subprocess.run(
-        [python, str(root / "run.py")],
+        [python, str(root / script), *args],
         cwd=root,
         env=child_env(server.url, **extra),
         capture_output=True,
@@ -456,22 +464,14 @@ def test_two_scripts_failing_alike_are_two_stacks_and_one_script_is_one(server, 
     """Every script's frames are ``__main__``'s: two cron scripts of one project whose
     ``main()`` fail alike were one stack (for their errors and for their error logs)."""
     signatures: dict[str, list[str]] = {}
-    for run, (folder, name) in enumerate(
+    for index, (folder, name) in enumerate(
         [("v1", "import_orders.py"), ("v1", "send_invoices.py"), ("v2", "import_orders.py")]
     ):
         root = tmp_path / folder
         root.mkdir(exist_ok=True)
         (root / name).write_text(SCRIPT, encoding="utf-8")
-        result = subprocess.run(
-            [sys.executable, str(root / name)],
-            cwd=root,
-            env=child_env(server.url),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert result.returncode == 0, result.stderr
-        events = server.wait_for(2 * (run + 1))[2 * run :]
+        run(sys.executable, root, server, name)
+        events = server.wait_for(2 * (index + 1))[2 * index :]
         assert len(events) == 2, events
         signatures[f"{folder}/{name}"] = sorted(server_signature(event) for event in events)
         program = {event["data"]["@stack"]["signature_data"].get("program") for event in events}
@@ -512,15 +512,7 @@ main()  # built after runpy has put the launcher back
 def test_a_script_run_by_a_launcher_is_its_own_program_for_all_its_events(server, tmp_path):
     (tmp_path / "launcher.py").write_text(LAUNCHER, encoding="utf-8")
     (tmp_path / "job.py").write_text(JOB, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, str(tmp_path / "launcher.py"), str(tmp_path / "job.py")],
-        cwd=tmp_path,
-        env=child_env(server.url),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
+    run(sys.executable, tmp_path, server, "launcher.py", str(tmp_path / "job.py"))
     events = server.wait_for(2)
     assert len(events) == 2, events
     programs = [event["data"]["@stack"]["signature_data"].get("program") for event in events]

@@ -175,6 +175,29 @@ def script(url: str, spool: Path, body: str, spool_all: bool = True) -> str:
     return head + textwrap.dedent(body)
 
 
+def replay(port: int, spool: Path, prefix: str, total: int) -> tuple[list[str], list[Any]]:
+    """A next start of the program with ``spool``, its server up on ``port``, until ``total``
+    events were replayed: the messages that start with ``prefix`` the server took, sorted,
+    and the reference ids it got twice."""
+    url = f"http://127.0.0.1:{port}"
+    with FaultServer(port=port) as server:
+        body = f"""
+        deadline = time.monotonic() + 20
+        while engine.stats()["replayed"]["delivered"] < {total} and time.monotonic() < deadline:
+            time.sleep(0.02)
+            engine.enqueue(log_event("tick", level="Debug"))
+        """
+        again = subprocess.run(
+            [sys.executable, "-c", script(url, spool, body, spool_all=False)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+        messages = sorted(e["message"] for e in server.accepted if e["message"].startswith(prefix))
+        return messages, list(server.duplicates)
+
+
 def test_sigkill_mid_outage_then_restart_delivers_every_event_once(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -243,23 +266,9 @@ def test_exit_during_an_outage_keeps_events_for_the_next_start(tmp_path: Path) -
     assert completed.returncode == 0, completed.stderr
     assert "120 event(s) kept in the spool" in completed.stderr
     assert "could not be sent" not in completed.stderr
-    with FaultServer(port=port) as server:
-        replay = """
-        deadline = time.monotonic() + 20
-        while engine.stats()["replayed"]["delivered"] < 120 and time.monotonic() < deadline:
-            time.sleep(0.02)
-            engine.enqueue(log_event("tick", level="Debug"))
-        """
-        again = subprocess.run(
-            [sys.executable, "-c", script(url, spool, replay, spool_all=False)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert again.returncode == 0, again.stderr
-        kept = sorted(e["message"] for e in server.accepted if e["message"].startswith("at exit"))
-        assert kept == sorted(f"at exit {i}" for i in range(120))
-        assert server.duplicates == []
+    kept, duplicates = replay(port, spool, "at exit", 120)
+    assert kept == sorted(f"at exit {i}" for i in range(120))
+    assert duplicates == []
 
 
 @pytest.mark.parametrize(
@@ -303,23 +312,9 @@ def test_a_spool_removed_while_in_use_keeps_what_it_held(
     total = 60 + after
     assert f"{total} event(s) kept in the spool" in completed.stderr
     assert len(list(spool.glob(f"*{SUFFIX}"))) == 1  # made again, with every row
-    with FaultServer(port=port) as server:
-        replay = """
-        deadline = time.monotonic() + 20
-        while engine.stats()["replayed"]["delivered"] < TOTAL and time.monotonic() < deadline:
-            time.sleep(0.02)
-            engine.enqueue(log_event("tick", level="Debug"))
-        """.replace("TOTAL", str(total))
-        again = subprocess.run(
-            [sys.executable, "-c", script(url, spool, replay, spool_all=False)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert again.returncode == 0, again.stderr
-        kept = sorted(e["message"] for e in server.accepted if e["message"].startswith("kept"))
-        assert kept == sorted(f"kept {i}" for i in range(total))
-        assert server.duplicates == []
+    kept, duplicates = replay(port, spool, "kept", total)
+    assert kept == sorted(f"kept {i}" for i in range(total))
+    assert duplicates == []
 
 
 def test_a_spool_file_removed_during_an_outage_is_made_again_before_a_crash(
@@ -355,22 +350,8 @@ def test_a_spool_file_removed_during_an_outage_is_made_again_before_a_crash(
     )
     assert crashed.returncode == 0, crashed.stderr
     assert len(list(spool.glob(f"*{SUFFIX}"))) == 1  # made again while the program ran
-    with FaultServer(port=port) as server:
-        replay = """
-        deadline = time.monotonic() + 20
-        while engine.stats()["replayed"]["delivered"] < 10 and time.monotonic() < deadline:
-            time.sleep(0.02)
-            engine.enqueue(log_event("tick", level="Debug"))
-        """
-        again = subprocess.run(
-            [sys.executable, "-c", script(url, spool, replay, spool_all=False)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert again.returncode == 0, again.stderr
-        held = sorted(e["message"] for e in server.accepted if e["message"].startswith("held"))
-        assert held == sorted(f"held {i}" for i in range(10))
+    held, _ = replay(port, spool, "held", 10)
+    assert held == sorted(f"held {i}" for i in range(10))
 
 
 @pytest.mark.parametrize("processes", [8])
