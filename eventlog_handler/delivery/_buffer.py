@@ -268,9 +268,9 @@ def estimate_items(items: Any, pending: list[Any]) -> int:
 
 def entry_size(entry: Entry) -> int:
     """What ``entry`` holds in bytes, roughly (see :func:`estimate`)."""
+    size = ENTRY_OVERHEAD if entry.exc is None else ENTRY_OVERHEAD + held_by(entry.exc)
     if entry.event is not None:
-        return ENTRY_OVERHEAD + estimate(entry.event)
-    size = ENTRY_OVERHEAD
+        return size + estimate(entry.event)
     message = entry.message
     if type(message) is str:
         size += len(message) if message.isascii() else getsizeof(message)
@@ -285,6 +285,52 @@ def entry_size(entry: Entry) -> int:
             else:
                 size += 16 + estimate(value)
     return size
+
+
+_HELD = (*_TEXT, dict, list, tuple, set, frozenset)
+#: Objects :func:`held_by` looks into, at most, for one exception.
+_MAX_HELD_OBJECTS = 1_000
+
+
+def held_by(exc: BaseException) -> int:
+    """What the copy of an exception for the hint (:func:`detached`) keeps alive, in bytes,
+    roughly: the text and containers among its arguments and attributes (:func:`estimate`),
+    and those of the objects among them, one level in (an HTTP error's response and the body
+    it read), for it, its cause, its context and a group's members. The copy shares these
+    with the exception; kept in the queue, they are memory the byte bound must count."""
+    total = 0
+    seen: set[int] = set()
+    pending: list[Any] = [exc]
+    while pending and len(seen) < _MAX_HELD_OBJECTS:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        values = _state(item)
+        if isinstance(item, BaseException):
+            values += [*_ARGS.__get__(item), item.__cause__, item.__context__]
+            values += list(getattr(item, "exceptions", ())) if isinstance(item, _GROUPS) else []
+        for value in values:
+            if value is None:
+                continue
+            if isinstance(value, BaseException):
+                pending.append(value)
+            elif isinstance(value, _HELD):
+                total += estimate(value)
+            elif isinstance(item, BaseException):
+                total += 32 + estimate(_state(value))  # an object the exception holds
+            else:
+                total += 32  # a number, or an object two levels in
+    return total
+
+
+def _state(value: Any) -> list[Any]:
+    """The values of ``value``'s ``__dict__`` (none when it has none or hides it)."""
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except Exception:
+        return []
+    return list(state.values()) if type(state) is dict else []
 
 
 class EventBuffer:

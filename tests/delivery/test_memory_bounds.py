@@ -225,6 +225,54 @@ def test_queued_errors_with_before_send_do_not_keep_their_frames_alive(tmp_path:
     assert peak - start < BUDGET_MB + SLACK_MB + 20, (start, peak, stderr)
 
 
+def test_queued_errors_with_before_send_count_what_their_exceptions_hold(
+    tmp_path: Path,
+) -> None:
+    """The hint's copy of an exception shares its arguments and attributes: an HTTP error
+    with the body it read (here 1 MB on the error, or on the response it holds). While the
+    server was down, 150 such errors queued 150 MB that ``memory_bytes`` did not count (RSS
+    12 times the budget). They count now, and the budget holds."""
+    start, peak, stderr = watch(
+        f"""
+        import logging
+        import eventlog_handler
+
+        handle = eventlog_handler.setup(memory_budget={BUDGET_MB} * 1024 * 1024,
+                                        before_send=lambda event, hint: event,
+                                        retry_initial=0.2, max_backoff=0.5, shutdown_timeout=1)
+        log = logging.getLogger("client")
+
+        class Response:
+            def __init__(self, body):
+                self.status_code = 500
+                self.content = body
+
+        class UpstreamError(Exception):
+            pass
+
+        print("ready", flush=True)
+        for n in range(150):
+            try:
+                error = UpstreamError(f"upstream answered 500 ({{n}})")
+                if n % 2:
+                    error.body = bytes(1_000_000) + n.to_bytes(4, "big")
+                else:
+                    error.response = Response(bytes(1_000_000) + n.to_bytes(4, "big"))
+                raise error
+            except UpstreamError:
+                log.exception("call failed")
+        stats = handle.stats()
+        assert stats["memory_bytes"] <= {BUDGET_MB} * 1024 * 1024, stats
+        assert stats["dropped"]["queue_full"] > 100, stats  # counted, as the budget says
+        print("counted", flush=True)
+        """,
+        _down_url(),
+        tmp_path,
+        timeout=60,
+    )
+    assert peak - start < BUDGET_MB + SLACK_MB, (start, peak, stderr)
+
+
 def test_non_ascii_text_counts_by_what_it_takes(tmp_path: Path) -> None:
     """A message of 250,000 emoji takes 1 MB in memory, not 250 KB: counted by characters,
     the budget let four times its size be queued while the server was down."""
