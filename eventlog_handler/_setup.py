@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Any
 
+from eventlog_handler._values import boolean
 from eventlog_handler.capture import _exceptions as exception_capture
 from eventlog_handler.capture._admit import IGNORED_LOGGERS
 from eventlog_handler.capture._session import close_session
@@ -193,6 +194,17 @@ _CURRENT: EventLogSetup | None = None
 _LOCK = threading.Lock()
 
 
+def _switch(name: str, value: Any, default: bool | None, said: list[str]) -> Any:
+    """A switch of :func:`setup` as a bool; a malformed one is named in ``said`` and
+    ``default`` applies."""
+    try:
+        return boolean(name, value)
+    except ValueError as exc:
+        shown = "None (the default)" if default is None else repr(default)
+        said.append(f"{exc}; {shown} is used")
+        return default
+
+
 def setup(
     api_key: str | None = None,
     server_url: str | None = None,
@@ -263,6 +275,11 @@ def setup(
     except ValueError as exc:
         flush_timeout = DEFAULT_FLUSH_TIMEOUT
         said.append(f"{exc}; the default ({DEFAULT_FLUSH_TIMEOUT}) is used")
+    # Switches: "false" from a configuration file means False, not a true string.
+    capture_exceptions = _switch("capture_exceptions", capture_exceptions, True, said)
+    force_hooks = _switch("force_hooks", force_hooks, False, said)
+    if flush_on_sigterm is not None:
+        flush_on_sigterm = _switch("flush_on_sigterm", flush_on_sigterm, None, said)
     options, malformed = Settings.usable_options(options)
     for line in said + malformed:
         say(line)

@@ -15,14 +15,16 @@ def number(name: str, value: Any, *, minimum: float, integer: bool) -> Any:
         raise ValueError(f"eventlog_handler: setting {name!r} must be a number, got {value!r}")
     try:
         number = float(value.strip()) if isinstance(value, str) else float(value)
+    except OverflowError:  # an int past a float's range (10**400)
+        number = math.inf
     except (TypeError, ValueError):
         raise ValueError(
             f"eventlog_handler: setting {name!r} must be a number, got {value!r}"
         ) from None
     if math.isnan(number) or number < minimum or math.isinf(number):
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}… (a long value)"
         raise ValueError(
-            f"eventlog_handler: setting {name!r} must be a finite number >= {minimum}, "
-            f"got {value!r}"
+            f"eventlog_handler: setting {name!r} must be a finite number >= {minimum}, got {shown}"
         )
     if integer:
         if number != int(number):
@@ -97,6 +99,11 @@ def directory(name: str, value: Any) -> str:
     text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
     if not text or not str(text).strip():
         raise ValueError(f"eventlog_handler: setting {name!r} must be a directory path")
+    if "\0" in str(text):
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be a directory path, got {value!r} "
+            "(a NUL character in it)"
+        )
     # Whether the directory can be used (a file in its place, no permission, a read-only
     # disk) is checked when the engine starts: said once on stderr, and the engine runs
     # memory-only (the path often comes from the environment of a machine).
@@ -153,9 +160,10 @@ def import_callable(name: str, value: Any) -> Any:
             import importlib
 
             value = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as exc:
+        except Exception as exc:  # the module may raise anything as it is imported
             raise ValueError(
-                f"eventlog_handler: setting {name!r}: cannot import {value!r}: {exc}"
+                f"eventlog_handler: setting {name!r}: cannot import {value!r}: "
+                f"{type(exc).__name__}: {exc}"
             ) from None
     if not callable(value):
         raise ValueError(f"eventlog_handler: setting {name!r} must be callable, got {value!r}")

@@ -47,11 +47,12 @@ from eventlog_handler.capture._admit import is_ignored_logger
 from eventlog_handler.capture._records import capture_record
 from eventlog_handler.capture._session import open_session
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
-from eventlog_handler.delivery._stderr import say_unconfigured
+from eventlog_handler.delivery._stderr import say_capture_failed, say_unconfigured
 from eventlog_handler.integrations import _console as console
 from eventlog_handler.integrations import _signals as signals
 from eventlog_handler.integrations._hooks import ExceptionHooks, install_with
 from eventlog_handler.settings import Settings
+from eventlog_handler.wire._jsonsafe import safe_str
 
 #: Seconds :meth:`EventLogHandler.flush` and :meth:`EventLogHandler.close` wait at most.
 DEFAULT_FLUSH_TIMEOUT = 1.0
@@ -218,12 +219,13 @@ class EventLogHandler(logging.Handler):
             except RecursionError:  # pragma: no cover - even that failed
                 pass
         except Exception as exc:
-            self._count_error(f"{type(exc).__name__}: {exc!s}")
+            self._count_error(f"{type(exc).__name__}: {safe_str(exc)}")
 
     def _count_error(self, text: str) -> None:
         try:
             self.emit_errors += 1
             self.last_emit_error = text[:500]
+            say_capture_failed("stats()['emit_errors']", text[:500], self.settings)
         except Exception:  # pragma: no cover - str() of the error failed
             pass
 
@@ -391,6 +393,8 @@ def check_timeout(value: Any) -> float:
     """``flush_timeout`` checked: a number of seconds, at least 0."""
     try:
         number = float(value)
+    except OverflowError:
+        number = math.inf
     except (TypeError, ValueError):
         number = math.nan
     if isinstance(value, bool) or not math.isfinite(number) or number < 0:

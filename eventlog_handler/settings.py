@@ -348,6 +348,7 @@ def shown_url(url: str) -> str:
     """``url`` as it may be printed: a password in it masked (``https://ci:[excluded]@host``),
     and the values of a query and a fragment (``?api_key=[excluded]``), which a URL copied from
     a browser or another tool may carry."""
+    url = _unencoded_password(url)
     head, mark, query = url.partition("?")
     if not mark:
         head, mark, query = url.partition("#")
@@ -367,6 +368,28 @@ def shown_url(url: str) -> str:
         return f"{head}{sep}{MASK}{at}{host}{slash}{path}"  # a token as the user
     user = userinfo.partition(":")[0]
     return f"{head}{sep}{user}:{MASK}{at}{host}{slash}{path}"
+
+
+def _unencoded_password(url: str) -> str:
+    """``url`` with a password that holds a ``/``, ``?`` or ``#`` not %-encoded (a generated
+    one, pasted as it is: ``https://ci:kX9/q2@host``) masked up to the last ``@``. A URL
+    parser ends the host at that mark and reads ``ci:kX9`` as a host and a (bad) port, so
+    the password is not found as one."""
+    scheme, sep, tail = url.partition("://")
+    authority = re.split(r"[/?#]", tail, maxsplit=1)[0]
+    user, colon, port = authority.partition(":")
+    at = tail.rfind("@")
+    if (
+        not sep
+        or not colon
+        or port.isdigit()  # a host and its port; an "@" further on is in the path
+        or "@" in authority  # the parser finds this user and password
+        or at < len(authority)
+        or authority.startswith("[")  # an IPv6 host
+        or any(character.isspace() for character in user)
+    ):
+        return url
+    return f"{scheme}{sep}{user}:{MASK}{tail[at:]}"
 
 
 #: A ``name:secret@`` at the start of a text or after a ``/`` or ``:``.
@@ -406,6 +429,11 @@ def validate_server_url(name: str, value: Any) -> str:
             f"eventlog_handler: setting {name!r} must not contain blanks (%20 in a path), "
             f"got {shown!r}"
         )
+    if _unencoded_password(url) != url:
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} has a password with a '/', '?' or '#' in it: "
+            f"write them %-encoded (%2F, %3F, %23), got {shown!r}"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(
             f"eventlog_handler: setting {name!r} must be an http:// or https:// URL "
@@ -415,6 +443,8 @@ def validate_server_url(name: str, value: Any) -> str:
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError:
         raise ValueError(f"eventlog_handler: setting {name!r} has a bad port: {shown!r}") from None
+    if not url.startswith(parts.scheme):  # "HTTP://": written as every check reads it
+        url = parts.scheme + url[len(parts.scheme) :]
     if parts.query or parts.fragment:
         raise ValueError(
             f"eventlog_handler: setting {name!r} must not carry a query or fragment: {shown!r}"
@@ -432,6 +462,13 @@ def validate_token(name: str, value: Any) -> str:
             f"eventlog_handler: setting {name!r} does not look like a token "
             f"({mask_secret(token)!s}, {len(token)} characters): a token has no spaces "
             "and at least 10 characters"
+        )
+    if not token.isascii():  # it could not travel in a header: a quote pasted with it?
+        odd = sorted({repr(ch) for ch in token if not ch.isascii()})
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} does not look like a token "
+            f"({mask_secret(token)!s}): it holds {', '.join(odd)}; a token is letters and "
+            "digits (a quote copied with it?)"
         )
     return token
 

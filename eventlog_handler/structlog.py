@@ -52,6 +52,7 @@ structlog itself is not imported here: the processor only receives plain values,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
@@ -68,7 +69,7 @@ from eventlog_handler.capture._admit import (
 from eventlog_handler.capture._exceptions import current_settings
 from eventlog_handler.capture._records import build_event, exception_of
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
-from eventlog_handler.delivery._stderr import say_unconfigured
+from eventlog_handler.delivery._stderr import say_capture_failed, say_unconfigured
 from eventlog_handler.handler import check_level
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire import _extras as extras
@@ -181,8 +182,11 @@ class EventLogProcessor:
     ) -> MutableMapping[str, Any]:
         try:
             self._send(logger, method_name, event_dict)
-        except Exception:
+        except Exception as exc:
             self.errors += 1
+            with contextlib.suppress(Exception):
+                text = f"{type(exc).__name__}: {safe_str(exc)}"[:500]
+                say_capture_failed("EventLogProcessor.errors", text, self.settings)
         return event_dict
 
     def _send(self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> None:

@@ -10,7 +10,8 @@ In order:
    as the official clients' ``MarkAsCritical``), move to where the service reads them;
 3. ``before_send(event, hint)``, when set, may change the event or drop it (``None``: counted as
    ``dropped["filtered"]``); when it raises, the event goes on unchanged and the failure is
-   counted (``hook_errors``) and said once on stderr;
+   counted (``hook_errors``) and said once on stderr; what it returns is made an event the
+   service reads (:func:`~eventlog_handler.wire._conform.conform`);
 4. the :class:`~eventlog_handler.wire._scrub.Scrubber` masks secrets in every string (URL
    credentials, secret query values, the API key) and the values of excluded keys, with the
    service's ``@@DataExclusions`` added;
@@ -34,8 +35,9 @@ from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._server_settings import ServerSettings
 from eventlog_handler.delivery._sessions import SESSION_TYPES, Sessions
-from eventlog_handler.delivery._stderr import say
+from eventlog_handler.delivery._stderr import redact, say
 from eventlog_handler.settings import Settings
+from eventlog_handler.wire._conform import before_hook, conform, named
 from eventlog_handler.wire._events import MAX_MESSAGE
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
@@ -233,29 +235,44 @@ class Pipeline:
             "level": level_name(entry.levelno) if entry.levelno else None,  # None: no level
             "source": entry.source,
         }
+        before = before_hook(event)
         try:
             result = hook(event, hint)
-        except Exception as exc:
-            with self.ledger.lock:
-                self.ledger.hook_errors += 1
-            self._say_hook(f"raised {type(exc).__name__}: {safe_str(exc)}")
+        except BaseException as exc:  # SystemExit too: the worker must outlive the hook
+            # Its text may quote a secret: the program's URL or key (a failed call of its
+            # own), a password in a message; masked as in the events.
+            text = self.scrubber().text(redact(safe_str(exc), *entry.settings.secrets))
+            self._hook_failed(f"raised {type(exc).__name__}: {text}")
             return event
         if result is None:
             return None
         if not isinstance(result, dict):
-            with self.ledger.lock:
-                self.ledger.hook_errors += 1
-            self._say_hook(f"returned {type(result).__name__}, not a dict or None")
+            self._hook_failed(f"returned {type(result).__name__}, not a dict or None")
             return event
+        # The fields the service reads, of the types it reads them with: before the JSON
+        # safety (which writes a Decimal as a text) and after it (which writes a cycle so).
+        restored = conform(result, before)
         safe = to_jsonable(result, max_string=1_000_000)  # whatever the hook added: valid JSON
-        return safe if isinstance(safe, dict) else event
+        if not isinstance(safe, dict):
+            return event
+        restored += conform(safe, to_jsonable(before))
+        if restored:
+            self._hook_failed(
+                f"set {named(restored)} to a value the service can't read (it would store "
+                "the whole batch as one text)",
+                "the field was sent as it was before the hook",
+            )
+        return safe
 
-    def _say_hook(self, what: str) -> None:
+    def _hook_failed(self, what: str, outcome: str = "the event was sent unchanged") -> None:
+        """Count a failure of ``before_send`` and say the first one on stderr."""
+        with self.ledger.lock:
+            self.ledger.hook_errors += 1
         if self._hook_said:
             return
         self._hook_said = True
         say(
-            f"eventlog_handler: before_send {what}; the event was sent unchanged "
+            f"eventlog_handler: before_send {what}; {outcome} "
             f"(counted in stats()['hook_errors'], said once)."
         )
 

@@ -94,6 +94,8 @@ class Spool:
             probe.unlink()
         except OSError as exc:
             return exc.strerror or type(exc).__name__
+        except ValueError as exc:  # a path the system can't take (a NUL in it)
+            return str(exc)
         return None
 
     def own(self) -> SpoolFile:

@@ -125,3 +125,14 @@ def say_unconfigured(settings: Settings) -> None:
             f"eventlog_handler: nothing will be sent: {problem}. The program runs on; its "
             f"events are counted as dropped (unconfigured).",
         )
+
+
+def say_capture_failed(counter: str, text: str, settings: Settings) -> None:
+    """Say once per process that a log call could not be made an event (``text``: the
+    failure): the event is lost, and counted only in ``counter``."""
+    say_once(
+        "capture failed",
+        f"eventlog_handler: a log call could not be made an event "
+        f"({redact(text, *settings.secrets)}); it is counted in {counter}, and further ones "
+        "are not said.",
+    )

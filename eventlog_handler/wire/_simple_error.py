@@ -445,7 +445,8 @@ def extra_attributes(exc: BaseException, exclusions: Collection[str]) -> dict[st
             value = getattr(exc, key, None)
             if value is not None:
                 extras.setdefault(key, value)
-    notes = getattr(exc, "__notes__", None)
+    notes = attributes.get("__notes__")  # read as add_note keeps them: a class's own
+    # __getattr__ is not asked (one that raises KeyError for a name it lacks loses nothing)
     if isinstance(notes, list) and notes:
         extras["__notes__"] = notes
     converted = to_jsonable(extras, exclusions)

@@ -278,6 +278,43 @@ def test_a_program_with_a_misconfigured_setup_runs_on_and_its_events_arrive(
     assert [event["message"] for event in events] == ["order 7 placed"]
 
 
+def test_setup_inputs_that_raised_are_said_and_the_program_runs_on(
+    server: CaptureServer, tmp_path: Path
+) -> None:
+    """Inputs that made ``setup()`` raise into the program (status 1, a traceback): a hook's
+    module that fails as it is imported, a path with a NUL in it, numbers past a float's range;
+    and switches given as words ("false" was true). Each is said, naming it, and the program
+    runs on with the default."""
+    (tmp_path / "broken_hooks.py").write_text("settings = {}\nLEVEL = settings['level']\n")
+    program = """
+        import logging
+        import eventlog_handler
+
+        handle = eventlog_handler.setup(  # broken_hooks.py is beside this program
+            before_send="broken_hooks.before_send",
+            spool_path="/tmp/spool\\x00here",
+            queue_size=10**400,
+            flush_timeout=10**400,
+            capture_exceptions="false",
+            force_hooks="maybe",
+        )
+        print("MARK hooks " + str(handle.hooks is None).lower())
+        logging.getLogger("shop").warning("order %s placed", 7)
+        print("MARK done {}")
+    """
+    status, stderr, lines = run_program(program, server.url, tmp_path)
+    assert status == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    assert marks(lines) == {"hooks": True, "done": {}}  # capture_exceptions="false": no hooks
+    assert "'before_send': cannot import 'broken_hooks.before_send': KeyError" in stderr, stderr
+    assert "'spool_path' must be a directory path" in stderr and "NUL" in stderr, stderr
+    assert "'queue_size' must be a finite number" in stderr and "(a long value)" in stderr
+    assert "'flush_timeout' must be a number of seconds" in stderr, stderr
+    assert "'force_hooks' must be true or false, got 'maybe'; False is used" in stderr, stderr
+    events = server.wait_for(1, timeout=10)
+    assert [event["message"] for event in events] == ["order 7 placed"]
+
+
 def test_malformed_environment_variables_are_said_and_the_program_runs_on(
     server: CaptureServer, tmp_path: Path
 ) -> None:

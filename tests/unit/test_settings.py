@@ -426,3 +426,39 @@ def test_a_url_with_a_blank_is_refused_at_once(url: str) -> None:
     with pytest.raises(ValueError, match="must not contain blanks") as info:
         build({"api_key": TOKEN, "server_url": url})
     assert "p4ss" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://ci:kX9/q2Lm+Zt8@collector.example.org",
+        "https://ci:kX9q2#Lm8Zt@collector.example.org/api",
+        "https://ci:kX9q2?Lm8Zt@collector.example.org",
+    ],
+)
+def test_a_password_with_a_slash_or_mark_unencoded_is_masked_and_named(url: str) -> None:
+    """A generated password pasted without %-encoding: the URL parser ends the host at its
+    ``/``, ``?`` or ``#``, so the password was printed whole (or up to the mark) under "bad
+    port"."""
+    from eventlog_handler.settings import shown_url
+
+    assert shown_url(url).startswith("https://ci:[excluded]@collector.example.org")
+    with pytest.raises(ValueError) as info:
+        build({"api_key": TOKEN, "server_url": url})
+    said = str(info.value)
+    assert "%-encoded" in said and "kX9" not in said and "Zt8" not in said, said
+
+
+def test_a_scheme_in_capitals_is_read_as_written_in_small_letters() -> None:
+    """``HTTP://host``: accepted, but the plain-http warning looked for ``http://`` only."""
+    settings = build({"api_key": TOKEN, "server_url": "HTTP://collector.example.org:8080/x"})
+    assert settings.server_url == "http://collector.example.org:8080/x"
+
+
+def test_a_key_with_a_character_outside_ascii_is_named_as_malformed() -> None:
+    """A key pasted with typographic quotes passed the check, and every event was then
+    dropped as ``rejected`` with nothing said: it can't travel in a header."""
+    with pytest.raises(ValueError) as info:
+        build({"api_key": f"\u201c{TOKEN}\u201d"})
+    said = str(info.value)
+    assert "'api_key'" in said and "'\u201c'" in said and TOKEN[6:] not in said, said
