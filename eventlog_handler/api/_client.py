@@ -393,11 +393,19 @@ class Client:
     # -- reading events ---------------------------------------------------------------------
 
     def list_events(
-        self, filter: str | None = None, *, sort: str = "-date", limit: int = 100
+        self,
+        filter: str | None = None,
+        *,
+        sort: str = "-date",
+        limit: int = 100,
+        page: int | None = None,
     ) -> list[dict[str, Any]]:
-        """The newest events (``GET /api/v2/events``, one page; a user token), matching the
-        service's ``filter`` syntax (``type:error``), ``sort`` as the service sorts."""
+        """The newest events (``GET /api/v2/events``, one page, the first unless ``page``
+        says; a user token), matching the service's ``filter`` syntax (``type:error``),
+        ``sort`` as the service sorts."""
         params: dict[str, Any] = {"sort": sort, "limit": max(1, min(int(limit), 100))}
+        if page is not None:
+            params["page"] = max(1, int(page))
         if filter:
             params["filter"] = filter
         found = _json(self._request("GET", EVENTS_PATH, params=params))

@@ -5,6 +5,13 @@ and prints each event it has not printed yet, oldest first: its time, level, sou
 and a link to its stack. ``--errors`` keeps error events only; ``--filter`` passes the service's
 filter syntax (``level:warn source:shop.*``). It starts with the last ``--last`` events. A
 server that can't be reached is said once on stderr and tried again; Ctrl-C ends it (exit 0).
+
+A burst (a batch of 500 from one program) is read page by page, back to the events already
+printed, up to the 1,000 the service's paging reaches; past that, how many were skipped is said
+on stderr. The service lists events by their own date, so an event dated before the ones
+already printed (one replayed from a spool after an outage) comes after them in no list: tail
+shows it only while it is among the newest page. Text from events is printed without its
+control characters: a message can't retitle or recolour the terminal.
 """
 
 from __future__ import annotations
@@ -22,6 +29,17 @@ from eventlog_handler.settings import shown_url
 __all__ = ["run_tail"]
 
 _SEEN = 10_000
+#: Events per page, and the pages the service's paging reaches (it gives no link past a
+#: skip of 1,000).
+_PAGE = 100
+_PAGES = 10
+
+
+def _clean(value: Any, longest: int) -> str:
+    """``value`` as one line of at most ``longest`` characters, without control characters
+    (an escape sequence in a message would act on the terminal)."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(value))
+    return " ".join(text.split())[:longest]
 
 
 def _line(event: dict[str, Any], base: str) -> str:
@@ -42,10 +60,32 @@ def _line(event: dict[str, Any], base: str) -> str:
         kind = str(error.get("type") or "Error")
         text = str(error.get("message") or "")
         message = f"{kind}: {text}" if not message or message == text else f"{message} ({kind})"
-    message = " ".join(message.split())[:300]
-    stack = event.get("stack_id")
+    message = _clean(message, 300)
+    stack = _clean(event.get("stack_id") or "", 100)
     link = f"{base}/stacks/{stack}" if stack else ""
-    return f"{when}  {level:<5}  {str(event.get('source') or '-')[:60]}  {message}  {link}".rstrip()
+    source = _clean(event.get("source") or "-", 60)
+    return f"{_clean(when, 30)}  {_clean(level, 20):<5}  {source}  {message}  {link}".rstrip()
+
+
+def _new_events(
+    client: Client, query: str | None, seen: OrderedDict[str, None], err: TextIO
+) -> list[dict[str, Any]]:
+    """The events not printed yet, newest first: page after page until one reaches an event
+    printed before (or the list's end); past the last page the service reaches, what was
+    skipped is said."""
+    fresh: list[dict[str, Any]] = []
+    for page in range(1, _PAGES + 1):
+        found = client.list_events(query, limit=_PAGE, page=page)
+        new = [event for event in found if str(event.get("id")) not in seen]
+        fresh += new
+        if len(new) < len(found) or len(found) < _PAGE:
+            return fresh
+    print(
+        f"eventlog tail: more than {_PAGES * _PAGE} events came since the last look; "
+        "the older ones are not shown",
+        file=err,
+    )
+    return fresh
 
 
 def run_tail(
@@ -67,7 +107,10 @@ def run_tail(
     try:
         while True:
             try:
-                found = client.list_events(query or None, limit=100)
+                if first:
+                    found = client.list_events(query or None, limit=_PAGE)
+                else:
+                    found = _new_events(client, query or None, seen, err)
             except errors.TransportError as exc:
                 if not failing:
                     print(f"eventlog tail: {exc}; trying again every {interval:g} s", file=err)

@@ -80,3 +80,31 @@ def test_a_server_that_is_gone_is_said_once(collector: Collector) -> None:
     code, stderr = stop_with_ctrl_c(process)
     assert code == 0
     assert stderr.count("trying again") == 1, stderr
+
+
+def test_a_burst_larger_than_a_page_is_printed_whole_and_control_characters_are_not(
+    collector: Collector,
+) -> None:
+    """One batch of 300 events between two looks (the package posts up to 500 at once): tail
+    printed the newest 100 and nothing said the rest were skipped. And a message with escape
+    sequences (a window title, a colour) acted on the terminal."""
+    http = Client(collector)
+    process, lines = _tail(collector, "--filter", "source:shop.burst")
+    try:
+        time.sleep(1.0)  # tail's first look is done: what follows is new
+        http.post_events([{"message": f"B-{i}", "source": "shop.burst"} for i in range(300)])
+        http.post_events(
+            {"message": "title\x1b]0;PWNED\x07 red\x1b[31mRED\x1b[0m", "source": "shop.burst"}
+        )
+        printed = [_next(lines) for _ in range(301)]
+        time.sleep(0.6)
+        assert lines.empty()  # each event once
+    finally:
+        code, stderr = stop_with_ctrl_c(process)
+        http.close()
+    assert code == 0, stderr
+    burst = [line for line in printed if " B-" in line]
+    assert len(burst) == 300 and len({line.split()[-2] for line in burst}) == 300, printed[:5]
+    [styled] = [line for line in printed if "PWNED" in line]
+    assert "\x1b" not in styled and "\x07" not in styled, repr(styled)
+    assert "title ]0;PWNED red [31mRED [0m" in styled, repr(styled)
