@@ -88,9 +88,12 @@ class Delivery:
         created: list[float],
         weights: list[int] | None,
         client: Client | None = None,
+        *,
+        after_exit: bool = False,
     ) -> bool:
         """Send finished in-memory events (in flight); ``False`` when time ran out or they
-        went to the spool to wait for the service."""
+        went to the spool to wait for the service. ``after_exit``: events captured after the
+        exit flush, sent by the thread that logged them (no retry)."""
         oldest_allowed = time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS
         if created and min(created) < oldest_allowed:
             keep = [index for index, when in enumerate(created) if when >= oldest_allowed]
@@ -105,25 +108,30 @@ class Delivery:
             created = [created[index] for index in keep]
         courtesy = Courtesy(lambda: self.ledger.captured)
         parts = encode_parts(events, created, self.settings.max_raw_batch_bytes, weights, courtesy)
-        return self.send_parts(deque(parts), client)
+        return self.send_parts(deque(parts), client, after_exit=after_exit)
 
-    def send_parts(self, parts: deque[Part], client: Client | None = None) -> bool:
+    def send_parts(
+        self, parts: deque[Part], client: Client | None = None, *, after_exit: bool = False
+    ) -> bool:
         """:meth:`deliver` in-memory parts, where the exit path can find them."""
         outer, self.current = self.current, parts
         try:
-            return self.deliver(parts, client)
+            return self.deliver(parts, client, after_exit=after_exit)
         finally:
             self.current = outer  # a send within a pause (see there) ends in the outer one
 
     # -- any part -----------------------------------------------------------------------------
 
-    def deliver(self, parts: deque[Part], client: Client | None = None) -> bool:
+    def deliver(
+        self, parts: deque[Part], client: Client | None = None, *, after_exit: bool = False
+    ) -> bool:
         """Send ``parts`` until each is delivered or dropped; ``False`` when time ran out or the
-        events went to the spool to wait for the service."""
+        events went to the spool to wait for the service (``after_exit``: see
+        :meth:`send_events`)."""
         client = client or self.client(None)
         attempt = 0
         while parts:
-            if self.intake.finished or self.state.over(time.monotonic()):
+            if (self.intake.finished and not after_exit) or self.state.over(time.monotonic()):
                 # Past the exit's deadline the exiting thread writes the parts not yet posted
                 # to the spool (or counts them): posting one now would send it twice.
                 return False

@@ -363,10 +363,11 @@ class Engine:
         """Flush, then stop the worker; a later event starts a new one. Returns by the deadline."""
         return self.lifecycle.close(timeout)
 
-    def shutdown(self, timeout: float | None = None) -> int:
+    def shutdown(self, timeout: float | None = None, *, late: bool = False) -> int:
         """The exit flush: send for at most ``timeout`` s, then stop. Returns events unsent
-        (see :mod:`eventlog_handler.delivery._lifecycle`). Events captured later are dropped."""
-        return self.lifecycle.shutdown(timeout)
+        (see :mod:`eventlog_handler.delivery._lifecycle`). Events captured later are dropped,
+        or with ``late`` (the interpreter's exit) sent by the thread that logs them."""
+        return self.lifecycle.shutdown(timeout, late=late)
 
     # -- statistics -------------------------------------------------------------------------------
 
@@ -433,8 +434,9 @@ def engines() -> list[Engine]:
     return list(_ENGINES.values())
 
 
-def shutdown_all(timeout: float | None = None) -> int:
-    """Run every engine's exit flush within one deadline; return the events left unsent."""
+def shutdown_all(timeout: float | None = None, *, late: bool = False) -> int:
+    """Run every engine's exit flush within one deadline; return the events left unsent.
+    ``late``: at the interpreter's exit (see :meth:`Engine.shutdown`)."""
     current = engines()
     if not current:
         return 0
@@ -443,8 +445,13 @@ def shutdown_all(timeout: float | None = None) -> int:
     deadline = time.monotonic() + timeout
     unsent = 0
     for engine in current:
-        unsent += engine.shutdown(max(0.0, deadline - time.monotonic()))
+        unsent += engine.shutdown(max(0.0, deadline - time.monotonic()), late=late)
     return unsent
+
+
+def _at_exit() -> None:
+    """The exit flush at the interpreter's exit (``atexit``)."""
+    shutdown_all(late=True)
 
 
 def forget_finished() -> None:
@@ -555,7 +562,7 @@ _PROCESS_HOOKS = _ProcessHooks()
 # connection the program already has (no new TLS handshake at exit), and a connection it opens
 # is still closed, not left to the garbage collector open.
 weakref.finalize(_PROCESS_HOOKS, int).atexit = False
-atexit.register(shutdown_all)
+atexit.register(_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 multiprocessing.util.register_after_fork(_PROCESS_HOOKS, _ProcessHooks.in_child)

@@ -70,8 +70,12 @@ class Intake:
         #: Set by the engine: start the worker (the lock is held); ``False`` if it can't.
         self.start_worker: Callable[[], bool] = lambda: False
         self.worker_running = False
-        #: No more sending or counting: events captured now are dropped (``shutdown``).
+        #: No more sending or counting: events captured now are dropped (``shutdown``), unless
+        #: ``send_late`` takes them.
         self.finished = False
+        #: Set by the engine's exit flush: sends an event captured after it from the calling
+        #: thread (an ``atexit`` handler that runs after the flush); ``None``: drop it.
+        self.send_late: Callable[[], None] | None = None
         #: The service is failing (a backoff is under way): nobody waits for the worker.
         self.retrying = False
         #: Set by the engine when it has a spool: whether the disk takes events now (then a
@@ -109,10 +113,12 @@ class Intake:
         errors, logs = buffer.errors, buffer.logs
         is_error = entry.is_error
         entry.size = nbytes = entry_size(entry)
+        if self.finished:
+            return self._put_late(entry)
         with ledger.lock:
             ledger.captured += 1
-            if self.finished:
-                ledger.dropped["shutdown"] += 1
+            if self.finished:  # the exit flush came meanwhile
+                ledger.dropped["shutdown"] += 1  # type: ignore[unreachable]
                 return False
             size = len(errors) + len(logs)
             evicted: list[Entry] = []
@@ -138,6 +144,21 @@ class Intake:
         if pushback:
             self._wait_for_worker()
         return not evicted or evicted[-1] is not entry
+
+    def _put_late(self, entry: Entry) -> bool:
+        """An entry captured after the exit flush: sent by this thread (:attr:`send_late`), or
+        dropped (``shutdown``)."""
+        ledger, buffer = self.ledger, self.buffer
+        with ledger.lock:
+            ledger.captured += 1
+            send_late = self.send_late
+            if send_late is None or len(buffer) >= buffer.capacity:
+                ledger.dropped["shutdown"] += 1
+                return False
+            (buffer.errors if entry.is_error else buffer.logs).append(entry)
+            buffer.bytes += entry.size
+        send_late()
+        return True
 
     def room(self) -> int:
         """Bytes the buffer may hold now: the memory budget less what the worker holds (the

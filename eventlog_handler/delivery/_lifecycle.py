@@ -7,8 +7,12 @@
   seconds to be sent. Then every event has exactly one outcome or is honestly pending: what
   was never sent is dropped (``shutdown``), what is still on the wire :data:`ON_WIRE_GRACE`
   seconds after the deadline stays ``in_flight`` and is reported as "outcome unknown" (its
-  answer may still arrive and count it as delivered), and with a spool, what is pending is written to disk for the next start.
-  stderr says how many of each.
+  answer may still arrive and count it as delivered), and with a spool, what is pending is
+  written to disk for the next start. stderr says how many of each. At the interpreter's exit,
+  an event captured after the flush (by an ``atexit`` handler registered before the package
+  was imported, which runs after the flush; by a thread still running) is sent by the thread
+  that logged it (:meth:`Lifecycle.send_late`), for ``shutdown_timeout`` seconds of such
+  sending in all; what can't be is dropped (``shutdown``) and said.
 - Fork: the child starts with an empty buffer, new counts, lock, session and worker, and never
   sends its parent's events. A :mod:`multiprocessing` child also flushes when it ends through
   ``os._exit`` (which skips ``atexit``) and when it is terminated with ``SIGTERM``, as
@@ -36,7 +40,7 @@ from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._sessions import Sessions
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
-from eventlog_handler.delivery._stderr import say, shown_server
+from eventlog_handler.delivery._stderr import say, say_once, shown_server
 from eventlog_handler.delivery._worker import SENDER_THREADS, Worker
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._jsonsafe import safe_str
@@ -79,6 +83,8 @@ class Lifecycle:
         self.check_process = check_process
         self.errands = errands
         self.sessions = sessions
+        #: Seconds left for sending events captured after the exit flush.
+        self._late_left = settings.shutdown_timeout
 
     def idle(self) -> bool:
         """Nothing pending: the buffer is empty, nothing in flight, nothing on disk, no errand."""
@@ -143,8 +149,10 @@ class Lifecycle:
             thread.join(max(0.0, deadline - time.monotonic()))
         return done
 
-    def shutdown(self, timeout: float | None) -> int:
-        """The exit flush (see the module docstring). Returns the events not sent."""
+    def shutdown(self, timeout: float | None, *, late: bool = False) -> int:
+        """The exit flush (see the module docstring). Returns the events not sent. ``late``:
+        the interpreter's exit, where events captured after the flush are sent by the thread
+        that logs them (:meth:`send_late`)."""
         timeout = self.settings.shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, timeout)
         ledger, intake, state = self.ledger, self.intake, self.state
@@ -196,6 +204,8 @@ class Lifecycle:
                 ledger.in_flight = on_wire
                 errands_left = self.errands.give_up()
                 intake.finished = True
+                if late:
+                    intake.send_late = self.send_late
                 ledger.changed.notify_all()
             if self.spooling is not None:
                 self.spooling.close()
@@ -275,18 +285,52 @@ class Lifecycle:
         with ledger.lock:
             return ledger.spooled
 
-    def drain_here(self, deadline: float) -> bool:
-        """Send from the calling thread (the worker can't run); stop at ``deadline``."""
+    def send_late(self) -> None:
+        """Send the events captured after the exit flush from the calling thread, within what
+        is left of ``shutdown_timeout`` for such sending; what can't be sent is dropped
+        (``shutdown``) and said on stderr, once."""
+        ledger, intake = self.ledger, self.intake
+        started = time.monotonic()
+        with ledger.lock:
+            left = self._late_left
+            # In flight now: a request of the exit flush still on the wire, not this thread's.
+            others = ledger.in_flight
+        if left > 0.05:
+            self.drain_here(started + left, others=others)
+        with ledger.lock:
+            self._late_left -= time.monotonic() - started
+            if self._late_left <= 0.05:
+                intake.send_late = None  # no time left: later ones are dropped at once
+            stuck = max(0, ledger.in_flight - others)  # a failed send: no retry after the exit
+            ledger.in_flight -= stuck
+            dropped = len(intake.buffer) + stuck
+            ledger.dropped["shutdown"] += dropped
+            intake.buffer.clear()
+            last_error = ledger.last_error
+        if dropped:
+            detail = f" (last error: {last_error})" if last_error else ""
+            say_once(
+                "late events",
+                f"eventlog_handler: {dropped} event(s) logged after the exit flush could not be "
+                f"sent to {shown_server(self.settings)}{detail}",
+            )
+
+    def drain_here(self, deadline: float, *, others: int | None = None) -> bool:
+        """Send from the calling thread (the worker can't run); stop at ``deadline``.
+        ``others``: after the exit flush (:meth:`send_late`), the events in flight that are
+        not this thread's."""
         ledger, intake, state = self.ledger, self.intake, self.state
         ident = threading.get_ident()
         SENDER_THREADS.add(ident)
+        late = others is not None
+        others = others or 0
         try:
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0.05:
                     break
                 with ledger.lock:
-                    if intake.finished or ledger.in_flight:
+                    if (intake.finished and not late) or ledger.in_flight > others:
                         break
                     batch: list[Entry] = intake.buffer.take(self.settings.batch_size)
                     if not batch:
@@ -298,7 +342,7 @@ class Lifecycle:
                     events, created, weights = self.pipeline.run(batch, rollup=False)
                     client = self.client(remaining)
                     try:
-                        self.delivery.send_events(events, created, weights, client)
+                        self.delivery.send_events(events, created, weights, client, after_exit=late)
                     finally:
                         client.close()
                 finally:
@@ -308,7 +352,7 @@ class Lifecycle:
                         ended = state.deadline is not None and state.deadline < deadline
                         if not ended:
                             state.deadline = previous
-                if ended or ledger.in_flight:
+                if ended or ledger.in_flight > others:
                     break
             remaining = deadline - time.monotonic()
             if self.errands.queue and remaining > 0.05 and not state.over(time.monotonic()):

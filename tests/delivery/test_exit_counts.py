@@ -60,3 +60,59 @@ def test_what_never_left_is_counted_as_dropped_at_exit(server: FaultServer, tmp_
     assert stats["dropped"]["shutdown"] == 30  # never sent
     assert "30 event(s) could not be sent" in stderr, stderr
     assert "50 event(s) were on their way" in stderr, stderr
+
+
+LATE = """
+import atexit, json, logging, sys
+
+log = logging.getLogger("app.cleanup")
+
+def report():  # registered first: runs last
+    import eventlog_handler.delivery._engine as transport
+    [engine] = transport.engines()
+    print("MARK stats", json.dumps(engine.stats()), flush=True)
+
+def cleanup():  # the program's own shutdown hook: runs after the package's exit flush
+    log.warning("cleanup: closing connections")
+    try:
+        1 / 0
+    except ZeroDivisionError:
+        log.exception("cleanup failed")
+
+atexit.register(report)
+atexit.register(cleanup)
+
+import eventlog_handler
+
+eventlog_handler.setup(shutdown_timeout=1.0)
+log.warning("running")
+"""
+
+
+def test_what_an_earlier_atexit_handler_logs_after_the_exit_flush_is_sent(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """``atexit`` runs the handler registered last first: one the program registered before
+    it imported the package runs after the exit flush. What it logged (a warning, an error
+    with its traceback) was dropped as ``shutdown``, and nothing was said."""
+    code, stderr, lines = run_program(LATE, server.url, tmp_path)
+    assert code == 0, stderr
+    assert wait_until(lambda: len(server.accepted) == 3, 5), (server.accepted, stderr)
+    by_message = {event["message"]: event for event in server.accepted}
+    assert set(by_message) == {"running", "cleanup: closing connections", "cleanup failed"}
+    assert by_message["cleanup failed"]["@simple_error"]["type"] == "ZeroDivisionError"
+    stats = marks(lines)["stats"]
+    assert stats["captured"] == 3 == stats["delivered"], stats
+    assert "eventlog_handler" not in stderr, stderr
+
+
+def test_what_is_logged_after_the_exit_flush_and_cannot_be_sent_is_said(tmp_path: Path) -> None:
+    with FaultServer() as gone:
+        url = gone.url  # nothing listens there any more
+    code, stderr, lines = run_program(LATE, url, tmp_path)
+    assert code == 0, stderr
+    stats = marks(lines)["stats"]
+    assert stats["captured"] == 3 and stats["dropped"]["shutdown"] == 3, stats
+    assert stats["in_flight"] == 0 == stats["queued"], stats
+    assert "1 event(s) could not be sent" in stderr, stderr  # the exit flush's own
+    assert "event(s) logged after the exit flush could not be sent" in stderr, stderr
