@@ -103,6 +103,9 @@ def api_error(answer: Answer) -> errors.ApiError:
             title = data["title"]
         elif isinstance(data.get("message"), str):
             title = data["message"]
+        detail = data.get("detail")  # RFC 7807: what the server says of this very request
+        if isinstance(detail, str) and detail.strip() and detail != title:
+            title = f"{title}: {detail.strip()}" if title else detail.strip()
         if isinstance(data.get("errors"), dict):
             problems = data["errors"]
     if title is None:

@@ -215,7 +215,19 @@ class Client:
             body = encode(to_jsonable(dict(event_or_events)))
             count = 1
         else:
-            events = [encode(to_jsonable(dict(event))) for event in event_or_events]
+            given: Any = event_or_events  # the annotation says what it should be
+            if isinstance(given, (str, bytes)):
+                raise ValueError(
+                    "submit() takes an event (a mapping such as {'message': ...}) or a list "
+                    f"of them, got a text: {given[:40]!r}"
+                )
+            batch = list(given)
+            odd = [type(item).__name__ for item in batch if not isinstance(item, Mapping)]
+            if odd:
+                raise ValueError(
+                    f"submit() takes events as mappings, got {', '.join(sorted(set(odd)))}"
+                )
+            events = [encode(to_jsonable(dict(event))) for event in batch]
             if not events:
                 raise ValueError("submit() needs at least one event")
             body, count = batch_body(events), len(events)
@@ -370,6 +382,11 @@ class Client:
         On the real server this needs a login session (:meth:`login`): any API token gets
         a :class:`TokenCreationRefusedError` (403).
         """
+        if isinstance(scopes, str):  # list("user") would be four scopes of one letter each
+            raise ValueError(
+                f"eventlog_handler: scopes must be a list of scope names, like [{scopes!r}], "
+                f"got the text {scopes!r}"
+            )
         payload: dict[str, Any] = {"scopes": list(scopes)}
         if notes is not None:
             payload["notes"] = notes

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Sequence
@@ -164,6 +165,13 @@ def run_serve(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(
                 f"eventlog serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
+            )
+            unbound = True
+            return 1
+        except sqlite3.Error as exc:  # a file that is not a database, a damaged one
+            print(
+                f"eventlog serve: cannot use {args.db} as the collector's database: {exc}",
+                file=sys.stderr,
             )
             unbound = True
             return 1

@@ -152,7 +152,11 @@ def test_send_with_a_user_token_bound_to_no_project(run: Run, collector: Collect
 
     result = run("send", "hi", "--server-url", collector.url, "--api-key", token)
 
-    assert "400" in result.error_message(token)
+    message = result.error_message(token)
+    assert "400" in message
+    # The service's own words for what is wrong (its problem body's detail), not "Bad Request"
+    # alone.
+    assert "not bound to a project" in message and "project token" in message, message
     assert collector.events() == []
 
 

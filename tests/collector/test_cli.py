@@ -131,6 +131,20 @@ def test_serve_refuses_a_non_loopback_host(tmp_path: Path) -> None:
     assert not (tmp_path / DEFAULT_DB).exists()
 
 
+def test_serve_on_a_file_that_is_not_a_database_says_so_in_one_line(tmp_path: Path) -> None:
+    """``--db`` naming a log file by mistake: a traceback (``sqlite3.DatabaseError``) where
+    every other failure of ``serve`` is one line; the file is left as it was."""
+    mistaken = tmp_path / "app.log"
+    mistaken.write_text("12:00:01 INFO started\n")
+    process = _spawn("--port", "0", "--db", str(mistaken))
+    _, err = process.communicate(timeout=20)
+    assert process.returncode == 1, err
+    assert "Traceback" not in err, err
+    said = f"eventlog serve: cannot use {mistaken} as the collector's database"
+    assert err.strip() == f"{said}: file is not a database", err
+    assert mistaken.read_text() == "12:00:01 INFO started\n"
+
+
 def test_serve_arguments_and_defaults() -> None:
     parser = argparse.ArgumentParser()
     add_serve_arguments(parser)

@@ -129,6 +129,33 @@ def test_empty_list_is_refused_without_a_request(mocked, client):
     assert len(mocked.calls) == 0
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [("hello", "got a text: 'hello'"), ([{"message": "ok"}, 7], "as mappings, got int")],
+)
+def test_what_is_not_an_event_is_named_without_a_request(mocked, client, given, said):
+    """A text, or a list with a number in it: "dictionary update sequence element #0..."."""
+    with pytest.raises(ValueError, match=said):
+        client.submit(given)
+    assert len(mocked.calls) == 0
+
+
+def test_a_problems_detail_is_part_of_the_message(mocked, client):
+    """The service's words for this very request (RFC 7807 ``detail``): "400 Bad Request"
+    alone told the user nothing."""
+    mocked.add(
+        responses.POST,
+        EVENTS_URL,
+        status=400,
+        json={"title": "Bad Request", "status": 400, "detail": "This token is not bound to a "
+              "project: use a project token (API key)."},
+        content_type="application/problem+json",
+    )  # fmt: skip
+    with pytest.raises(errors.BadRequestError) as info:
+        client.submit({"message": "x"})
+    assert str(info.value).startswith("400 Bad Request: This token is not bound to a project")
+
+
 def test_submit_reads_config_version_and_rate_headers(mocked, client):
     mocked.add(
         responses.POST,
@@ -611,6 +638,13 @@ def test_create_token_default_scope_and_notes(mocked, client):
     mocked.add(responses.POST, TOKENS_URL, status=201, json=token_json(["client"]))
     client.create_token(PROJECT_ID, notes="for CI")
     assert json.loads(body_of(mocked.calls[0])) == {"scopes": ["client"], "notes": "for CI"}
+
+
+def test_create_token_with_scopes_as_a_text_is_named_without_a_request(mocked, client):
+    """``scopes="user"`` was sent as four scopes, "u", "s", "e" and "r"."""
+    with pytest.raises(ValueError, match=r"like \['user'\]"):
+        client.create_token(PROJECT_ID, scopes="user")
+    assert len(mocked.calls) == 0
 
 
 def test_create_token_invalid_scope(mocked, client):
