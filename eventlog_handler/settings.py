@@ -379,15 +379,10 @@ def _unencoded_password(url: str) -> str:
     authority = re.split(r"[/?#]", tail, maxsplit=1)[0]
     user, colon, port = authority.partition(":")
     at = tail.rfind("@")
-    if (
-        not sep
-        or not colon
-        or port.isdigit()  # a host and its port; an "@" further on is in the path
-        or "@" in authority  # the parser finds this user and password
-        or at < len(authority)
-        or authority.startswith("[")  # an IPv6 host
-        or any(character.isspace() for character in user)
-    ):
+    # No user here: a host and its port (an "@" further on is in the path), an IPv6 host; or
+    # one the parser finds ("@" in the authority).
+    plain = not sep or not colon or port.isdigit() or authority.startswith("[")
+    if plain or "@" in authority or at < len(authority) or any(c.isspace() for c in user):
         return url
     return f"{scheme}{sep}{user}:{MASK}{tail[at:]}"
 
@@ -403,13 +398,22 @@ def _has_netloc(url: str) -> bool:
         return False
 
 
+#: Query names of the service's own paging, whose values are no one's secret (an error
+#: message showing ``?page=[excluded]&limit=[excluded]`` only puzzles).
+_PLAIN_QUERY_NAMES = frozenset(("page", "limit", "sort", "mode", "v", "before", "after", "offset"))
+
+
 def _masked_query(text: str) -> str:
-    """A query (and fragment) with every value masked, the names kept."""
+    """A query (and fragment) with every value masked, the names kept (and the values of the
+    service's paging: :data:`_PLAIN_QUERY_NAMES`)."""
     query, hash_mark, fragment = text.partition("#")
     pairs = []
     for pair in query.split("&") if query else []:
-        key, equals, _ = pair.partition("=")
-        pairs.append(f"{key}={MASK}" if equals else MASK)
+        key, equals, value = pair.partition("=")
+        if key.lower() in _PLAIN_QUERY_NAMES and value.isprintable() and len(value) <= 100:
+            pairs.append(pair)
+        else:
+            pairs.append(f"{key}={MASK}" if equals else MASK)
     return "&".join(pairs) + (f"{hash_mark}{MASK}" if hash_mark and fragment else hash_mark)
 
 

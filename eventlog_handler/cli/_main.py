@@ -291,6 +291,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get(ENV_API_KEY)
     client = _client(args, api_key, ENV_API_KEY, "--api-key")
     level = _level(args.level)
+    if not args.message.strip():
+        raise CommandError("the message is empty: give the text of the event to send")
     event = log_event(args.message, level=level, source=args.source, tags=args.tag or ())
     if args.type == "error":
         event["type"] = "error"

@@ -197,6 +197,18 @@ def test_send_unknown_level(run: Run, collector: Collector, level: str) -> None:
     assert collector.requests == []
 
 
+@pytest.mark.parametrize("text", ["", "   "])
+def test_send_an_empty_message_is_named_and_nothing_is_sent(
+    run: Run, collector: Collector, text: str
+) -> None:
+    """``eventlog send ""`` (a variable that was not set, in a script) sent an empty event."""
+    token = collector.project_token
+    result = run("send", text, "--server-url", collector.url, "--api-key", token)
+
+    assert result.error_message(token).startswith("the message is empty")
+    assert collector.requests == []
+
+
 # -- options ----------------------------------------------------------------------------------
 
 

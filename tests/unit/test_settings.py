@@ -386,6 +386,11 @@ def test_non_loopback_urls(url):
             "http://ci:[excluded]@127.0.0.1:5000/a?b=[excluded]",
         ),
         ("http://h/x", "http://h/x"),
+        # The service's paging is no secret ("?page=[excluded]&limit=[excluded]" puzzled).
+        (
+            "http://h/api/v2/projects?page=2&limit=100&api_key=k3y&filter=a",
+            "http://h/api/v2/projects?page=2&limit=100&api_key=[excluded]&filter=[excluded]",
+        ),
         # Not URLs to urlsplit (no scheme, or a mistyped one): masked all the same.
         ("ci:p4ss@127.0.0.1:5000", "ci:[excluded]@127.0.0.1:5000"),
         ("https//ci:p4ss@h:80/x", "https//ci:[excluded]@h:80/x"),
