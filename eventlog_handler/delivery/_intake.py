@@ -73,9 +73,9 @@ class Intake:
         #: No more sending or counting: events captured now are dropped (``shutdown``), unless
         #: ``send_late`` takes them.
         self.finished = False
-        #: Set by the engine's exit flush: sends an event captured after it from the calling
-        #: thread (an ``atexit`` handler that runs after the flush); ``None``: drop it.
-        self.send_late: Callable[[], None] | None = None
+        #: Set by the engine's exit flush: takes an entry captured after it (counted as
+        #: captured), to send it from the calling thread or drop it; ``None``: drop it.
+        self.send_late: Callable[[Entry], bool] | None = None
         #: The service is failing (a backoff is under way): nobody waits for the worker.
         self.retrying = False
         #: Set by the engine when it has a spool: whether the disk takes events now (then a
@@ -146,19 +146,16 @@ class Intake:
         return not evicted or evicted[-1] is not entry
 
     def _put_late(self, entry: Entry) -> bool:
-        """An entry captured after the exit flush: sent by this thread (:attr:`send_late`), or
+        """An entry captured after the exit flush: :attr:`send_late` sends it, or it is
         dropped (``shutdown``)."""
-        ledger, buffer = self.ledger, self.buffer
+        ledger = self.ledger
         with ledger.lock:
             ledger.captured += 1
             send_late = self.send_late
-            if send_late is None or len(buffer) >= buffer.capacity:
+            if send_late is None:
                 ledger.dropped["shutdown"] += 1
                 return False
-            (buffer.errors if entry.is_error else buffer.logs).append(entry)
-            buffer.bytes += entry.size
-        send_late()
-        return True
+        return send_late(entry)
 
     def room(self) -> int:
         """Bytes the buffer may hold now: the memory budget less what the worker holds (the

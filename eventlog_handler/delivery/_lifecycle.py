@@ -9,10 +9,10 @@
   seconds after the deadline stays ``in_flight`` and is reported as "outcome unknown" (its
   answer may still arrive and count it as delivered), and with a spool, what is pending is
   written to disk for the next start. stderr says how many of each. At the interpreter's exit,
-  an event captured after the flush (by an ``atexit`` handler registered before the package
-  was imported, which runs after the flush; by a thread still running) is sent by the thread
-  that logged it (:meth:`Lifecycle.send_late`), for ``shutdown_timeout`` seconds of such
-  sending in all; what can't be is dropped (``shutdown``) and said.
+  an event the main thread captures after the flush (in an ``atexit`` function registered
+  before the package was imported, which runs after the flush) is sent by it
+  (:meth:`Lifecycle.send_late`) within what the flush left of ``shutdown_timeout``; what can't
+  be, and what other threads still running log then, is dropped (``shutdown``) and said.
 - Fork: the child starts with an empty buffer, new counts, lock, session and worker, and never
   sends its parent's events. A :mod:`multiprocessing` child also flushes when it ends through
   ``os._exit`` (which skips ``atexit``) and when it is terminated with ``SIGTERM``, as
@@ -83,8 +83,9 @@ class Lifecycle:
         self.check_process = check_process
         self.errands = errands
         self.sessions = sessions
-        #: Seconds left for sending events captured after the exit flush.
-        self._late_left = settings.shutdown_timeout
+        #: Seconds the exit flush left of ``shutdown_timeout``, for sending events captured
+        #: after it (:meth:`send_late`).
+        self._late_left = 0.0
 
     def idle(self) -> bool:
         """Nothing pending: the buffer is empty, nothing in flight, nothing on disk, no errand."""
@@ -206,6 +207,7 @@ class Lifecycle:
                 intake.finished = True
                 if late:
                     intake.send_late = self.send_late
+                    self._late_left = max(0.0, deadline - time.monotonic())
                 ledger.changed.notify_all()
             if self.spooling is not None:
                 self.spooling.close()
@@ -285,35 +287,51 @@ class Lifecycle:
         with ledger.lock:
             return ledger.spooled
 
-    def send_late(self) -> None:
-        """Send the events captured after the exit flush from the calling thread, within what
-        is left of ``shutdown_timeout`` for such sending; what can't be sent is dropped
-        (``shutdown``) and said on stderr, once."""
+    def send_late(self, entry: Entry) -> bool:
+        """An entry captured after the exit flush (counted as captured): the main thread (an
+        ``atexit`` function that runs after the flush) sends it, within what the flush left
+        of ``shutdown_timeout``; another thread's, or one past that time, is dropped
+        (``shutdown``). What is dropped is said on stderr, once for each cause."""
         ledger, intake = self.ledger, self.intake
         started = time.monotonic()
+        main = threading.current_thread() is threading.main_thread()
+        server = shown_server(self.settings)
         with ledger.lock:
             left = self._late_left
+            buffer = intake.buffer
+            taken = main and left > 0.05 and len(buffer) < buffer.capacity
+            if not taken:
+                ledger.dropped["shutdown"] += 1
+        if not taken:
+            said = "by a thread still running" if not main else "past shutdown_timeout"
+            say_once(
+                f"late: {said}",
+                f"eventlog_handler: events logged after the exit flush {said} are not sent to "
+                f"{server} (counted as dropped: shutdown)",
+            )
+            return False
+        with ledger.lock:
+            (buffer.errors if entry.is_error else buffer.logs).append(entry)
+            buffer.bytes += entry.size
             # In flight now: a request of the exit flush still on the wire, not this thread's.
             others = ledger.in_flight
-        if left > 0.05:
-            self.drain_here(started + left, others=others)
+        self.drain_here(started + left, others=others)
         with ledger.lock:
             self._late_left -= time.monotonic() - started
-            if self._late_left <= 0.05:
-                intake.send_late = None  # no time left: later ones are dropped at once
             stuck = max(0, ledger.in_flight - others)  # a failed send: no retry after the exit
             ledger.in_flight -= stuck
-            dropped = len(intake.buffer) + stuck
-            ledger.dropped["shutdown"] += dropped
-            intake.buffer.clear()
+            unsent = len(buffer) + stuck
+            ledger.dropped["shutdown"] += unsent
+            buffer.clear()
             last_error = ledger.last_error
-        if dropped:
+        if unsent:
             detail = f" (last error: {last_error})" if last_error else ""
             say_once(
-                "late events",
-                f"eventlog_handler: {dropped} event(s) logged after the exit flush could not be "
-                f"sent to {shown_server(self.settings)}{detail}",
+                "late: failed",
+                f"eventlog_handler: events logged after the exit flush could not be sent to "
+                f"{server}{detail} (counted as dropped: shutdown)",
             )
+        return not unsent
 
     def drain_here(self, deadline: float, *, others: int | None = None) -> bool:
         """Send from the calling thread (the worker can't run); stop at ``deadline``.

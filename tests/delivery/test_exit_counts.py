@@ -4,6 +4,7 @@ counts add up (checked after the exit flush, from an ``atexit`` function that ru
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.support.faultserver import Delay, FaultServer
@@ -94,7 +95,8 @@ def test_what_an_earlier_atexit_handler_logs_after_the_exit_flush_is_sent(
 ) -> None:
     """``atexit`` runs the handler registered last first: one the program registered before
     it imported the package runs after the exit flush. What it logged (a warning, an error
-    with its traceback) was dropped as ``shutdown``, and nothing was said."""
+    with its traceback) was dropped as ``shutdown``, and nothing was said. The main thread now
+    sends it, within what the flush left of ``shutdown_timeout``."""
     code, stderr, lines = run_program(LATE, server.url, tmp_path)
     assert code == 0, stderr
     assert wait_until(lambda: len(server.accepted) == 3, 5), (server.accepted, stderr)
@@ -107,6 +109,8 @@ def test_what_an_earlier_atexit_handler_logs_after_the_exit_flush_is_sent(
 
 
 def test_what_is_logged_after_the_exit_flush_and_cannot_be_sent_is_said(tmp_path: Path) -> None:
+    """The exit flush and what is logged after it share ``shutdown_timeout``: the exit stays
+    bounded however the server fails."""
     with FaultServer() as gone:
         url = gone.url  # nothing listens there any more
     code, stderr, lines = run_program(LATE, url, tmp_path)
@@ -115,4 +119,39 @@ def test_what_is_logged_after_the_exit_flush_and_cannot_be_sent_is_said(tmp_path
     assert stats["captured"] == 3 and stats["dropped"]["shutdown"] == 3, stats
     assert stats["in_flight"] == 0 == stats["queued"], stats
     assert "1 event(s) could not be sent" in stderr, stderr  # the exit flush's own
-    assert "event(s) logged after the exit flush could not be sent" in stderr, stderr
+    # The flush spent shutdown_timeout on a server that refuses: none is left for them.
+    assert "events logged after the exit flush past shutdown_timeout are not sent" in stderr
+    assert "(counted as dropped: shutdown)" in stderr, stderr
+
+
+def test_what_other_threads_log_after_the_exit_flush_is_said_and_the_exit_stays_bounded(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """A daemon thread that logs on through the exit: what it logs after the flush is dropped
+    (``shutdown``), and said; the exit does not wait for it."""
+    server.default = "hang"
+    program = """
+        import atexit, logging, threading, time
+
+        log = logging.getLogger("app.poller")
+        atexit.register(lambda: log.warning("late from atexit"))
+
+        import eventlog_handler
+
+        eventlog_handler.setup(shutdown_timeout=1.0)
+
+        def poll():
+            while True:
+                log.info("polling")
+                time.sleep(0.001)
+
+        threading.Thread(target=poll, daemon=True).start()
+        time.sleep(0.3)
+    """
+    started = time.monotonic()
+    code, stderr, _ = run_program(program, server.url, tmp_path)
+    took = time.monotonic() - started
+    assert code == 0, stderr
+    assert took < 1.0 + 4.0, (took, stderr)  # shutdown_timeout, and start-up with margin
+    assert "events logged after the exit flush by a thread still running are not sent" in stderr
+    assert "events logged after the exit flush past shutdown_timeout are not sent" in stderr
