@@ -381,7 +381,7 @@ def _unencoded_password(url: str) -> str:
     at = tail.rfind("@")
     # No user here: a host and its port (an "@" further on is in the path), an IPv6 host; or
     # one the parser finds ("@" in the authority).
-    plain = not sep or not colon or port.isdigit() or authority.startswith("[")
+    plain = not sep or not colon or port.isdigit() or not port or authority.startswith("[")
     if plain or "@" in authority or at < len(authority) or any(c.isspace() for c in user):
         return url
     return f"{scheme}{sep}{user}:{MASK}{tail[at:]}"

@@ -74,11 +74,20 @@ def _new_events(
     printed before (or the list's end); past the last page the service reaches, what was
     skipped is said."""
     fresh: list[dict[str, Any]] = []
+    taken: set[str] = set()
     for page in range(1, _PAGES + 1):
         found = client.list_events(query, limit=_PAGE, page=page)
-        new = [event for event in found if str(event.get("id")) not in seen]
-        fresh += new
-        if len(new) < len(found) or len(found) < _PAGE:
+        # Events that came meanwhile push the older ones down: a page may repeat the end of
+        # the one before it.
+        reached = False  # an event printed before: the pages after it were read then
+        for event in found:
+            ident = str(event.get("id"))
+            if ident in seen:
+                reached = True
+            elif ident not in taken:
+                taken.add(ident)
+                fresh.append(event)
+        if reached or len(found) < _PAGE:
             return fresh
     print(
         f"eventlog tail: more than {_PAGES * _PAGE} events came since the last look; "

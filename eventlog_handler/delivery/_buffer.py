@@ -19,6 +19,7 @@ import builtins
 import contextlib
 import copy as _copy
 from collections import deque
+from itertools import islice
 from sys import getsizeof
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
@@ -196,6 +197,8 @@ def _slots(kind: type) -> tuple[str, ...]:
 _GROUPS: tuple[type, ...] = tuple(
     group for group in (getattr(builtins, "BaseExceptionGroup", None),) if group is not None
 )
+#: A group's own members (a subclass may make ``exceptions`` anything).
+_GROUP_MEMBERS: Any = _GROUPS[0].__dict__["exceptions"] if _GROUPS else None
 #: How built-in exceptions keep attributes in C (``OSError.filename``, ``ImportError.name``).
 _C_ATTRIBUTES = (type(OSError.filename), type(BaseException.args))
 
@@ -287,45 +290,70 @@ def entry_size(entry: Entry) -> int:
     return size
 
 
-_HELD = (*_TEXT, dict, list, tuple, set, frozenset)
-#: Objects :func:`held_by` looks into, at most, for one exception.
-_MAX_HELD_OBJECTS = 1_000
+#: Items :func:`held_by` looks at, at most, for one exception (a bound on its cost on the
+#: logging thread: what it holds beyond that is not counted).
+_MAX_HELD_ITEMS = 20_000
+_SCALARS = (int, float, bool, type(None))
+_SEQUENCES = (list, tuple, set, frozenset)
 
 
 def held_by(exc: BaseException) -> int:
     """What the copy of an exception for the hint (:func:`detached`) keeps alive, in bytes,
-    roughly: the text and containers among its arguments and attributes (:func:`estimate`),
-    and those of the objects among them, one level in (an HTTP error's response and the body
-    it read), for it, its cause, its context and a group's members. The copy shares these
-    with the exception; kept in the queue, they are memory the byte bound must count."""
+    roughly: the text and containers among its arguments and attributes, and those of the
+    objects among them, one level in (an HTTP error's response and the body it read), for
+    it, its cause, its context and a group's members. The copy shares these with the
+    exception; kept in the queue, they are memory the byte bound must count.
+
+    A walk of at most :data:`_MAX_HELD_ITEMS` items, each object once (a structure that
+    holds itself is counted once), by exact types: an object is never asked what it is (a
+    lazy proxy would be evaluated on the logging thread). Never raises."""
+    try:
+        return _held_by(exc)
+    except Exception:
+        return 0
+
+
+def _held_by(exc: BaseException) -> int:
     total = 0
     seen: set[int] = set()
-    pending: list[Any] = [exc]
-    while pending and len(seen) < _MAX_HELD_OBJECTS:
-        item = pending.pop()
-        if id(item) in seen:
+    pending: list[tuple[Any, int]] = [(exc, 0)]  # an item, and the objects passed to reach it
+    budget = _MAX_HELD_ITEMS
+    while pending and budget > 0:
+        budget -= 1
+        value, level = pending.pop()
+        kind = type(value)
+        if kind in _SCALARS:
+            total += 32
             continue
-        seen.add(id(item))
-        values = _state(item)
-        if isinstance(item, BaseException):
-            values += [*_ARGS.__get__(item), item.__cause__, item.__context__]
-            values += list(getattr(item, "exceptions", ())) if isinstance(item, _GROUPS) else []
-        for value in values:
-            if value is None:
-                continue
-            if isinstance(value, BaseException):
-                pending.append(value)
-            elif isinstance(value, _HELD):
-                total += estimate(value)
-            elif isinstance(item, BaseException):
-                total += 32 + estimate(_state(value))  # an object the exception holds
-            else:
-                total += 32  # a number, or an object two levels in
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if kind is str:
+            total += text_size(value)
+        elif kind is bytes or kind is bytearray:
+            total += 56 + len(value)
+        elif kind is dict:
+            total += 64 + _PER_KEY * len(value)
+            pending.extend((item, level) for item in islice(value.values(), budget))
+        elif kind in _SEQUENCES:
+            total += 56 + 8 * len(value)
+            pending.extend((item, level) for item in islice(value, budget))
+        elif issubclass(kind, BaseException):
+            total += 32
+            held = [*_ARGS.__get__(value), *_state(value), value.__cause__, value.__context__]
+            if issubclass(kind, _GROUPS):
+                held += list(_GROUP_MEMBERS.__get__(value))
+            pending.extend((item, level) for item in held)
+        elif level == 0:
+            total += 32  # an object the exception holds: what it holds counts too
+            pending.extend((item, 1) for item in _state(value))
+        else:
+            total += 32
     return total
 
 
 def _state(value: Any) -> list[Any]:
-    """The values of ``value``'s ``__dict__`` (none when it has none or hides it)."""
+    """The values of ``value``'s own ``__dict__`` (none when it has none)."""
     try:
         state = object.__getattribute__(value, "__dict__")
     except Exception:

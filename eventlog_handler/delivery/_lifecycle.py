@@ -289,66 +289,75 @@ class Lifecycle:
 
     def send_late(self, entry: Entry) -> bool:
         """An entry captured after the exit flush (counted as captured): the main thread (an
-        ``atexit`` function that runs after the flush) sends it, within what the flush left
-        of ``shutdown_timeout``; another thread's, or one past that time, is dropped
-        (``shutdown``). What is dropped is said on stderr, once for each cause."""
-        ledger, intake = self.ledger, self.intake
+        ``atexit`` function that runs after the flush) sends it at once, within what the
+        flush left of ``shutdown_timeout``; another thread's, or one past that time, is
+        dropped (``shutdown``). What is not sent is said on stderr, once for each cause."""
+        ledger, state = self.ledger, self.state
         started = time.monotonic()
         main = threading.current_thread() is threading.main_thread()
-        server = shown_server(self.settings)
         with ledger.lock:
             left = self._late_left
-            buffer = intake.buffer
-            taken = main and left > 0.05 and len(buffer) < buffer.capacity
-            if not taken:
+            taken = main and left > 0.05
+            if taken:
+                ledger.in_flight += 1
+            else:
                 ledger.dropped["shutdown"] += 1
         if not taken:
             said = "by a thread still running" if not main else "past shutdown_timeout"
-            say_once(
-                f"late: {said}",
-                f"eventlog_handler: events logged after the exit flush {said} are not sent to "
-                f"{server} (counted as dropped: shutdown)",
-            )
+            self._say_late(said, f"events logged after the exit flush {said} are not sent")
             return False
-        with ledger.lock:
-            (buffer.errors if entry.is_error else buffer.logs).append(entry)
-            buffer.bytes += entry.size
-            # In flight now: a request of the exit flush still on the wire, not this thread's.
-            others = ledger.in_flight
-        self.drain_here(started + left, others=others)
-        with ledger.lock:
-            self._late_left -= time.monotonic() - started
-            stuck = max(0, ledger.in_flight - others)  # a failed send: no retry after the exit
-            ledger.in_flight -= stuck
-            unsent = len(buffer) + stuck
-            ledger.dropped["shutdown"] += unsent
-            buffer.clear()
-            last_error = ledger.last_error
-        if unsent:
-            detail = f" (last error: {last_error})" if last_error else ""
-            say_once(
-                "late: failed",
-                f"eventlog_handler: events logged after the exit flush could not be sent to "
-                f"{server}{detail} (counted as dropped: shutdown)",
-            )
-        return not unsent
+        ident = threading.get_ident()
+        SENDER_THREADS.add(ident)
+        previous, state.deadline = state.deadline, started + left
+        sent = False
+        weight = 1
+        try:
+            # Its own outcome, whatever else is in flight (a request of the exit flush may
+            # still be on the wire): the pipeline counts it if it filters it out, the delivery
+            # if it sends or refuses it; what is left in flight after is this entry's.
+            events, created, weights = self.pipeline.run([entry], rollup=False)
+            weight = sum(weights) if weights is not None else len(events)
+            if not events:
+                return True
+            client = self.client(left)
+            try:
+                sent = self.delivery.send_events(events, created, weights, client, after_exit=True)
+            finally:
+                client.close()
+        except Exception as exc:  # the exit path must never raise into the program
+            ledger.last_error = f"after the exit flush: {type(exc).__name__}: {safe_str(exc)}"
+        finally:
+            state.deadline = previous
+            SENDER_THREADS.discard(ident)
+            with ledger.lock:
+                self._late_left -= time.monotonic() - started
+        if sent:
+            return True
+        ledger.settle(weight, "shutdown")
+        last_error = ledger.last_error
+        detail = f" (last error: {last_error})" if last_error else ""
+        self._say_late("failed", f"events logged after the exit flush could not be sent{detail}")
+        return False
 
-    def drain_here(self, deadline: float, *, others: int | None = None) -> bool:
-        """Send from the calling thread (the worker can't run); stop at ``deadline``.
-        ``others``: after the exit flush (:meth:`send_late`), the events in flight that are
-        not this thread's."""
+    def _say_late(self, cause: str, what: str) -> None:
+        say_once(
+            f"late: {cause}",
+            f"eventlog_handler: {what} to {shown_server(self.settings)} (counted as dropped: "
+            "shutdown)",
+        )
+
+    def drain_here(self, deadline: float) -> bool:
+        """Send from the calling thread (the worker can't run); stop at ``deadline``."""
         ledger, intake, state = self.ledger, self.intake, self.state
         ident = threading.get_ident()
         SENDER_THREADS.add(ident)
-        late = others is not None
-        others = others or 0
         try:
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0.05:
                     break
                 with ledger.lock:
-                    if (intake.finished and not late) or ledger.in_flight > others:
+                    if intake.finished or ledger.in_flight:
                         break
                     batch: list[Entry] = intake.buffer.take(self.settings.batch_size)
                     if not batch:
@@ -360,7 +369,7 @@ class Lifecycle:
                     events, created, weights = self.pipeline.run(batch, rollup=False)
                     client = self.client(remaining)
                     try:
-                        self.delivery.send_events(events, created, weights, client, after_exit=late)
+                        self.delivery.send_events(events, created, weights, client)
                     finally:
                         client.close()
                 finally:
@@ -370,7 +379,7 @@ class Lifecycle:
                         ended = state.deadline is not None and state.deadline < deadline
                         if not ended:
                             state.deadline = previous
-                if ended or ledger.in_flight > others:
+                if ended or ledger.in_flight:
                     break
             remaining = deadline - time.monotonic()
             if self.errands.queue and remaining > 0.05 and not state.over(time.monotonic()):

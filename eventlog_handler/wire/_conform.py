@@ -51,27 +51,38 @@ def before_hook(event: Mapping[str, Any]) -> dict[str, Any]:
 def conform(event: dict[str, Any], before: Mapping[str, Any]) -> list[str]:
     """Make the known fields of ``event`` (the hook's result) readable by the service, in place.
     Returns the names of the fields that could not be and were given back their value from
-    ``before``."""
+    ``before``. Never raises: a field whose check fails is given back its value too."""
     restored: list[str] = []
     for name in FIELDS:
-        if name not in event:
-            continue
-        value = event[name]
-        if value is None:
-            del event[name]  # the service reads null as absent
-            continue
-        fixed = _fixed(name, value)
-        if fixed is _KEEP:
-            continue
-        if fixed is _BAD:
-            restored.append(name)
-            if name in before:
-                event[name] = before[name]
+        if name in event:
+            try:
+                _conform_field(event, name)
+            except Exception:
+                _restore(event, name, before)
+                restored.append(name)
             else:
-                del event[name]
-        else:
-            event[name] = fixed
+                if event.get(name, _KEEP) is _BAD:
+                    _restore(event, name, before)
+                    restored.append(name)
     return restored
+
+
+def _restore(event: dict[str, Any], name: str, before: Mapping[str, Any]) -> None:
+    if name in before:
+        event[name] = before[name]
+    else:
+        event.pop(name, None)
+
+
+def _conform_field(event: dict[str, Any], name: str) -> None:
+    """``event[name]`` as the service reads it, or :data:`_BAD` (given back by the caller)."""
+    value = event[name]
+    if value is None:
+        del event[name]  # the service reads null as absent
+        return
+    fixed = _fixed(name, value)
+    if fixed is not _KEEP:
+        event[name] = fixed
 
 
 def _fixed(name: str, value: Any) -> Any:
@@ -101,20 +112,20 @@ def _fixed(name: str, value: Any) -> Any:
 
 
 def _date(value: Any) -> Any:
-    if isinstance(value, _dt.datetime):
-        return format_date(value)
-    if type(value) is str:
-        try:
+    try:
+        if isinstance(value, _dt.datetime):
+            formatted = format_date(value)
+        elif type(value) is str:
             formatted = format_date(parse_date(value))
-        except (ValueError, OverflowError):
+        elif type(value) in (int, float):
+            formatted = format_date(float(value))  # a POSIX time, as LogRecord.created is
+        else:
             return _BAD
-        return _KEEP if formatted == value else formatted
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return format_date(float(value))  # a POSIX time, as LogRecord.created is
-        except (ValueError, OverflowError, OSError):
-            return _BAD
-    return _BAD
+    except (ValueError, OverflowError, OSError):  # datetime.min in a zone west of UTC...
+        return _BAD
+    if not (formatted[:4].isdigit() and formatted[4:5] == "-"):
+        return _BAD  # a year before 1 or past 9999
+    return _KEEP if formatted == value else formatted
 
 
 def _number(given: Any, whole: bool) -> Any:

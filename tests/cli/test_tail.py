@@ -108,3 +108,34 @@ def test_a_burst_larger_than_a_page_is_printed_whole_and_control_characters_are_
     [styled] = [line for line in printed if "PWNED" in line]
     assert "\x1b" not in styled and "\x07" not in styled, repr(styled)
     assert "title ]0;PWNED red [31mRED [0m" in styled, repr(styled)
+
+
+def test_under_a_steady_stream_each_event_is_printed_once(collector: Collector) -> None:
+    """Bursts of 150 events every 0.3 s while tail reads page after page: events that came
+    meanwhile pushed the older ones down a page, and tail printed them twice (or, stopping
+    at the first repeat, skipped the ones pushed further)."""
+    http = Client(collector)
+    process, lines = _tail(collector, "--filter", "source:shop.stream", "--interval", "1")
+    posted = 0
+    try:
+        time.sleep(1.5)  # tail's first look is done
+        for _ in range(12):
+            http.post_events(
+                [
+                    {"message": f"S-{posted + index}", "source": "shop.stream"}
+                    for index in range(150)
+                ]
+            )
+            posted += 150
+            time.sleep(0.3)
+        printed = []
+        while len(printed) < posted:
+            printed.append(_next(lines))
+        time.sleep(1.5)
+        assert lines.empty(), lines.get()  # each event once
+    finally:
+        code, stderr = stop_with_ctrl_c(process)
+        http.close()
+    assert code == 0, stderr
+    messages = sorted(int(line.split(" S-")[1].split()[0]) for line in printed)
+    assert messages == list(range(posted))

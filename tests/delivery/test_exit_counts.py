@@ -134,7 +134,11 @@ def test_what_other_threads_log_after_the_exit_flush_is_said_and_the_exit_stays_
         import atexit, logging, threading, time
 
         log = logging.getLogger("app.poller")
-        atexit.register(lambda: log.warning("late from atexit"))
+        def cleanup():  # after the exit flush: the poller logs on meanwhile
+            time.sleep(0.3)
+            log.warning("late from atexit")
+
+        atexit.register(cleanup)
 
         import eventlog_handler
 

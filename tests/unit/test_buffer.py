@@ -268,3 +268,44 @@ def test_exceptions_that_refuse_attributes_are_copied_and_not_kept_alive() -> No
     del original, copy
     gc.collect()
     assert held() is None  # the package did not keep it (nor its frames) alive
+
+
+def test_what_an_exception_holds_is_counted_once_and_cheaply() -> None:
+    """``held_by`` (an error's copy for a ``before_send`` hint shares what the exception
+    holds): a body on the exception or on an object it holds counts; a structure that holds
+    itself is counted once (walked as JSON-safe data it took 1 to 7 s per call and made 316
+    MB of one error); a lazy object is not asked what it is (evaluated, it raised, and the
+    error was lost)."""
+    import time
+
+    from eventlog_handler.delivery._buffer import held_by
+
+    class Response:
+        def __init__(self) -> None:
+            self.content = bytes(1_000_000)
+
+    error = RuntimeError("upstream failed")
+    error.response = Response()  # type: ignore[attr-defined]
+    assert 1_000_000 < held_by(error) < 1_100_000
+
+    tree: dict[str, object] = {}
+    for index in range(20):
+        tree[f"child{index}"] = {"parent": tree, "name": "x" * 100}
+    tree["self"] = tree
+    looping: list[object] = []
+    looping.extend([looping] * 50)
+    cyclic = ValueError("state", tree, looping)
+    started = time.perf_counter()
+    size = held_by(cyclic)
+    assert time.perf_counter() - started < 2.0  # it takes about a millisecond
+    assert size < 50_000, size
+
+    class Lazy:
+        """A proxy that loads on any question (Django's SimpleLazyObject)."""
+
+        def __getattribute__(self, name: str) -> object:
+            raise RuntimeError(f"not configured ({name})")
+
+    lazy = KeyError("user")
+    lazy.user = Lazy()  # type: ignore[attr-defined]
+    assert held_by(lazy) > 0

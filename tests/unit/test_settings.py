@@ -467,3 +467,12 @@ def test_a_key_with_a_character_outside_ascii_is_named_as_malformed() -> None:
         build({"api_key": f"\u201c{TOKEN}\u201d"})
     said = str(info.value)
     assert "'api_key'" in said and "'\u201c'" in said and TOKEN[6:] not in said, said
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:/api@v2", "http://127.0.0.1:5000/a:b@c", "http://[::1]:80/p@q"]
+)
+def test_a_path_with_an_at_sign_is_not_taken_for_a_password(url: str) -> None:
+    """An empty port (``host:/...``) was read as a user with a password holding a ``/``."""
+    settings = build({"api_key": TOKEN, "server_url": url})
+    assert settings.server_url == url and settings.shown_url == url
