@@ -75,6 +75,7 @@ from eventlog_handler.settings import Settings
 from eventlog_handler.wire import _extras as extras
 from eventlog_handler.wire._jsonsafe import safe_str
 from eventlog_handler.wire._simple_error import main_named
+from eventlog_handler.wire._stacking import is_stack
 
 __all__ = ["EventLogProcessor"]
 
@@ -187,6 +188,10 @@ class EventLogProcessor:
             with contextlib.suppress(Exception):
                 text = f"{type(exc).__name__}: {safe_str(exc)}"[:500]
                 say_capture_failed("EventLogProcessor.errors", text, self.settings)
+        if "stack" in event_dict and is_stack(event_dict["stack"]):
+            # The event's manual stack (``**stack(...)``) is this processor's: the renderers
+            # after it read "stack" as StackInfoRenderer's text (ConsoleRenderer raised).
+            del event_dict["stack"]
         return event_dict
 
     def _send(self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> None:

@@ -25,7 +25,6 @@ import logging
 import sys
 import threading
 import time
-import weakref
 from collections import deque
 from typing import Any
 
@@ -42,13 +41,26 @@ MAX_LINE = 500
 #: created, line)`` (an error formats the lines it sends, and the next error reuses them).
 _Note = tuple[Any, ...]
 
-#: The ring of the current unit of work, when a request scope set one.
-_SCOPE_RING: contextvars.ContextVar[deque[_Note] | None] = contextvars.ContextVar(
+
+class _Scope:
+    """The trace log of a unit of work, held in a context variable: a request's (a
+    :class:`~eventlog_handler.capture._context.RequestScope`'s, ``task`` is ``None``: shared by
+    its tasks and threads) or an asyncio task's (``task``: its id). Copies of the context (a
+    sync endpoint run in a thread pool, a middleware's child task, structlog's ``ainfo`` run in
+    the loop's executor) share the object, and so the ring, which is made on first use: most
+    requests log little."""
+
+    __slots__ = ("ring", "task")
+
+    def __init__(self, task: int | None) -> None:
+        self.ring: deque[_Note] | None = None
+        self.task = task
+
+
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
     "eventlog_handler_trace", default=None
 )
 _size = 0
-#: A request scope's ring before its first line (made on first use: most requests log little).
-_LAZY: deque[_Note] = deque(maxlen=1)
 
 
 class _ThreadRings(threading.local):
@@ -57,7 +69,6 @@ class _ThreadRings(threading.local):
 
 
 _THREAD = _ThreadRings()
-_TASK_RINGS: weakref.WeakKeyDictionary[Any, deque[_Note]] = weakref.WeakKeyDictionary()
 
 _get_running_loop: Any = None
 with contextlib.suppress(ImportError, AttributeError):  # without importing asyncio itself
@@ -83,26 +94,25 @@ def enabled() -> bool:
 
 
 def _ring() -> deque[_Note]:
-    ring = _SCOPE_RING.get()
-    if ring is not None:
-        if ring is _LAZY:  # a request scope's ring, made on first use
-            ring = deque(maxlen=_size or 1)
-            _SCOPE_RING.set(ring)
-        return ring
+    scope = _SCOPE.get()
+    task = None
     if _get_running_loop is not None and _get_running_loop() is not None:
-        task = sys.modules["asyncio"].current_task()  # a loop runs: asyncio is imported
-        if task is not None:
-            found = _TASK_RINGS.get(task)
-            if found is None:
-                found = _TASK_RINGS[task] = deque(maxlen=_size or 1)
-            return found
-    return _THREAD.ring
+        found = sys.modules["asyncio"].current_task()  # a loop runs: asyncio is imported
+        task = None if found is None else id(found)
+    if scope is None or (task is not None and scope.task not in (None, task)):
+        if task is None:
+            return _THREAD.ring
+        scope = _Scope(task)  # this task's own (a child task copied its parent's context)
+        _SCOPE.set(scope)
+    ring = scope.ring
+    if ring is None:
+        ring = scope.ring = deque(maxlen=_size or 1)
+    return ring
 
 
 def note(record: logging.LogRecord) -> None:
     """Remember ``record`` in the ring of the current thread or task (once per record)."""
-    ring = _SCOPE_RING.get()
-    if ring is None and (_get_running_loop is None or _get_running_loop() is None):
+    if _SCOPE.get() is None and (_get_running_loop is None or _get_running_loop() is None):
         ring = _THREAD.ring  # a plain thread: the common case, without a call
     else:
         ring = _ring()
@@ -159,14 +169,14 @@ def lines(limit: int) -> list[str]:
     return found
 
 
-def new_scope_ring() -> contextvars.Token[deque[_Note] | None]:
+def new_scope_ring() -> contextvars.Token[_Scope | None]:
     """Give the current context (a request) a ring of its own, made when first used; reset it
     with the token."""
-    return _SCOPE_RING.set(_LAZY)
+    return _SCOPE.set(_Scope(None))
 
 
-def reset_scope_ring(token: contextvars.Token[deque[_Note] | None]) -> None:
-    _SCOPE_RING.reset(token)
+def reset_scope_ring(token: contextvars.Token[_Scope | None]) -> None:
+    _SCOPE.reset(token)
 
 
 #: Formatted seconds (lines of one error share a few).

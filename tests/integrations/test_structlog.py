@@ -308,3 +308,43 @@ def test_a_servers_routine_lines_are_events_through_neither_path(server: Capture
     ]
     assert len(stream.getvalue().splitlines()) == 5
     assert proc.engine.stats()["captured"] == 2
+
+
+def test_a_manual_stack_before_the_console_renderer_is_sent_and_renders(
+    server: CaptureServer, tmp_path: Any
+) -> None:
+    """``log.error(..., **stack(...))`` before the documented ``ConsoleRenderer`` raised a
+    TypeError into the program (the renderer reads "stack" as StackInfoRenderer's text): the
+    processor takes its own stack out of the event dict."""
+    from tests.support.processes import marks, run_program
+
+    program = """
+        import logging
+        import structlog
+        import eventlog_handler
+        from eventlog_handler import stack
+        from eventlog_handler.structlog import EventLogProcessor
+
+        eventlog_handler.setup()
+        structlog.configure(
+            processors=[
+                structlog.processors.add_log_level,
+                EventLogProcessor(),
+                structlog.processors.format_exc_info,
+                structlog.dev.ConsoleRenderer(colors=False),
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        )
+        log = structlog.get_logger(logger_name="pay")
+        log.error("payment failed", **stack("Payment gateway timeout", gateway="adyen"))
+        print("MARK done {}")
+    """
+    code, stderr, lines = run_program(program, server.url, tmp_path)
+    assert code == 0, stderr
+    assert marks(lines) == {"done": {}}, (lines, stderr)
+    [payment] = server.wait_for(1, timeout=10)
+    assert payment["message"] == "payment failed"
+    assert payment["data"]["@stack"] == {
+        "title": "Payment gateway timeout",
+        "signature_data": {"gateway": "adyen"},
+    }, payment

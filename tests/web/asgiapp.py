@@ -47,6 +47,19 @@ def create_app(*, wired: bool) -> FastAPI:
     async def fail() -> None:
         raise RuntimeError("the /fail endpoint is broken")
 
+    @app.get("/fail-after-work")
+    async def fail_after_work(order: str = "") -> None:
+        log.info("loading order %s", order)
+        await asyncio.sleep(0)
+        log.info("charging order %s", order)
+        raise RuntimeError(f"order {order} could not be charged")
+
+    @app.get("/sync-fail-after-work")
+    def sync_fail_after_work(order: str = "") -> None:  # run in a thread pool by FastAPI
+        log.info("loading order %s", order)
+        log.info("charging order %s", order)
+        raise RuntimeError(f"order {order} could not be charged")
+
     @app.get("/hello")
     async def hello() -> dict[str, Any]:
         log.warning("hello from %s", get_user())

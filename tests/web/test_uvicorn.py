@@ -146,6 +146,26 @@ def test_unhandled_exception_arrives_once_with_request(
     assert len(hello) == 1 and hello[0]["@user"] == {"identity": "u-1"}
 
 
+def test_each_unhandled_error_carries_the_lines_its_request_logged(
+    run_uvicorn: Any, server: CaptureServer
+) -> None:
+    """The trace log of a request (``@trace``) under an ``@app.middleware("http")``, as the
+    README suggests for ``set_user``, and for a sync endpoint (FastAPI runs it in a thread
+    pool): the ring made on the request's first line lived in a copy of its context only
+    (the middleware's child task, the pool's thread), and the error arrived with no trace."""
+    app = run_uvicorn(CLI, WEB_TEST_SETUP="1", WEB_TEST_MIDDLEWARE="1")
+    for path, order in (("/fail-after-work", "A-1"), ("/sync-fail-after-work", "S-2")):
+        assert requests.get(f"{app.url}{path}?order={order}", timeout=10).status_code == 500
+    output = app.stop()
+    assert app.process.returncode == 0, output
+    server.wait_for(2, timeout=10)
+    failures = {e["@simple_error"]["message"]: e for e in errors(server.events)}
+    for order in ("A-1", "S-2"):
+        trace = failures[f"order {order} could not be charged"]["data"]["@trace"]
+        own = [line.split(": ", 1)[1] for line in trace]
+        assert own == [f"loading order {order}", f"charging order {order}"], trace
+
+
 def test_without_middleware_setup_alone_reports_uvicorns_error_log(
     run_uvicorn: Any, server: CaptureServer
 ) -> None:
