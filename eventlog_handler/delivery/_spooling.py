@@ -335,8 +335,15 @@ class SpoolTraffic:
         evicted = [0, 0]  # (logs, errors), counted as they go (an error may come between)
         try:
             expired = own.expire(time.time() - MAX_AGE_SECONDS + EXPIRY_MARGIN_SECONDS)
-            others = max(0, self.spool.disk_bytes() - own.disk_bytes())
-            budget = int((limit - others) / SPOOL_OVERHEAD)  # bytes of JSON that fit
+            on_disk = own.disk_bytes()
+            others = max(0, self.spool.disk_bytes() - on_disk)
+            # Bytes of JSON that fit: what the file takes per byte of JSON, as measured once it
+            # holds some (pages, indexes, freed pages), in three quarters of the bound; the
+            # rest is for the journal, which grows while a read holds its checkpoint back.
+            overhead = SPOOL_OVERHEAD
+            if own.bytes >= 65_536:
+                overhead = max(overhead, on_disk / own.bytes)
+            budget = int((limit * 0.75 - others) / overhead)
             incoming = sum(len(row[2]) for row in rows)
             if own.bytes + incoming > budget:
                 logs_first = sorted(rows, key=lambda row: row[1])  # incoming logs, then errors
