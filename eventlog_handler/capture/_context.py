@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from eventlog_handler.capture import _tracelog as tracelog
-from eventlog_handler.wire._events import normalize_tags, user_info
+from eventlog_handler.wire._events import normalize_tags, quote_reference, user_info
 
 _T = TypeVar("_T")
 
@@ -207,8 +207,12 @@ _LAST_REFERENCE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 def last_reference_id() -> str | None:
     """The reference id of the last error event captured in this context (thread, asyncio
     task, web request), ``None`` before any: what an app's error page can show, and what
-    :func:`~eventlog_handler.submit_user_description` takes."""
-    return _LAST_REFERENCE.get()
+    :func:`~eventlog_handler.submit_user_description` takes. Its event is then sent as it is,
+    never counted into a roll-up of identical ones (a user may quote the id)."""
+    reference_id = _LAST_REFERENCE.get()
+    if reference_id is not None:
+        quote_reference(reference_id)
+    return reference_id
 
 
 def note_reference(reference_id: Any) -> None:

@@ -38,7 +38,7 @@ from eventlog_handler.delivery._sessions import SESSION_TYPES, Sessions
 from eventlog_handler.delivery._stderr import redact, say
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._conform import before_hook, conform, named
-from eventlog_handler.wire._events import MAX_MESSAGE
+from eventlog_handler.wire._events import MAX_MESSAGE, QUOTED
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._scrub import Scrubber
@@ -170,6 +170,7 @@ class Pipeline:
             if (
                 roll is not None
                 and event.get("type") not in SESSION_TYPES  # each session is its own
+                and (not QUOTED or event.get("reference_id") not in QUOTED)  # a user has it
                 and not roll.admit(event, now, entry.size)
             ):
                 held += 1

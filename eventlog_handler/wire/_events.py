@@ -145,6 +145,20 @@ new_reference_id = _ReferenceIds()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=new_reference_id.reset)
 
+#: Reference ids the program was given (``last_reference_id()``: an error page shows it, a
+#: user may quote it and describe what happened), the latest :data:`MAX_QUOTED`: their events
+#: are sent as they are, never counted into another one's roll-up.
+QUOTED: dict[str, None] = {}
+MAX_QUOTED = 10_000
+
+
+def quote_reference(reference_id: str) -> None:
+    """The program was given ``reference_id`` (see :data:`QUOTED`)."""
+    QUOTED[reference_id] = None
+    if len(QUOTED) > MAX_QUOTED:
+        with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # another thread
+            del QUOTED[next(iter(QUOTED))]
+
 
 def is_valid_reference_id(value: object) -> bool:
     """What the service accepts: 8 to 100 letters, digits and ``-``."""
