@@ -121,21 +121,34 @@ def source_minimum(name: str | None, ignore_loggers: tuple[str, ...] = ()) -> fl
 # -- exceptions already reported --------------------------------------------------------------
 
 _REPORTED_ATTR = "_eventlog_handler_reported"
+_REFERENCE_ATTR = "_eventlog_handler_reference"
 # Exceptions that refuse attributes (``__slots__``, a frozen dataclass) are remembered here
 # instead, by weak reference where they allow one: holding them would keep their tracebacks,
 # and every frame's locals, alive.
 _REPORTED_FALLBACK: deque[Any] = deque(maxlen=32)
 
 
-def mark_reported(exc: BaseException) -> None:
-    """Remember that ``exc`` was sent, so the exception hooks don't send it again."""
+def mark_reported(exc: BaseException, reference_id: Any = None) -> None:
+    """Remember that ``exc`` was sent, so the exception hooks don't send it again, and the
+    ``reference_id`` of its event (:func:`reference_of`)."""
     try:
         setattr(exc, _REPORTED_ATTR, True)
+        if isinstance(reference_id, str):
+            setattr(exc, _REFERENCE_ATTR, reference_id)
     except Exception:
         try:
             _REPORTED_FALLBACK.append(weakref.ref(exc))
         except TypeError:
             _REPORTED_FALLBACK.append(lambda exc=exc: exc)
+
+
+def reference_of(exc: BaseException | None) -> str | None:
+    """The reference id of the event that reported ``exc``, if one did."""
+    try:
+        found = vars(exc).get(_REFERENCE_ATTR) if exc is not None else None
+    except TypeError:  # no __dict__
+        return None
+    return found if isinstance(found, str) else None
 
 
 def was_reported(exc: BaseException) -> bool:

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from eventlog_handler.capture import _tracelog as tracelog
+from eventlog_handler.capture._admit import reference_of
 from eventlog_handler.wire._events import normalize_tags, quote_reference, user_info
 
 _T = TypeVar("_T")
@@ -208,8 +210,14 @@ def last_reference_id() -> str | None:
     """The reference id of the last error event captured in this context (thread, asyncio
     task, web request), ``None`` before any: what an app's error page can show, and what
     :func:`~eventlog_handler.submit_user_description` takes. Its event is then sent as it is,
-    never counted into a roll-up of identical ones (a user may quote the id)."""
+    never counted into a roll-up of identical ones (a user may quote the id).
+
+    Outside the request's context, in a handler of the exception being handled (Starlette's
+    ``ServerErrorMiddleware`` calls an ``exception_handler(Exception)`` outside the middleware
+    that reported it), the id of that exception's event."""
     reference_id = _LAST_REFERENCE.get()
+    if reference_id is None:
+        reference_id = reference_of(sys.exc_info()[1])
     if reference_id is not None:
         quote_reference(reference_id)
     return reference_id

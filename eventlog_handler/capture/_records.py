@@ -166,7 +166,7 @@ def build_event(
     if trace is not None:
         _add_data(event, "@trace", trace)
     note_reference(event.get("reference_id"))
-    mark_reported(exc)
+    mark_reported(exc, event.get("reference_id"))
     _with_frames(event, exc, settings)
     return _with_stack(event, stack)
 

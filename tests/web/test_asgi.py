@@ -187,3 +187,27 @@ def test_a_user_set_by_an_outer_middleware_is_kept(
     failures = errors(settle(handle, server, 2))
     assert [e.get("@user") for e in failures] == [{"identity": "u-8"}, None]
     assert [e.get("tags") for e in failures] == [["outer"], None]
+
+
+def test_an_exception_handler_of_the_app_shows_the_reference_of_its_error(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    """``@app.exception_handler(Exception)`` renders the error page: Starlette calls it from
+    its ServerErrorMiddleware, outside the middleware that reported the error, and
+    ``last_reference_id()`` was None there. It is the id of the exception being handled."""
+    from fastapi.responses import PlainTextResponse
+
+    import eventlog_handler
+
+    handle = setup_eventlog()
+    app = create_app(wired=True)
+
+    @app.exception_handler(Exception)
+    async def error_page(request: Any, exc: Exception) -> Any:
+        return PlainTextResponse(f"quote {eventlog_handler.last_reference_id()}", 500)
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        page = c.get("/fail")
+    assert page.status_code == 500
+    [event] = errors(settle(handle, server, 1))
+    assert page.text == f"quote {event['reference_id']}"
