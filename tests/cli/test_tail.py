@@ -3,11 +3,13 @@ line each, as they arrive; ``--errors``; a server that goes away said once; Ctrl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 from eventlog_handler.collector import Collector
 from tests.support.collector import Client
@@ -28,11 +30,30 @@ def _next(lines: queue.Queue[str], timeout: float = 15) -> str:
     return lines.get(timeout=timeout)
 
 
+@contextlib.contextmanager
+def _tailing(collector: Collector, *args: str) -> Iterator[tuple[queue.Queue[str], Client]]:
+    """``eventlog tail`` running (its lines, and an HTTP client of the collector to post
+    with); Ctrl-C ends it after the block, with exit status 0."""
+    http = Client(collector)
+    process, lines = _tail(collector, *args)
+    try:
+        yield lines, http
+    finally:
+        code, stderr = stop_with_ctrl_c(process)
+        http.close()
+    assert code == 0, stderr
+
+
+def _nothing_more(lines: queue.Queue[str]) -> None:
+    time.sleep(0.6)
+    assert lines.empty(), lines.get()  # each event once
+
+
 def test_new_events_print_as_they_arrive_and_ctrl_c_ends(collector: Collector) -> None:
     http = Client(collector)
     http.post_events({"message": "before tail", "source": "shop.cart", "@level": "Info"})
-    process, lines = _tail(collector, "--last", "5")
-    try:
+    http.close()
+    with _tailing(collector, "--last", "5") as (lines, http):
         first = _next(lines)
         assert "before tail" in first and "shop.cart" in first and "Info" in first
         error = {"type": "KeyError", "message": "'sku'", "stack_trace": "KeyError: 'sku'"}
@@ -40,30 +61,18 @@ def test_new_events_print_as_they_arrive_and_ctrl_c_ends(collector: Collector) -
         line = _next(lines)
         assert "shop.stock" in line and "KeyError" in line
         assert f"{collector.url}/stacks/" in line  # the stack's page on the dashboard
-        time.sleep(0.6)
-        assert lines.empty()  # each event once
-    finally:
-        code, stderr = stop_with_ctrl_c(process)
-        http.close()
-    assert code == 0, stderr
+        _nothing_more(lines)
 
 
 def test_errors_only(collector: Collector) -> None:
-    http = Client(collector)
-    process, lines = _tail(collector, "--errors")
-    try:
+    with _tailing(collector, "--errors") as (lines, http):
         time.sleep(0.5)
         http.post_events({"message": "just a log", "source": "shop.cart"})
         error = {"type": "ValueError", "message": "bad", "stack_trace": "ValueError: bad"}
         http.post_events({"type": "error", "source": "shop.pay", "@simple_error": error})
         line = _next(lines)
         assert "ValueError" in line and "shop.pay" in line
-        time.sleep(0.6)
-        assert lines.empty()
-    finally:
-        code, stderr = stop_with_ctrl_c(process)
-        http.close()
-    assert code == 0, stderr
+        _nothing_more(lines)
 
 
 def test_a_server_that_is_gone_is_said_once(collector: Collector) -> None:
@@ -88,21 +97,14 @@ def test_a_burst_larger_than_a_page_is_printed_whole_and_control_characters_are_
     """One batch of 300 events between two looks (the package posts up to 500 at once): tail
     printed the newest 100 and nothing said the rest were skipped. And a message with escape
     sequences (a window title, a colour) acted on the terminal."""
-    http = Client(collector)
-    process, lines = _tail(collector, "--filter", "source:shop.burst")
-    try:
+    with _tailing(collector, "--filter", "source:shop.burst") as (lines, http):
         time.sleep(1.0)  # tail's first look is done: what follows is new
         http.post_events([{"message": f"B-{i}", "source": "shop.burst"} for i in range(300)])
         http.post_events(
             {"message": "title\x1b]0;PWNED\x07 red\x1b[31mRED\x1b[0m", "source": "shop.burst"}
         )
         printed = [_next(lines) for _ in range(301)]
-        time.sleep(0.6)
-        assert lines.empty()  # each event once
-    finally:
-        code, stderr = stop_with_ctrl_c(process)
-        http.close()
-    assert code == 0, stderr
+        _nothing_more(lines)
     burst = [line for line in printed if " B-" in line]
     assert len(burst) == 300 and len({line.split()[-2] for line in burst}) == 300, printed[:5]
     [styled] = [line for line in printed if "PWNED" in line]
@@ -114,28 +116,19 @@ def test_under_a_steady_stream_each_event_is_printed_once(collector: Collector) 
     """Bursts of 150 events every 0.3 s while tail reads page after page: events that came
     meanwhile pushed the older ones down a page, and tail printed them twice (or, stopping
     at the first repeat, skipped the ones pushed further)."""
-    http = Client(collector)
-    process, lines = _tail(collector, "--filter", "source:shop.stream", "--interval", "1")
     posted = 0
-    try:
+    with _tailing(collector, "--filter", "source:shop.stream", "--interval", "1") as (
+        lines,
+        http,
+    ):
         time.sleep(1.5)  # tail's first look is done
         for _ in range(12):
-            http.post_events(
-                [
-                    {"message": f"S-{posted + index}", "source": "shop.stream"}
-                    for index in range(150)
-                ]
-            )
+            batch = [{"message": f"S-{posted + i}", "source": "shop.stream"} for i in range(150)]
+            http.post_events(batch)
             posted += 150
             time.sleep(0.3)
-        printed = []
-        while len(printed) < posted:
-            printed.append(_next(lines))
-        time.sleep(1.5)
-        assert lines.empty(), lines.get()  # each event once
-    finally:
-        code, stderr = stop_with_ctrl_c(process)
-        http.close()
-    assert code == 0, stderr
+        printed = [_next(lines) for _ in range(posted)]
+        time.sleep(0.9)  # one more look
+        _nothing_more(lines)
     messages = sorted(int(line.split(" S-")[1].split()[0]) for line in printed)
     assert messages == list(range(posted))
