@@ -25,6 +25,7 @@ import logging
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any
 
@@ -52,9 +53,10 @@ class _Scope:
 
     __slots__ = ("ring", "task")
 
-    def __init__(self, task: int | None) -> None:
+    def __init__(self, task: Any = None) -> None:
         self.ring: deque[_Note] | None = None
-        self.task = task
+        #: The task's weak reference (its id would be a later task's too).
+        self.task: Any = None if task is None else weakref.ref(task)
 
 
 _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
@@ -97,9 +99,8 @@ def _ring() -> deque[_Note]:
     scope = _SCOPE.get()
     task = None
     if _get_running_loop is not None and _get_running_loop() is not None:
-        found = sys.modules["asyncio"].current_task()  # a loop runs: asyncio is imported
-        task = None if found is None else id(found)
-    if scope is None or (task is not None and scope.task not in (None, task)):
+        task = sys.modules["asyncio"].current_task()  # a loop runs: asyncio is imported
+    if scope is None or (task is not None and scope.task is not None and scope.task() is not task):
         if task is None:
             return _THREAD.ring
         scope = _Scope(task)  # this task's own (a child task copied its parent's context)
@@ -172,7 +173,7 @@ def lines(limit: int) -> list[str]:
 def new_scope_ring() -> contextvars.Token[_Scope | None]:
     """Give the current context (a request) a ring of its own, made when first used; reset it
     with the token."""
-    return _SCOPE.set(_Scope(None))
+    return _SCOPE.set(_Scope())
 
 
 def reset_scope_ring(token: contextvars.Token[_Scope | None]) -> None:

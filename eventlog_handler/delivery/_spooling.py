@@ -340,9 +340,11 @@ class SpoolTraffic:
             # Bytes of JSON that fit: what the file takes per byte of JSON, as measured once it
             # holds some (pages, indexes, freed pages), in three quarters of the bound; the
             # rest is for the journal, which grows while a read holds its checkpoint back.
+            # Not past twice the estimate: a file emptied by a replay keeps its pages (reused
+            # by the next rows), and read as overhead they would leave room for next to none.
             overhead = SPOOL_OVERHEAD
             if own.bytes >= 65_536:
-                overhead = max(overhead, on_disk / own.bytes)
+                overhead = min(max(overhead, on_disk / own.bytes), 2 * SPOOL_OVERHEAD)
             budget = int((limit * 0.75 - others) / overhead)
             incoming = sum(len(row[2]) for row in rows)
             if own.bytes + incoming > budget:

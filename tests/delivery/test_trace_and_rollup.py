@@ -164,3 +164,48 @@ def test_an_error_storm_arrives_as_a_few_events_whose_counts_add_up(
     first_arrival = min(seen.at for seen in server.requests)
     started = marks(lines)["first"]["at"]
     assert first_arrival - started < 10, first_arrival - started
+
+
+TASK_REUSE = """
+import asyncio, logging
+import eventlog_handler
+
+eventlog_handler.setup(trace_size=10, rollup_window=0)
+log = logging.getLogger("app")
+
+async def worker(index):
+    await asyncio.sleep(0)
+    try:
+        raise ValueError(f"worker {index} failed")
+    except ValueError:
+        log.exception("worker %d failed", index)
+
+async def supervisor():  # logs nothing; its workers copy its context, and so the request's
+    for index in range(20):
+        await asyncio.sleep(0.01)
+        await asyncio.create_task(worker(index))
+
+async def request():
+    log.info("a line of the request, for user alice")
+    return asyncio.create_task(supervisor())
+
+async def main():
+    supervising = await asyncio.create_task(request())
+    await supervising
+
+asyncio.run(main())
+"""
+
+
+def test_a_later_task_never_takes_the_trace_of_an_ended_one(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """A task's ring was known by the task's id: a task made after it ended, with a copy of
+    its context, got the same address and so its ring, and every worker's error carried the
+    request's line and the earlier workers' errors (20 of 20)."""
+    code, stderr, _ = run_program(TASK_REUSE, server.url, tmp_path)
+    assert code == 0, stderr
+    assert wait_until(lambda: len(server.accepted) == 21, 10), len(server.accepted)
+    failures = [event for event in server.accepted if event.get("type") == "error"]
+    traces = [event.get("data", {}).get("@trace") for event in failures]
+    assert traces == [None] * 20, traces[:3]
