@@ -76,6 +76,8 @@ class Delivery:
         #: In-memory parts being delivered (what the exit path may still save to the spool).
         self.current: deque[Part] = deque()
         self._refused_said = False
+        #: The reasons (``too_large``, ``rejected``) whose drops were said on stderr.
+        self._drops_said: set[str] = set()
         self._failing_since: float | None = None
         self._outage_said_at: float | None = None
         self._failures = 0
@@ -186,6 +188,7 @@ class Delivery:
                 else:
                     parts.popleft()
                     reason = "rejected" if decision.action is Action.DROP else "too_large"
+                    self._say_dropped(reason, error, part.weight())
                     self.settle_part(part, reason)
                 continue
             except Exception as exc:  # pragma: no cover - a bug must not lose the batch silently
@@ -417,6 +420,23 @@ class Delivery:
                 f"or more; {check}"
             )
         say(f"eventlog_handler: {url} {what}: {detail}. {fate}.")
+
+    def _say_dropped(self, reason: str, error: errors.EventLogError, count: int) -> None:
+        """Events the service refused for good: said once per reason, with its answer."""
+        if reason in self._drops_said:
+            return
+        self._drops_said.add(reason)
+        why = (
+            "too large, even alone and shrunk"
+            if reason == "too_large"
+            else "invalid (it stores the others)"
+        )
+        what = "an event" if count == 1 else f"{count} events"
+        say(
+            f"eventlog_handler: {self.settings.shown_url} refused {what} as {why}: "
+            f"{self.redact(safe_str(error))}. Events it refuses so are dropped and counted in "
+            f"stats()['dropped']['{reason}']; said once."
+        )
 
     def _failing(self, error: errors.EventLogError) -> None:
         now = time.monotonic()

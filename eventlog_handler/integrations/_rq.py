@@ -67,7 +67,7 @@ def install(handlers: Callable[[], list[logging.Handler]]) -> bool:
     global _installed
     try:
         from rq import logutils
-        from rq.worker import Worker
+        from rq import worker as workers
     except Exception:
         return False
     with _lock:
@@ -76,18 +76,40 @@ def install(handlers: Callable[[], list[logging.Handler]]) -> bool:
                 handler.addFilter(_FILTER)
         if _installed:
             return True
-        _wrap_worker(Worker)
+        # ``SimpleWorker`` (no work horse: macOS, Windows, tests) derives from ``Worker`` in
+        # older RQ and from ``BaseWorker`` beside it in RQ 3: the methods are wrapped on the
+        # classes that define them.
+        classes = [getattr(workers, name, None) for name in ("Worker", "SimpleWorker")]
+        for owner in _owners([cls for cls in classes if isinstance(cls, type)]):
+            _wrap_worker(owner)
         _keep_rq_console(logutils, {type(handler) for handler in handlers()})
         _installed = True
     return True
 
 
+def _owners(classes: list[type]) -> list[type]:
+    """The classes that define ``perform_job`` for ``classes`` (each once, base first)."""
+    owners: list[type] = []
+    for cls in classes:
+        owner = next((base for base in cls.__mro__ if "perform_job" in vars(base)), None)
+        if owner is not None and owner not in owners:
+            owners.append(owner)
+    return sorted(owners, key=lambda owner: len(owner.__mro__))
+
+
 def _wrap_worker(worker: Any) -> None:
+    """Wrap ``worker``'s job steps (a class that derives from one wrapped already keeps the
+    wrapped steps it inherits; a step it overrides calls the base's through ``super()``, and
+    the wrappers then see that they run inside one another)."""
+    if "perform_job" not in vars(worker):
+        return
     perform_job = worker.perform_job
     handle_exception = worker.handle_exception
 
     def perform_job_in_scope(self: Any, job: Any, *args: Any, **kwargs: Any) -> Any:
         global _performing
+        if _performing:  # an override's super() call: the outer one has the scope
+            return perform_job(self, job, *args, **kwargs)
         scope, tags = _enter(job)
         _performing = True
         try:
@@ -110,11 +132,17 @@ def _wrap_worker(worker: Any) -> None:
     perform_job_in_scope.__wrapped__ = perform_job  # type: ignore[attr-defined]
     handle_exception_once.__wrapped__ = handle_exception  # type: ignore[attr-defined]
     worker.perform_job = perform_job_in_scope
-    worker.handle_exception = handle_exception_once
+    if not _is_wrapped(handle_exception):
+        worker.handle_exception = handle_exception_once
     for name in ("handle_job_success", "handle_job_retry", "handle_job_failure"):
         step = getattr(worker, name, None)
-        if callable(step):
+        if callable(step) and not _is_wrapped(step):
             setattr(worker, name, _sending_after(step))
+
+
+def _is_wrapped(step: Any) -> bool:
+    """Whether ``step`` is one of this module's wrappers (inherited from a wrapped class)."""
+    return getattr(step, "__module__", None) == __name__ and hasattr(step, "__wrapped__")
 
 
 def _sending_after(step: Callable[..., Any]) -> Callable[..., Any]:

@@ -122,6 +122,42 @@ def test_an_rq_worker_sends_what_its_jobs_log_and_each_final_failure_once(
     assert output.count("flaky attempt") == 0  # INFO of the job: not on RQ's console either
 
 
+def test_a_simple_worker_reports_failures_and_keeps_each_job_in_its_scope(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """``rq worker -w rq.worker.SimpleWorker`` runs jobs in the worker itself (no work horse;
+    macOS, Windows, tests). In RQ 3 it derives from ``BaseWorker``, not ``Worker``: a failed
+    job sent no event at all, and a user set in one job was on every later job's events."""
+    with FaultServer() as server:
+        env = _env(server, redis_url)
+        queue: Any = _queue(redis_url)
+        queue.enqueue("jobs.set_user_and_tag")
+        queue.enqueue("jobs.warn", 1)
+        queue.enqueue("jobs.fail")
+        worker = _worker(env, tmp_path, "--burst", "-w", "rq.worker.SimpleWorker")
+        try:
+            output, _ = worker.communicate(timeout=120)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.communicate(timeout=10)
+        assert wait_until(lambda: len(server.accepted) >= 3, 10), (server.accepted, output)
+        time.sleep(0.5)  # a duplicate reported late would show now
+        events = list(server.accepted)
+    assert worker.returncode == 0, output[-3000:]
+    by_message = {event.get("message"): event for event in events if event.get("type") != "error"}
+    with_user = by_message["job with a user"]
+    assert with_user["@user"]["identity"] == "leaky-user"
+    assert {"rq", "jobs.set_user_and_tag", "leaky-tag"} <= set(with_user["tags"])
+    after = by_message["job warning 1"]
+    assert "@user" not in after, after
+    assert "leaky-tag" not in after["tags"] and "jobs.warn" in after["tags"]
+    [error] = [event for event in events if event.get("type") == "error"]
+    assert error["@simple_error"]["type"] == "KeyError"
+    assert error["data"]["@rq"]["function"] == "jobs.fail"
+    assert len(events) == 3, events
+
+
 def test_setup_in_the_jobs_module_only_loses_nothing(tmp_path: Path, redis_url: str) -> None:
     """``rq worker`` without ``-c``: ``setup()`` runs when the work horse imports the job's
     module, inside the job, too late for the wrap around it; RQ ends the horse with

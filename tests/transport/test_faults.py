@@ -336,3 +336,23 @@ def test_reentrant_enqueue_during_the_critical_section_does_not_deadlock(server,
     assert done.wait(10), "enqueue deadlocked when re-entered"
     assert nested == [True]
     settled(engine, server, 2)
+
+
+@pytest.mark.parametrize(("status", "reason"), [(413, "too_large"), (422, "rejected")])
+def test_events_the_service_refuses_for_good_are_said_once_on_stderr(
+    server, make_engine, capsys, status, reason
+):
+    # Dropped for good (413 even alone and shrunk, 422 the service's "invalid"): counted, and
+    # said once with the service's answer, as a full queue or spool is.
+    server.default = lambda events, size: status
+    engine = make_engine()
+    capture(engine, 3)
+    settled(engine, server, 0)
+    capture(engine, 2, "later")
+    stats = settled(engine, server, 0)
+    assert stats["dropped"][reason] == 5
+    err = capsys.readouterr().err
+    assert err.count("refused") == 1, err
+    assert f"stats()['dropped']['{reason}']" in err
+    assert str(status) in err
+    assert "test-api-key-0123456789abcdef" not in err

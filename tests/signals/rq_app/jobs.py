@@ -31,3 +31,9 @@ def slow_warning(seconds):
     log.warning("slow job started")
     time.sleep(seconds)
     log.warning("slow job finished")
+
+
+def set_user_and_tag():
+    eventlog_handler.set_user("leaky-user")
+    eventlog_handler.add_tags("leaky-tag")
+    log.warning("job with a user")
