@@ -43,6 +43,9 @@ OUTAGE_REPEAT = 300.0
 #: Seconds the exit flush goes on retrying once a connection was refused (no server listens),
 #: in pauses of a quarter of it.
 REFUSED_AT_EXIT = 1.0
+#: Seconds a 413 is remembered: requests as large as the smallest one it answered are split,
+#: shrunk or dropped without being sent meanwhile (a proxy's limit raised is found after it).
+TOO_LARGE_KEPT = 60.0
 
 
 class Delivery:
@@ -78,6 +81,11 @@ class Delivery:
         self._refused_said = False
         #: The reasons (``too_large``, ``rejected``) whose drops were said on stderr.
         self._drops_said: set[str] = set()
+        #: The smallest request (bytes as sent) answered 413, until when that is remembered,
+        #: and the answer: requests as large are not sent (:meth:`_known_too_large`).
+        self._too_large_at: int | None = None
+        self._too_large_until = 0.0
+        self._too_large_answer = ""
         self._failing_since: float | None = None
         self._outage_said_at: float | None = None
         self._failures = 0
@@ -139,9 +147,18 @@ class Delivery:
                 return False
             part = parts[0]
             payload, gzipped = compress(part.body())
-            if len(payload) > self.settings.max_batch_bytes and len(part) > 1:
+            refused = self._known_too_large(len(payload))
+            if len(part) > 1 and (refused or len(payload) > self.settings.max_batch_bytes):
                 parts.popleft()
                 parts.extendleft(reversed(part.halves()))
+                continue
+            if refused:  # a single event as large as one the service answered 413 to
+                if not part.shrunk:
+                    parts[0] = part.shrunk_copy()
+                    continue
+                parts.popleft()
+                self._say_dropped("too_large", self._too_large_answer, part.weight())
+                self.settle_part(part, "too_large")
                 continue
             try:
                 result = self._post(client, part, payload, gzipped)
@@ -150,6 +167,8 @@ class Delivery:
                     with self.ledger.lock:  # it may have arrived: its outcome is unknown
                         self.ledger.uncertain = part.weight()
                 decision = self.policy.decide(error, attempt, len(part))
+                if decision.action in (Action.SPLIT, Action.SHRINK):
+                    self._learn_too_large(len(payload), error)
                 self.ledger.last_error = self.redact(f"{decision.reason}: {safe_str(error)}")
                 if decision.action in (Action.RETRY, Action.REFUSED):
                     if decision.action is Action.REFUSED:
@@ -188,7 +207,7 @@ class Delivery:
                 else:
                     parts.popleft()
                     reason = "rejected" if decision.action is Action.DROP else "too_large"
-                    self._say_dropped(reason, error, part.weight())
+                    self._say_dropped(reason, self.redact(safe_str(error)), part.weight())
                     self.settle_part(part, reason)
                 continue
             except Exception as exc:  # pragma: no cover - a bug must not lose the batch silently
@@ -421,7 +440,26 @@ class Delivery:
             )
         say(f"eventlog_handler: {url} {what}: {detail}. {fate}.")
 
-    def _say_dropped(self, reason: str, error: errors.EventLogError, count: int) -> None:
+    def _known_too_large(self, size: int) -> bool:
+        """Whether the service answered 413 to a request of ``size`` bytes or fewer within
+        :data:`TOO_LARGE_KEPT` seconds (it is not sent again: a proxy that answers 413 to
+        every request cost three requests an event, split, alone and shrunk)."""
+        smallest = self._too_large_at
+        if smallest is None or size < smallest:
+            return False
+        if time.monotonic() > self._too_large_until:
+            self._too_large_at = None
+            return False
+        return True
+
+    def _learn_too_large(self, size: int, error: errors.EventLogError) -> None:
+        """The service answered 413 to a request of ``size`` bytes."""
+        if self._too_large_at is None or size < self._too_large_at:
+            self._too_large_at = size
+            self._too_large_answer = self.redact(safe_str(error))
+        self._too_large_until = time.monotonic() + TOO_LARGE_KEPT
+
+    def _say_dropped(self, reason: str, answer: str, count: int) -> None:
         """Events the service refused for good: said once per reason, with its answer."""
         if reason in self._drops_said:
             return
@@ -434,7 +472,7 @@ class Delivery:
         what = "an event" if count == 1 else f"{count} events"
         say(
             f"eventlog_handler: {self.settings.shown_url} refused {what} as {why}: "
-            f"{self.redact(safe_str(error))}. Events it refuses so are dropped and counted in "
+            f"{answer}. Events it refuses so are dropped and counted in "
             f"stats()['dropped']['{reason}']; said once."
         )
 

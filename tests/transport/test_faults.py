@@ -147,7 +147,10 @@ def test_413_on_a_single_event_shrinks_it_once_and_marks_it(server, make_engine)
 def test_413_twice_for_a_single_event_drops_it_as_too_large(server, make_engine):
     server.default = lambda events, size: 413
     engine = make_engine()
-    engine.enqueue(log_event("never fits", level="Info"))
+    # Random hex: the shrunk copy is smaller, so it is sent too (a copy as large as the request
+    # refused is not: the next test).
+    data = {f"field{i}": os.urandom(4000).hex() for i in range(5)}
+    engine.enqueue(log_event("never fits", level="Info", data=data))
     stats = settled(engine, server, 0)
     assert stats["dropped"]["too_large"] == 1
     assert server.statuses() == [413, 413]
@@ -356,3 +359,17 @@ def test_events_the_service_refuses_for_good_are_said_once_on_stderr(
     assert f"stats()['dropped']['{reason}']" in err
     assert str(status) in err
     assert "test-api-key-0123456789abcdef" not in err
+
+
+def test_requests_as_large_as_one_refused_with_413_are_not_sent_again(
+    server, make_engine, capsys
+):
+    # Something in front of the service (a proxy with a tiny body limit) answers 413 to every
+    # request: split, alone and shrunk, that was three requests an event, all for nothing.
+    server.default = lambda events, size: 413 if size > 150 else 202
+    engine = make_engine()
+    capture(engine, 300)
+    stats = settled(engine, server, 0)
+    assert stats["dropped"]["too_large"] == 300
+    assert len(server.requests) < 60, len(server.requests)
+    assert capsys.readouterr().err.count("refused") == 1
