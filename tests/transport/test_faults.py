@@ -361,9 +361,7 @@ def test_events_the_service_refuses_for_good_are_said_once_on_stderr(
     assert "test-api-key-0123456789abcdef" not in err
 
 
-def test_requests_as_large_as_one_refused_with_413_are_not_sent_again(
-    server, make_engine, capsys
-):
+def test_requests_as_large_as_one_refused_with_413_are_not_sent_again(server, make_engine, capsys):
     # Something in front of the service (a proxy with a tiny body limit) answers 413 to every
     # request: split, alone and shrunk, that was three requests an event, all for nothing.
     server.default = lambda events, size: 413 if size > 150 else 202
