@@ -70,6 +70,10 @@ class Spool:
         self._pid = os.getpid()
         self._quarantined: list[Path] = []
         self._unmovable: set[Path] = set()
+        #: Files of ended processes that could not be opened (not corrupt: a full disk, say),
+        #: with why; :meth:`take_unopened` hands each out once.
+        self._unopened: dict[Path, str] = {}
+        self._unopened_new: list[tuple[Path, str]] = []
         self._notes = threading.Lock()
 
     def __repr__(self) -> str:
@@ -177,8 +181,16 @@ class Spool:
                         self._note(moved)
                     else:
                         self._unmovable.add(path)
+                elif path not in self._unopened:  # tried again at the next scan
+                    self._unopened[path] = why = f"{type(exc).__name__}: {exc}"
+                    self._unopened_new.append((path, why))
                 os.close(fd)
         return claimed
+
+    def take_unopened(self) -> list[tuple[Path, str]]:
+        """Files of ended processes found unopenable since the last call, and why."""
+        taken, self._unopened_new = self._unopened_new, []
+        return taken
 
     def take_quarantined(self) -> list[Path]:
         """Files moved into the quarantine since the last call (where they are now)."""

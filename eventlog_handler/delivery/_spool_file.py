@@ -162,11 +162,11 @@ class SpoolFile:
         """Open (creating it ``0600`` if needed) the database and read its counts."""
         if not self.path.exists():
             os.close(os.open(str(self.path), os.O_RDWR | os.O_CREAT, 0o600))
-        db = sqlite3.connect(
-            str(self.path), timeout=5.0, isolation_level=None, check_same_thread=False
-        )
+        new = os.stat(self.path).st_size == 0
+        db = sqlite3.connect(str(self.path), 5.0, isolation_level=None, check_same_thread=False)
         try:
-            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            if new:  # only then: it writes, and a file must open (to be sent) on a full disk
+                db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA temp_store=MEMORY")

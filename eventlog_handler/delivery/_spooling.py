@@ -196,6 +196,12 @@ class SpoolTraffic:
         self._say_quarantined()
 
     def _say_quarantined(self) -> None:
+        for path, why in self.spool.take_unopened():
+            say(
+                f"eventlog_handler: the spool file {Path(path).name} of an ended process could "
+                f"not be opened to send its events ({safe_str(why)}); they stay on disk and are "
+                f"tried again every {self.settings.spool_scan_interval:g} s."
+            )
         for path in self.spool.take_quarantined():
             say(
                 f"eventlog_handler: the spool file {Path(path).name} could not be read and was "

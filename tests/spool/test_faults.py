@@ -142,15 +142,57 @@ def test_a_full_file_left_by_an_ended_process_is_replayed_and_removed(small_disk
     assert free_bytes(small_disk) > 900_000
 
 
-def test_a_new_file_on_a_disk_already_full_is_refused_without_litter(small_disk: Path) -> None:
-    filler = small_disk / "filler"
-    with filler.open("wb") as out:
+def test_a_file_left_on_a_disk_with_no_byte_left_is_still_replayed(small_disk: Path) -> None:
+    """The disk has not a byte left when the next process starts (the ended one's journal
+    took the last of it): opening the file must not need to write, or its events wait for a
+    disk with room, unseen (the claim failed and was tried again, silently, at every scan)."""
+    child = textwrap.dedent(
+        """
+        import os, sys, time
+        from pathlib import Path
+        sys.path.insert(0, sys.argv[2])
+        from eventlog_handler.delivery._spool import Spool
+        # A journal of 100 pages: checkpointed into the file a few times before the disk fills.
+        own = Spool(Path(sys.argv[1]), max_bytes=4_000_000).own()
+        body = b'{"message":"' + b"x" * 680 + b'"}'
+        while not own.full:
+            own.append([(time.time(), False, body)] * 50)
+        print(own.count, flush=True)
+        os._exit(0)  # as a killed process: the file's journal is left as it was
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(small_disk / "spool"), str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    written = int(done.stdout)
+    fill_up(small_disk / "filler")
+    [orphan] = Spool(small_disk / "spool").claim_orphans()
+    assert orphan.count == written
+    sent = 0
+    while orphan.count:
+        sent += orphan.delete(row.id for row in orphan.oldest(500, 10**9))
+    assert sent == written
+    orphan.close()
+    assert not list((small_disk / "spool").glob(f"*{SUFFIX}*"))
+
+
+def fill_up(filler: Path) -> None:
+    """Write ``filler`` until the disk has no room left."""
+    with filler.open("wb", buffering=0) as out:
         try:
             while True:
-                out.write(b"\0" * 65536)
-                out.flush()
+                out.write(b"\0" * 4096)
         except OSError:
             pass
+
+
+def test_a_new_file_on_a_disk_already_full_is_refused_without_litter(small_disk: Path) -> None:
+    filler = small_disk / "filler"
+    fill_up(filler)
     spool = Spool(small_disk / "spool")
     own = spool.own()  # no exception: a file that starts full
     assert own.full and own.count == 0
@@ -389,3 +431,17 @@ def test_the_quarantine_keeps_only_the_newest_files(tmp_path: Path) -> None:
     kept = sorted(path.name for path in (tmp_path / QUARANTINE).glob(f"*{SUFFIX}"))
     assert len(kept) == QUARANTINE_KEEP
     assert f"host-{QUARANTINE_KEEP + 4}-{QUARANTINE_KEEP + 4:08x}{SUFFIX}" in kept
+
+
+def test_a_file_of_an_ended_process_that_cannot_be_opened_is_named_once(tmp_path: Path) -> None:
+    # Not corrupt (it is not moved aside), only unopenable now: its events stay where they are,
+    # tried again at each scan, and the reason is handed out once to be said.
+    spool = Spool(tmp_path / "spool")
+    spool.own()
+    blocked = spool.directory / f"vm-1-00000000{SUFFIX}"
+    blocked.mkdir()  # a name of a spool file that SQLite can't open
+    assert spool.claim_orphans() == []
+    [(path, why)] = spool.take_unopened()
+    assert path == blocked and "unable to open" in why, why
+    assert spool.claim_orphans() == [] and spool.take_unopened() == []
+    assert blocked.is_dir()  # left where it is
