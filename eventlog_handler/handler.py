@@ -198,7 +198,7 @@ class EventLogHandler(logging.Handler):
             engine = self._engine
             if engine is None or engine.intake.finished:
                 engine = self._engine = get_engine(settings)
-            exc = records.exception_of(record.exc_info) if record.exc_info else None
+            exc = records.record_exception(record) if record.exc_info else None
             if admit.admit(name, levelno, exc, settings, engine) != admit.SEND:
                 if self._trace:
                     tracelog.note(record)

@@ -67,7 +67,7 @@ from eventlog_handler.capture._admit import (
     note_sent,
 )
 from eventlog_handler.capture._exceptions import current_settings
-from eventlog_handler.capture._records import build_event, exception_of
+from eventlog_handler.capture._records import build_event, exception_of, record_exception
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
 from eventlog_handler.delivery._stderr import say_capture_failed, say_unconfigured
 from eventlog_handler.handler import check_level
@@ -224,7 +224,7 @@ class EventLogProcessor:
         engine = get_engine(settings)
         exc = exception_of(event_dict.get("exc_info"))
         if exc is None and record is not None and record.exc_info:
-            exc = exception_of(record.exc_info)
+            exc = record_exception(record)
         verdict = admit.admit(source, levelno, exc, settings, engine)
         if verdict != admit.SEND:
             if trace and verdict == admit.BELOW_LOG_SETTING:

@@ -45,6 +45,10 @@ IGNORED_LOGGERS = frozenset(
 #: development server's request lines (one per request, at the level of its status: a 500's
 #: line would be a second error beside the error the middleware reports), like werkzeug's.
 IGNORED_SUBLOGGERS = ("django.server",)
+#: Loggers whose records below ``ERROR`` tell of an exception the framework handled (Django's
+#: ``Forbidden (Permission denied): /path``, logged with the ``PermissionDenied``): sent as the
+#: log lines they are, not as errors.
+HANDLED_EXCEPTION_LOGGERS = frozenset({"django.request"})
 
 #: Servers and workers whose records below ``WARNING`` are their routine lifecycle lines ("Started
 #: server process", "Worker exiting", "Task ... received", "Watching for file changes"): not
@@ -324,3 +328,9 @@ def admit(
         if minimum is not None and levelno < minimum:
             return BELOW_LOG_SETTING
     return SEND
+
+
+def handled(source: str | None, levelno: int) -> bool:
+    """Whether a record of ``source`` at ``levelno`` with an exception tells of an exception
+    the framework handled (:data:`HANDLED_EXCEPTION_LOGGERS`): a log, not an error."""
+    return levelno < logging.ERROR and source in HANDLED_EXCEPTION_LOGGERS

@@ -44,7 +44,7 @@ from itertools import islice
 from typing import Any
 
 from eventlog_handler.capture import _tracelog as tracelog
-from eventlog_handler.capture._admit import mark_reported
+from eventlog_handler.capture._admit import handled, mark_reported
 from eventlog_handler.capture._context import (
     _TAGS,
     _USER,
@@ -71,7 +71,7 @@ from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._simple_error import chained, group_member_errors, group_members
 
-__all__ = ["build_event", "capture_record", "exception_of", "record_to_event"]
+__all__ = ["build_event", "capture_record", "exception_of", "record_exception", "record_to_event"]
 
 _RECORD_ATTRIBUTES = list(vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)))
 _RECORD_ATTRIBUTE_COUNT = len(_RECORD_ATTRIBUTES)
@@ -262,6 +262,14 @@ def exception_of(exc_info: Any) -> BaseException | None:
     return value if isinstance(value, BaseException) else None
 
 
+def record_exception(record: logging.LogRecord) -> BaseException | None:
+    """The exception ``record`` is an error of: its ``exc_info``'s, unless the framework that
+    logged it handled it (:func:`~eventlog_handler.capture._admit.handled`)."""
+    if not record.exc_info or handled(record.name, record.levelno):
+        return None
+    return exception_of(record.exc_info)
+
+
 def record_message(
     record: logging.LogRecord, formatter: logging.Formatter | None = None
 ) -> tuple[str, dict[str, Any] | None]:
@@ -381,7 +389,7 @@ def capture_full(
     levelno = record.levelno
     if type(msg) is dict and "_logger" in record.__dict__:
         return _capture_structlog_record(record, settings, msg, data, user, tags, stack)
-    exc = exception_of(record.exc_info) if record.exc_info else None
+    exc = record_exception(record)
     if exc is not None or levelno >= logging.ERROR:
         text, failure = record_message(record, formatter)
         if failure or record.stack_info:

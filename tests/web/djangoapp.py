@@ -66,6 +66,12 @@ def missing(request: Any) -> Any:
     raise Http404("no such order")
 
 
+def denied(request: Any) -> Any:
+    from django.core.exceptions import PermissionDenied
+
+    raise PermissionDenied("not your order")
+
+
 def _urlpatterns() -> list[Any]:
     from django.urls import path
 
@@ -74,6 +80,7 @@ def _urlpatterns() -> list[Any]:
         path("async-fail", async_fail),
         path("hello", hello),
         path("missing", missing),
+        path("denied", denied),
     ]
 
 

@@ -192,6 +192,24 @@ def test_not_found_is_not_reported(setup_eventlog: Setup, server: CaptureServer)
     assert warning["message"] == "Not Found: /missing"
 
 
+def test_permission_denied_is_a_log_line_not_an_error(
+    setup_eventlog: Setup, server: CaptureServer, django_log: ListHandler
+) -> None:
+    # Django handles PermissionDenied (a 403) and logs it on django.request at WARNING with
+    # the exception: that was sent as an error, one stack for every refused request.
+    handle = setup_eventlog()
+    with override_settings(MIDDLEWARE=WIRED):
+        assert client().get("/denied").status_code == 403
+    [event] = settle(handle, server, 1)
+    assert event["type"] == "log" and "@simple_error" not in event, event
+    assert event["message"] == "Forbidden (Permission denied): /denied"
+    assert event["@level"] == "Warn" and event["source"] == "django.request"
+    # Django's own record is as it was, exception included, for its other handlers.
+    assert logged(django_log) == [
+        ("WARNING", "Forbidden (Permission denied): /denied", "PermissionDenied")
+    ]
+
+
 def test_not_found_is_reported_when_asked(setup_eventlog: Setup, server: CaptureServer) -> None:
     handle = setup_eventlog()
     with override_settings(MIDDLEWARE=WIRED, EVENTLOG_REPORT_NOT_FOUND=True):
