@@ -123,6 +123,9 @@ class EventsApi:
         self._notes: deque[IngestNote] = deque(maxlen=_NOTES)
         self._notes_lock = threading.Lock()
         self.pending = PendingStores()
+        #: Acknowledged batches whose events could not be stored (a full disk): stored again
+        #: after the next store that works (they wait in ``unstored``, as after a crash).
+        self._failed: set[int] = set()
 
     @property
     def notes(self) -> list[IngestNote]:
@@ -199,8 +202,17 @@ class EventsApi:
             return
         except Exception:
             logger.exception("the collector could not store %d events", len(events))
-            self._note(project_id, f"{len(events)} event(s) could not be stored; see the log.")
+            self._note(
+                project_id,
+                f"{len(events)} event(s) could not be stored (see the log); they are stored "
+                "once storing works again.",
+            )
+            if batch is not None:
+                with self._notes_lock:
+                    self._failed.add(batch)
             return
+        if self._failed:
+            self._store_failed()
         if outcome.duplicates:
             self._note(
                 project_id,
@@ -208,6 +220,22 @@ class EventsApi:
                 "the last 24 hours (a retried batch).",
             )
         if outcome.stored and self._on_events is not None:
+            self._on_events()
+
+    def _store_failed(self) -> None:
+        """Store the batches whose storing failed before (a store works again)."""
+        with self._notes_lock:
+            failed, self._failed = self._failed, set()
+        try:
+            stored = self.storage.store_unstored(failed)
+        except StorageClosed:
+            return
+        except Exception:
+            logger.exception("the collector could not store %d earlier batch(es)", len(failed))
+            with self._notes_lock:
+                self._failed |= failed
+            return
+        if stored and self._on_events is not None:
             self._on_events()
 
     # -- submitting --------------------------------------------------------------------------

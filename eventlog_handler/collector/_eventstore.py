@@ -17,7 +17,7 @@ with a cursor (an event id), so any number of events can be walked without an of
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -461,12 +461,14 @@ class EventStore(StackReads):
             for row in rows
         ]
 
-    def store_unstored(self) -> int:
+    def store_unstored(self, only: Collection[int] | None = None) -> int:
         """Store the events of the bodies that were acknowledged and not stored (the collector
-        was stopped in between, by a crash or ``kill -9``), as they would have been stored;
-        returns how many events were stored."""
+        was stopped in between, by a crash or ``kill -9``, or storing them failed: ``only``
+        those batches), as they would have been stored; returns how many events were stored."""
         stored = 0
         for batch, organization_id, project_id, received_ts, body in self.unstored_batches():
+            if only is not None and batch not in only:
+                continue
             received = datetime.fromtimestamp(received_ts, timezone.utc)
             try:
                 events = Normalizer(received).events(body_items(body))
