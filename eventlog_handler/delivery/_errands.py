@@ -3,9 +3,10 @@
 Both go to routes of their own (``POST /api/v2/events/by-ref/{id}/user-description``,
 ``GET /api/v2/events/session/heartbeat``) and are sent by the delivery worker like batches:
 queued by the caller in O(1), never blocking it, retried, counted, and bounded in number and in
-bytes. The worker sends the errands that are due between batches, so a description queued
-right after its error is sent after that error (it waits ``error_delay``, as the error does,
-and a batch due at the same moment goes first).
+bytes. The worker starts a thread making the errands that are due between batches, so a
+description queued right after its error is sent after that error (it waits ``error_delay``,
+as the error does, and a batch due at the same moment goes first), and a slow answer to an
+errand does not hold back events.
 
 =========================  =====================================================================
 answer                     what happens
@@ -105,15 +106,16 @@ class Errands:
         first = min((_due(errand, hurried) for errand in self.queue), default=math.inf)
         return min(first, self.recurring_due)
 
-    def work(self, client: Callable[[], Client], hurried: bool) -> None:
-        """Make every errand that is due now (``hurried``: all of them), on the worker."""
-        now = time.monotonic()
+    def work(self, client: Callable[[], Client], hurried: bool, until: float = math.inf) -> None:
+        """Make every errand that is due now (``hurried``: all of them), or was at ``until``
+        (the worker's batches due by then are sent: a description follows its error)."""
+        now = min(time.monotonic(), until)
         if self.recurring is not None and self.recurring_due <= now:
             with self.ledger.lock:
                 self.recurring_due = self.recurring(now)
         while True:
             with self.ledger.lock:
-                now = time.monotonic()
+                now = min(time.monotonic(), until)
                 errand = next((item for item in self.queue if _due(item, hurried) <= now), None)
                 if errand is None:
                     return

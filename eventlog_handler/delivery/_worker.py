@@ -11,7 +11,9 @@ What is due, earliest first:
 - a roll-up whose window ended (:mod:`eventlog_handler.delivery._rollup`);
 - spool work: rows of this process due for sending, files of ended processes to replay;
 - errands (:mod:`eventlog_handler.delivery._errands`): user descriptions, session heartbeats,
-  made after the batch taken with them.
+  made after the batch taken with them, on a short-lived thread of their own (one at a time):
+  a slow answer to one never holds back events (an error still leaves within
+  ``error_delay``).
 
 When nothing is due the worker sleeps on the engine's condition with no timeout at all (it
 costs nothing while the program is idle), and the logging thread wakes it when the event it
@@ -99,6 +101,8 @@ class Worker:
         #: The thread fetching the service's settings, and when it started (monotonic).
         self._fetching: threading.Thread | None = None
         self._fetch_started = 0.0
+        #: Whether a thread is making errands (set and cleared with the lock held).
+        self._errands_running = False
 
     def start(self) -> bool:
         """Start the thread (the lock is held). ``False`` when threads can't start any more."""
@@ -141,8 +145,7 @@ class Worker:
                 self._process(batch)
                 if self.state.over(time.monotonic()):
                     return  # the exit path saves or counts what is left
-                if self.errands.queue or self.errands.recurring_due != math.inf:
-                    self.errands.work(lambda: self.client(None), self.state.hurried)
+                self._start_errands()
                 ledger.in_flight_bytes = 0
                 ledger.held_bytes = self.rollup.bytes
         except BaseException as exc:  # pragma: no cover - the worker must not die silently
@@ -181,6 +184,45 @@ class Worker:
         finally:
             SENDER_THREADS.discard(ident)
             with self.ledger.lock:
+                self.ledger.changed.notify_all()
+
+    def _start_errands(self) -> None:
+        """Start a thread making the errands due now, unless one is at it."""
+        now = time.monotonic()
+        with self.ledger.lock:
+            if self._errands_running or self.errands.due_at(self.state.hurried) > now:
+                return
+            self._errands_running = True
+        thread = threading.Thread(
+            target=self._make_errands, args=(now,), name="eventlog-handler-errands", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError:  # interpreter shutdown: the exit path makes what is left
+            with self.ledger.lock:
+                self._errands_running = False
+
+    def _make_errands(self, until: float) -> None:
+        block_signals()
+        ident = threading.get_ident()
+        SENDER_THREADS.add(ident)  # what the HTTP library logs here is not captured
+        made: list[Client] = []
+
+        def client() -> Client:  # a client of its own, closed after
+            if not made:
+                made.append(self.client(self.settings.timeout))
+            return made[0]
+
+        try:
+            self.errands.work(client, self.state.hurried, until)
+        except BaseException:  # pragma: no cover - work() settles every failure of an errand
+            pass
+        finally:
+            for each in made:
+                each.close()
+            SENDER_THREADS.discard(ident)
+            with self.ledger.lock:
+                self._errands_running = False
                 self.ledger.changed.notify_all()
 
     def _wait_for_first_settings(self) -> None:
@@ -225,7 +267,10 @@ class Worker:
                     other = min(
                         rollup.due(),
                         self.server_settings.due_at(),
-                        self.errands.due_at(self.state.hurried),
+                        # While a thread makes errands, it takes those that come due.
+                        math.inf
+                        if self._errands_running
+                        else self.errands.due_at(self.state.hurried),
                     )
                     if spooling is not None:
                         other = min(other, spooling.due_at(now))

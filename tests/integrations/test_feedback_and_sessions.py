@@ -70,6 +70,30 @@ def _describe_an_error(server: FaultServer, setup: Any) -> None:
     assert setup.stats()["side_requests"]["queued"] == 0
 
 
+def test_a_slow_answer_to_a_description_does_not_hold_back_errors(server: FaultServer) -> None:
+    # The description is made on a thread of its own: the worker sending events does not wait
+    # for its answer (an error was held back until it came, up to the 10 s timeout).
+    server.side_delay = 6.0
+    setup = _setup(server)
+    try:
+        contextvars.Context().run(_describe_then_fail_again, server)
+    finally:
+        setup.close(1)
+
+
+def _describe_then_fail_again(server: FaultServer) -> None:
+    log = logging.getLogger("shop")
+    log.error("first failure")
+    reference = eventlog_handler.last_reference_id()
+    assert reference is not None
+    assert eventlog_handler.submit_user_description(reference, "ann@example.com", "slow")
+    assert wait_until(lambda: server.side_requests, 10)  # on the wire, its answer 6 s away
+    logged = time.monotonic()
+    log.error("second failure")
+    assert wait_until(lambda: "second failure" in server.arrivals(), 10)
+    assert time.monotonic() - logged < 3.0
+
+
 def test_a_failing_service_gets_the_description_again(server: FaultServer) -> None:
     setup = _setup(server)
     try:

@@ -85,6 +85,10 @@ class FaultServer:
         self.descriptions: list[tuple[str, dict[str, Any], dict[str, str]]] = []
         #: Statuses for the next heartbeat or user-description requests (then 200/202).
         self.side_script: deque[int] = deque()
+        #: Seconds every heartbeat or user-description request waits for its answer, and how
+        #: many such requests came (counted as they come, before any answer).
+        self.side_delay = 0.0
+        self.side_requests = 0
         #: Events a roll-up (an event with ``count``) stood for beyond itself.
         self.rolled_up = 0
         #: Accepted reference ids; servers that replace each other (a restart) may share one
@@ -214,7 +218,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _side_status(self, default: int) -> int:
         owner = self.server.owner
         with owner._lock:
-            return owner.side_script.popleft() if owner.side_script else default
+            owner.side_requests += 1
+            status = owner.side_script.popleft() if owner.side_script else default
+        if owner.side_delay:
+            owner._stopping.wait(owner.side_delay)
+        return status
 
     def do_GET(self) -> None:
         owner = self.server.owner
