@@ -207,7 +207,7 @@ class EventLogProcessor:
         if source is None:
             source = record.name if record is not None else getattr(logger, "name", None)
         if source is None:
-            source = event_dict.get("module") or _calling_module()
+            source = event_dict.get("module") or _calling_module(_async_caller())
         if source is not None and not isinstance(source, str):
             source = safe_str(source)
         settings = self.settings
@@ -250,6 +250,7 @@ class EventLogProcessor:
             user=user,
             tags=tags,
             stack=stack,
+            caller=_async_caller(),
         )
         engine.enqueue(
             event,
@@ -260,15 +261,63 @@ class EventLogProcessor:
         if trace:
             tracelog.note_event(created, levelno, source, message)
         if record is None and isinstance(logger, logging.Logger):
-            # Through the stdlib bridge the record's msg will be this dict
-            # (wrap_for_formatter) or its "event" value (render_to_log_kwargs).
-            note_sent(admit.PROCESSOR, (event_dict, message), None, key)
+            _note_bridged(logger, method_name, levelno, event_dict, message, key)
 
 
-def _calling_module() -> str | None:
+def _note_bridged(
+    logger: logging.Logger,
+    method_name: str,
+    levelno: int,
+    event_dict: Any,
+    message: Any,
+    key: tuple[str, str],
+) -> None:
+    """The call goes on to the stdlib ``logger``: its record's ``msg`` will be this dict
+    (``wrap_for_formatter``), its ``"event"`` value (``render_to_log_kwargs``) or the text a
+    renderer made of it. Noted with the logger and the record's level (those of the method
+    structlog calls), unless the logger makes no record at that level."""
+    level = _METHOD_LEVELS.get(method_name, levelno)
+    if logger.isEnabledFor(level):
+        note_sent(admit.PROCESSOR, (event_dict, message), None, key, (logger.name, level))
+
+
+#: The level of the record each stdlib logger method makes.
+_METHOD_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
+
+def _async_caller() -> FrameType | None:
+    """The frame that called one of structlog's async methods (``ainfo``, ``aerror``): they
+    run the processors on an executor's thread, where the caller is not on the stack, and keep
+    it for structlog's own ``CallsiteParameterAdder`` (structlog 23.3 and later)."""
+    if _ASYNC_CALLING_STACK is None:
+        return None
+    try:
+        frame = _ASYNC_CALLING_STACK.get(None)
+    except Exception:  # pragma: no cover - another structlog's variable
+        return None
+    return frame if isinstance(frame, FrameType) else None
+
+
+_ASYNC_CALLING_STACK: Any = None
+with contextlib.suppress(ImportError):  # structlog 23.3 and later: see _async_caller
+    from structlog.contextvars import _ASYNC_CALLING_STACK
+
+
+def _calling_module(frame: FrameType | None = None) -> str | None:
     """The module that called the structlog logger (for loggers without a name): the first
-    frame outside structlog, this package and the standard library's logging."""
-    frame: FrameType | None = sys._getframe(3)
+    frame outside structlog, this package and the standard library's logging, from ``frame``
+    (an async method's caller) or this thread's."""
+    if frame is None:
+        frame = sys._getframe(3)
     for _ in range(15):
         if frame is None:
             return None

@@ -179,8 +179,13 @@ PROCESSOR = "processor"
 _processors_exist = False
 #: How far apart (seconds) a note without a record time and the record it matches may be.
 _MATCH_WINDOW = 1.0
+#: ... and a processor's note and the record of the text a renderer made of its event dict
+#: (structlog rendering, then a stdlib logger: the record's ``msg`` is a new string).
+_RENDERED_WINDOW = 0.25
 
-_Note = tuple[tuple[Any, ...], "float | None", float, tuple[str, str]]
+#: ``(objects, record time, noted at, engine key, logger name, level)``; the processor's notes
+#: without a record name the stdlib logger the call goes on to, and its level.
+_Note = tuple[tuple[Any, ...], "float | None", float, tuple[str, str], "str | None", int]
 
 
 class _Recent(threading.local):
@@ -201,28 +206,47 @@ def processors_exist() -> None:
 
 
 def note_sent(
-    by: str, objs: tuple[Any, ...], created: float | None, engine_key: tuple[str, str]
+    by: str,
+    objs: tuple[Any, ...],
+    created: float | None,
+    engine_key: tuple[str, str],
+    logger: tuple[str, int] | None = None,
 ) -> None:
     """Remember (on this thread) that ``by`` (:data:`HANDLER` or :data:`PROCESSOR`) sent the
-    record whose ``msg`` is one of ``objs``, created at ``created`` (``None``: not known yet)."""
+    record whose ``msg`` is one of ``objs``, created at ``created`` (``None``: not known yet);
+    ``logger``: the stdlib logger's name and the level of the record to come (structlog's
+    stdlib bridge), which the record must have, and whose ``msg`` may be a rendered text."""
     if _processors_exist:
-        _RECENT.notes[by].append((objs, created, time.time(), engine_key))
+        name, level = logger if logger is not None else (None, 0)
+        _RECENT.notes[by].append((objs, created, time.time(), engine_key, name, level))
 
 
-def was_sent(by: str, obj: Any, created: float, engine_key: tuple[str, str]) -> bool:
-    """Whether ``by`` sent the record whose ``msg`` is ``obj``, created at ``created``, to the
-    engine of ``engine_key``, on this thread, just now. A note matches one record only."""
+def was_sent(
+    by: str, obj: Any, created: float, engine_key: tuple[str, str], name: str = "", level: int = 0
+) -> bool:
+    """Whether ``by`` sent the record of logger ``name`` at ``level`` whose ``msg`` is ``obj``,
+    created at ``created``, to the engine of ``engine_key``, on this thread, just now. A note
+    matches one record only."""
     if not _processors_exist:
         return False
     notes = _RECENT.notes[by]
     for index in range(len(notes) - 1, -1, -1):
-        objs, item_created, noted, key = notes[index]
-        if key != engine_key or not any(item is obj for item in objs):
+        objs, item_created, noted, key, noted_name, noted_level = notes[index]
+        if key != engine_key:
             continue
-        if item_created is None:
-            if abs(created - noted) > _MATCH_WINDOW:
+        if noted_name is not None and (noted_name != name or noted_level != level):
+            continue
+        if any(item is obj for item in objs):
+            if item_created is None:
+                if abs(created - noted) > _MATCH_WINDOW:
+                    continue
+            elif item_created != created:
                 continue
-        elif item_created != created:
+        elif (
+            noted_name is None  # only the bridge's note may match a rendered text
+            or type(obj) is not str
+            or not 0 <= created - noted <= _RENDERED_WINDOW  # made just now
+        ):
             continue
         del notes[index]
         return True
@@ -236,9 +260,9 @@ def claim(by: str, record: Any, engine_key: tuple[str, str]) -> bool:
     structlog chain and again in a ``ProcessorFormatter``)."""
     if not _processors_exist:
         return True
-    msg, created = record.msg, record.created
-    if was_sent(PROCESSOR, msg, created, engine_key) or (
-        by == PROCESSOR and was_sent(HANDLER, msg, created, engine_key)
+    msg, created, name, level = record.msg, record.created, record.name, record.levelno
+    if was_sent(PROCESSOR, msg, created, engine_key, name, level) or (
+        by == PROCESSOR and was_sent(HANDLER, msg, created, engine_key, name, level)
     ):
         return False
     note_sent(by, (msg,), created, engine_key)

@@ -41,6 +41,7 @@ import sys
 import time
 from collections.abc import Iterable
 from itertools import islice
+from types import FrameType
 from typing import Any
 
 from eventlog_handler.capture import _tracelog as tracelog
@@ -100,9 +101,11 @@ def build_event(
     submission_method: str | None = None,
     stack: dict[str, Any] | None = None,
     template: Any = None,
+    caller: FrameType | None = None,
 ) -> dict[str, Any]:
     """One complete event from its parts, built now; the hooks, the structlog processor and
-    errors use it.
+    errors use it. ``caller``: where the log call was made, when not on this thread (structlog's
+    async methods), for a serious log's call site.
 
     Adds the context's user (unless ``user`` is given), the settings' tags and the context's
     tags, applies the settings' data exclusions, and for an exception builds the error form
@@ -150,7 +153,8 @@ def build_event(
             _add_data(event, "@trace", trace)
         if serious:
             note_reference(event.get("reference_id"))
-            return _with_call_site(event, settings, stack, source, template, message)
+            site = caller if caller is not None else sys._getframe(1)
+            return _with_call_site(event, settings, stack, source, template, message, site)
         return _with_stack(event, stack)
     assert data is not None
     environment: dict[str, Any] | None = None
@@ -209,12 +213,14 @@ def _with_call_site(
     source: str | None,
     template: Any,
     message: Any,
+    frame: FrameType,
 ) -> dict[str, Any]:
-    """A serious log event with its call site (the worker makes its frames and, unless
-    ``stack`` is given, its stack: :func:`eventlog_handler.delivery._finish.complete`)."""
+    """A serious log event with its call site, from ``frame`` up (the worker makes its frames
+    and, unless ``stack`` is given, its stack:
+    :func:`eventlog_handler.delivery._finish.complete`)."""
     try:
         site = call_site(
-            sys._getframe(2),
+            frame,
             source,
             message if template is None else template,
             settings.in_app_include,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -255,6 +256,68 @@ def test_a_plain_record_with_the_same_text_right_after_is_sent(server: CaptureSe
     events = server.wait_for(2)
     assert len(events) == 2
     assert proc.engine.stats()["captured"] == 2
+
+
+def test_rendering_in_structlog_then_a_stdlib_logger_sends_once(server: CaptureServer) -> None:
+    # structlog's "render within structlog" set-up: the record's msg is the rendered JSON line,
+    # a new string. The handler sent it again, one stack per distinct rendered text.
+    handle = setup(API_KEY, server.url, level="INFO", capture_exceptions=False, **FAST)
+    proc = processor(server)
+    stdlib_bridge(proc, structlog.processors.format_exc_info, structlog.processors.JSONRenderer())
+    log = structlog.get_logger("svc")
+    log.info("low stock", sku="A-1")
+    try:
+        raise ValueError("declined")
+    except ValueError:
+        log.exception("payment failed", order=7)
+    assert handle.flush(5) and proc.engine.flush(5)
+    events = server.wait_for(3, timeout=2)
+    assert sorted(event["message"] for event in events) == ["low stock", "payment failed"]
+    assert len(events) == 2 and proc.engine.stats()["captured"] == 2
+
+
+def test_a_record_the_bridge_never_made_does_not_hide_another(server: CaptureServer) -> None:
+    # The stdlib logger "chatty" drops INFO: the processor's note was never used, and a record
+    # of another logger with the same (interned) text was taken for it and not sent.
+    handle = setup(API_KEY, server.url, level="INFO", capture_exceptions=False, **FAST)
+    proc = processor(server)
+    stdlib_bridge(proc, structlog.stdlib.ProcessorFormatter.wrap_for_formatter)
+    logging.getLogger("chatty").setLevel(logging.WARNING)
+    try:
+        structlog.get_logger("chatty").info("done")
+        logging.getLogger("billing").error("done")
+        assert handle.flush(5) and proc.engine.flush(5)
+        events = server.wait_for(2)
+        assert sorted(event["source"] for event in events) == ["billing", "chatty"]
+    finally:
+        logging.getLogger("chatty").setLevel(logging.NOTSET)
+
+
+def test_async_methods_name_their_caller_and_its_call_site(server: CaptureServer) -> None:
+    # ainfo/aerror run the processors on an executor's thread: the source and the call site
+    # were concurrent.futures.thread's, and every aerror of one message was one stack.
+    if not hasattr(structlog.contextvars, "_ASYNC_CALLING_STACK"):
+        pytest.skip("structlog before 23.3 does not keep an async method's caller")
+    proc = processor(server)
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, proc, structlog.processors.JSONRenderer()],
+        logger_factory=structlog.PrintLoggerFactory(io.StringIO()),
+        cache_logger_on_first_use=False,
+    )
+
+    async def checkout() -> None:
+        log = structlog.get_logger()
+        await log.ainfo("async info")
+        await log.aerror("payment failed")
+        log.error("payment failed")
+
+    asyncio.run(checkout())
+    events = delivered(proc, server, 3)
+    assert {event["source"] for event in events} == {__name__}
+    stacks = [event["data"]["@stack"] for event in events if "@stack" in event.get("data", {})]
+    assert len(stacks) == 2
+    assert stacks[0] == stacks[1]  # one bug, whether logged by aerror or error
+    assert stacks[0]["signature_data"]["site"] == f"at {__name__}.checkout"
 
 
 def test_a_processor_without_settings_follows_setup(server: CaptureServer) -> None:
