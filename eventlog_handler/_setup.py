@@ -317,7 +317,14 @@ def setup(
         server_loggers.attach(handler)  # uvicorn's and gunicorn's non-propagating error loggers
         # The exit flush is registered when the transport module is imported; make sure the
         # engine exists so that it has something to flush.
-        transport.get_engine(handler.settings)
+        engine = transport.get_engine(handler.settings)
+        kept = kept_options(engine, handler.settings)
+        if kept:
+            say(
+                f"eventlog_handler: the delivery engine for {handler.settings.shown_url} runs "
+                f"already, made with other options, and keeps them: {', '.join(kept)}. One "
+                f"engine serves a server and key in a process (README, dictConfig)."
+            )
         _CURRENT = EventLogSetup(
             handler, hooks, root, previous_level if lowered else None, root_level
         )
@@ -428,3 +435,40 @@ def current() -> EventLogSetup | None:
     """What the last :func:`setup` installed, unless it was closed."""
     current = _CURRENT
     return current if current is not None and not current.closed else None
+
+
+#: The options an engine is made with (a handler's own: tags, level, before_send, ...).
+ENGINE_OPTIONS = (
+    "timeout",
+    "verify",
+    "queue_size",
+    "memory_budget",
+    "batch_size",
+    "max_batch_bytes",
+    "max_raw_batch_bytes",
+    "flush_interval",
+    "error_delay",
+    "shutdown_timeout",
+    "retry_initial",
+    "max_backoff",
+    "spool_path",
+    "spool_all",
+    "spool_max_bytes",
+    "spool_scan_interval",
+    "server_settings",
+    "rollup_window",
+    "outage_notice",
+    "sessions",
+    "heartbeat_interval",
+)
+
+
+def kept_options(engine: Engine, settings: Settings) -> list[str]:
+    """The options of ``settings`` that ``engine`` (made with other settings for the same
+    server and key) does not follow, as ``name=running (asked asked)``."""
+    kept = []
+    for name in ENGINE_OPTIONS:
+        running, asked = getattr(engine.settings, name), getattr(settings, name)
+        if running != asked:
+            kept.append(f"{name}={running!r} (asked {asked!r})")
+    return kept

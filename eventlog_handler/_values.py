@@ -9,6 +9,10 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+#: The longest duration a setting may give (11.6 days): past about 9.2e9 s, waits and socket
+#: timeouts fail (``OverflowError``), and no wait of the package is meant to be longer.
+MAX_SECONDS = 1_000_000.0
+
 
 def number(name: str, value: Any, *, minimum: float, integer: bool) -> Any:
     if isinstance(value, bool):
@@ -33,11 +37,22 @@ def number(name: str, value: Any, *, minimum: float, integer: bool) -> Any:
     return number
 
 
+def seconds(name: str, value: Any, *, minimum: float) -> float:
+    """A duration: a finite number from ``minimum`` up to :data:`MAX_SECONDS`."""
+    duration = float(number(name, value, minimum=minimum, integer=False))
+    if duration > MAX_SECONDS:
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be at most {MAX_SECONDS:.0f} seconds, "
+            f"got {value!r}"
+        )
+    return duration
+
+
 def positive(name: str, value: Any) -> float:
-    seconds = float(number(name, value, minimum=0, integer=False))
-    if seconds <= 0:
+    duration = seconds(name, value, minimum=0)
+    if duration <= 0:
         raise ValueError(f"eventlog_handler: setting {name!r} must be above 0, got {value!r}")
-    return seconds
+    return duration
 
 
 def boolean(name: str, value: Any) -> bool:

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from eventlog_handler._values import MAX_SECONDS
 from eventlog_handler.capture import _admit as admit
 from eventlog_handler.capture import _records as records
 from eventlog_handler.capture import _tracelog as tracelog
@@ -167,7 +168,11 @@ class EventLogHandler(logging.Handler):
         if not self.filters:
             self.emit(record)
             return record
-        result: Any = self.filter(record)
+        try:
+            result: Any = self.filter(record)
+        except Exception as exc:  # a user's filter failed: counted, said once, not raised
+            self._count_error(f"a filter raised {type(exc).__name__}: {safe_str(exc)}")
+            return False
         if isinstance(result, logging.LogRecord):  # Python 3.12+: a filter may swap the record
             record = result
         if result:
@@ -397,9 +402,9 @@ def check_timeout(value: Any) -> float:
         number = math.inf
     except (TypeError, ValueError):
         number = math.nan
-    if isinstance(value, bool) or not math.isfinite(number) or number < 0:
+    if isinstance(value, bool) or not math.isfinite(number) or not 0 <= number <= MAX_SECONDS:
         raise ValueError(
-            f"eventlog_handler: setting 'flush_timeout' must be a number of seconds >= 0, "
-            f"got {value!r}"
+            f"eventlog_handler: setting 'flush_timeout' must be a number of seconds from 0 to "
+            f"{MAX_SECONDS:.0f}, got {value!r}"
         )
     return number

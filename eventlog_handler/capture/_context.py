@@ -212,12 +212,13 @@ def last_reference_id() -> str | None:
     :func:`~eventlog_handler.submit_user_description` takes. Its event is then sent as it is,
     never counted into a roll-up of identical ones (a user may quote the id).
 
-    Outside the request's context, in a handler of the exception being handled (Starlette's
-    ``ServerErrorMiddleware`` calls an ``exception_handler(Exception)`` outside the middleware
-    that reported it), the id of that exception's event."""
-    reference_id = _LAST_REFERENCE.get()
+    While an exception that was reported is being handled, the id of its event: also outside
+    the request's context (Starlette's ``ServerErrorMiddleware`` calls an
+    ``exception_handler(Exception)`` outside the middleware that reported it, where the
+    context's id may be an earlier one's)."""
+    reference_id = reference_of(sys.exc_info()[1])
     if reference_id is None:
-        reference_id = reference_of(sys.exc_info()[1])
+        reference_id = _LAST_REFERENCE.get()
     if reference_id is not None:
         quote_reference(reference_id)
     return reference_id

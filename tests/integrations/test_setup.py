@@ -388,3 +388,57 @@ def test_a_configuration_after_setup_never_hangs(server: CaptureServer, tmp_path
     assert "configured" in stdout
     events = server.wait_for(1, timeout=10)
     assert [event["message"] for event in events] == ["after the configuration"]
+
+
+def test_durations_too_long_to_wait_are_refused_at_setup(
+    server: CaptureServer, tmp_path: Path
+) -> None:
+    """ "Wait forever" as a huge number passed the checks, then broke delivery quietly: a
+    timeout past what a socket takes counted every delivered batch as rejected, a huge
+    flush_interval stopped the worker, flush_timeout made flush() return at once."""
+    program = """
+        import logging, sys, eventlog_handler
+        handle = eventlog_handler.setup(
+            timeout=sys.maxsize, flush_interval=1e10, flush_timeout=1e12, level="INFO"
+        )
+        logging.getLogger("shop").warning("order %s placed", 7)
+        print("MARK flushed " + str(handle.flush()).lower())
+        print("MARK stats {\\"delivered\\": %d}" % handle.stats()["delivered"])
+    """
+    status, stderr, lines = run_program(program, server.url, tmp_path)
+    assert status == 0, stderr
+    assert "Traceback" not in stderr and "OverflowError" not in stderr, stderr
+    for name in ("timeout", "flush_interval", "flush_timeout"):
+        assert f"'{name}' must be" in stderr and "1000000" in stderr, (name, stderr)
+    assert marks(lines) == {"flushed": True, "stats": {"delivered": 1}}, (lines, stderr)
+
+
+def test_setup_again_names_the_options_the_running_engine_keeps(
+    server: CaptureServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup(API_KEY, server.url, capture_exceptions=False, **{**FAST, "queue_size": 5})
+    second = setup(API_KEY, server.url, capture_exceptions=False, **{**FAST, "queue_size": 10_000})
+    try:
+        err = capsys.readouterr().err
+        assert "keeps them: queue_size=5 (asked 10000)" in err, err
+        assert API_KEY not in err
+    finally:
+        second.close(1)
+
+
+def test_a_filter_that_raises_never_reaches_the_log_call(server: CaptureServer) -> None:
+    class Broken(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            raise RuntimeError("filter bug")
+
+    handler = EventLogHandler(API_KEY, server.url, **FAST)
+    handler.addFilter(Broken())
+    logger = logging.getLogger("tests.filters")
+    logger.addHandler(handler)
+    try:
+        logger.warning("still fine")  # raised RuntimeError into the program
+        assert handler.emit_errors == 1
+        assert handler.last_emit_error == "a filter raised RuntimeError: filter bug"
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
