@@ -434,6 +434,18 @@ def engines() -> list[Engine]:
     return list(_ENGINES.values())
 
 
+#: When the program's exit began before ``atexit`` (an uncaught exception in the main thread,
+#: whose hook waits for its event): the exit flush's deadline counts from then.
+_exit_began: float | None = None
+
+
+def exit_begins() -> None:
+    """The program is ending now (see :data:`_exit_began`)."""
+    global _exit_began
+    if _exit_began is None:
+        _exit_began = time.monotonic()
+
+
 def shutdown_all(timeout: float | None = None, *, late: bool = False) -> int:
     """Run every engine's exit flush within one deadline; return the events left unsent.
     ``late``: at the interpreter's exit (see :meth:`Engine.shutdown`)."""
@@ -443,6 +455,8 @@ def shutdown_all(timeout: float | None = None, *, late: bool = False) -> int:
     if timeout is None:
         timeout = max(engine.settings.shutdown_timeout for engine in current)
     deadline = time.monotonic() + timeout
+    if late and _exit_began is not None:  # shared with the wait that began the exit
+        deadline = max(time.monotonic(), min(deadline, _exit_began + timeout))
     unsent = 0
     for engine in current:
         unsent += engine.shutdown(max(0.0, deadline - time.monotonic()), late=late)

@@ -43,11 +43,13 @@ import multiprocessing
 import multiprocessing.util
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from eventlog_handler.capture._exceptions import capture_exception
+from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
 from eventlog_handler.delivery._stderr import say_unconfigured
 from eventlog_handler.settings import Settings
@@ -55,6 +57,9 @@ from eventlog_handler.wire._jsonsafe import safe_repr
 
 #: The longest an uncaught exception waits for its event to be delivered.
 MAX_HOOK_FLUSH = 2.0
+#: Seconds after a hook's wait that ran out during which hooks queue without waiting.
+NO_WAIT_AFTER_TIMEOUT = 60.0
+_no_wait_until = 0.0
 
 _SysHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
 _ThreadHook = Callable[[Any], Any]
@@ -144,6 +149,7 @@ class ExceptionHooks:
                 return
             if exc.__traceback__ is None and tb is not None:
                 exc = exc.with_traceback(tb)
+            transport.exit_begins()  # the exit flush's deadline counts from here
             self.report(exc, level="Fatal", submission_method="unhandled_exception")
         except Exception:  # pragma: no cover - a hook must not fail
             pass
@@ -260,8 +266,14 @@ class ExceptionHooks:
             data=data,
             settings=self.settings,
         )
-        if queued and wait:  # not past a failed attempt: the worker and the exit retry
-            get_engine(self.settings).flush(self.flush_timeout, until_failure=True)
+        global _no_wait_until
+        # Not past a failed attempt: the worker and the exit retry. Nor again soon after a
+        # wait that ran out (a server that never answers: each thread that died waited it
+        # out in full); the event is queued all the same.
+        if queued and wait and time.monotonic() >= _no_wait_until:
+            settled = get_engine(self.settings).flush(self.flush_timeout, until_failure=True)
+            if not settled:
+                _no_wait_until = time.monotonic() + NO_WAIT_AFTER_TIMEOUT
         return queued
 
 

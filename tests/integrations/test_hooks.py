@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import textwrap
 import threading
+import time
 from types import TracebackType
 from typing import Any
 
@@ -14,6 +15,7 @@ from eventlog_handler.integrations._hooks import ExceptionHooks
 from eventlog_handler.settings import Settings
 from tests.support.capture import CaptureServer
 from tests.support.constants import API_KEY, FAST
+from tests.support.faultserver import FaultServer
 from tests.support.processes import run_python
 
 
@@ -277,3 +279,50 @@ def test_thread_hook_skips_sender_threads_and_system_exit(
     assert transport.get_engine(hooks.settings).flush(5)
     assert server.events == []
     assert len(previous_calls) == 2
+
+
+def test_a_crash_with_a_server_that_never_answers_ends_within_shutdown_timeout() -> None:
+    """The main thread's hook waits for its event, then the exit flush: they share one
+    ``shutdown_timeout`` (each took it in full: 4.3 s for the default 2 s)."""
+    with FaultServer() as hung:
+        hung.default = "hang"
+        program = """
+            import logging, sys, time
+            import eventlog_handler
+            eventlog_handler.setup()
+            logging.getLogger("app").warning("about to crash")
+            raise RuntimeError("crash")
+            """
+        started = time.monotonic()
+        result = run_python(hung.url, script(program))
+        ended = time.monotonic()
+    assert result.returncode == 1
+    assert "RuntimeError: crash" in result.stderr
+    # About 2 s (shutdown_timeout) and the interpreter's start and end; not twice that.
+    assert ended - started < 3.8, (ended - started, result.stderr)
+    assert "outcome is unknown" in result.stderr, result.stderr
+
+
+def test_threads_dying_while_the_server_never_answers_do_not_each_wait() -> None:
+    """A thread's hook waits a moment for its event; when that wait runs out (a request that
+    is never answered), the next threads' hooks queue theirs without waiting (each waited
+    2 s: five threads, 10 s)."""
+    with FaultServer() as hung:
+        hung.default = "hang"
+        program = """
+            import sys, threading, time
+            import eventlog_handler
+            eventlog_handler.setup(shutdown_timeout=0.5)
+            def work():
+                1 / 0
+            started = time.monotonic()
+            for _ in range(5):
+                thread = threading.Thread(target=work)
+                thread.start()
+                thread.join()
+            print("MARK joined", time.monotonic() - started)
+            """
+        result = run_python(hung.url, script(program))
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("MARK joined")]
+    assert float(line.split()[-1]) < 2.0, result.stdout + result.stderr
+    assert result.stderr.count("ZeroDivisionError") == 5
