@@ -18,6 +18,7 @@ is counted as dropped (``filtered``) and not sent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -25,7 +26,9 @@ from typing import Any
 from eventlog_handler.capture._admit import SEND, admit
 from eventlog_handler.capture._records import build_event
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
+from eventlog_handler.delivery._stderr import say_capture_failed
 from eventlog_handler.settings import Settings
+from eventlog_handler.wire._jsonsafe import safe_str
 
 #: The settings of the current :func:`~eventlog_handler.setup` (it sets and clears them).
 _active: Settings | None = None
@@ -73,5 +76,9 @@ def capture_exception(
         return engine.enqueue(
             event, exc=exc if settings.before_send is not None else None, settings=settings
         )
-    except Exception:  # pragma: no cover - reporting must never raise into the application
+    except Exception as failure:  # reporting must never raise into the application
+        with contextlib.suppress(Exception):
+            if settings is not None:
+                text = f"{type(failure).__name__}: {safe_str(failure)}"[:500]
+                say_capture_failed(None, text, settings)
         return False

@@ -127,12 +127,14 @@ def say_unconfigured(settings: Settings) -> None:
         )
 
 
-def say_capture_failed(counter: str, text: str, settings: Settings) -> None:
-    """Say once per process that a log call could not be made an event (``text``: the
-    failure): the event is lost, and counted only in ``counter``."""
+def say_capture_failed(counter: str | None, text: str, settings: Settings) -> None:
+    """Say once per process that a log call (``counter`` ``None``: an exception to report)
+    could not be made an event (``text``: the failure): the event is lost, and counted only in
+    ``counter``."""
+    what = "a log call" if counter is not None else "an exception to report"
+    counted = f"it is counted in {counter}" if counter is not None else "it is not sent"
     say_once(
         "capture failed",
-        f"eventlog_handler: a log call could not be made an event "
-        f"({redact(text, *settings.secrets)}); it is counted in {counter}, and further ones "
-        "are not said.",
+        f"eventlog_handler: {what} could not be made an event "
+        f"({redact(text, *settings.secrets)}); {counted}, and further ones are not said.",
     )

@@ -325,11 +325,13 @@ def environment_info() -> dict[str, Any]:
     pid = os.getpid()
     if _ENVIRONMENT is None or _ENVIRONMENT.get("process_id") != str(pid):
         uname = platform.uname()
+        # A list of text, but at the interpreter's end (None: an error in a __del__ then).
+        argv = [safe_str(arg) for arg in sys.argv] if isinstance(sys.argv, list) else []
         _ENVIRONMENT = {
             "machine_name": socket.gethostname(),
             "process_id": str(pid),
-            "process_name": os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python",
-            "command_line": truncate(" ".join(mask_arguments(sys.argv)), 1000),
+            "process_name": os.path.basename(argv[0]) if argv and argv[0] else "python",
+            "command_line": truncate(" ".join(mask_arguments(argv)), 1000),
             "o_s_name": uname.system,
             "o_s_version": uname.release,
             "architecture": uname.machine,

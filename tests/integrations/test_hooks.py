@@ -326,3 +326,59 @@ def test_threads_dying_while_the_server_never_answers_do_not_each_wait() -> None
     [line] = [line for line in result.stdout.splitlines() if line.startswith("MARK joined")]
     assert float(line.split()[-1]) < 2.0, result.stdout + result.stderr
     assert result.stderr.count("ZeroDivisionError") == 5
+
+
+def test_an_error_at_the_interpreters_end_is_reported(server: CaptureServer) -> None:
+    """A global whose ``__del__`` raises, collected as the interpreter ends: ``sys.argv`` is
+    ``None`` by then, and building the error's ``@environment`` failed on it (the event was lost
+    without a word; one logged there was "a log call could not be made an event")."""
+    result = run_python(
+        server.url,
+        script(
+            """
+            import logging
+            import eventlog_handler
+            eventlog_handler.setup()
+            log = logging.getLogger("app")
+            log.warning("started")  # sent: the sending code is loaded before the end
+
+            class Resource:
+                def __del__(self):
+                    try:
+                        1 / 0
+                    except ZeroDivisionError:
+                        log.exception("cleanup failed")
+                    raise ValueError("del raised")
+
+            resource = Resource()
+            """
+        ),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "could not be made an event" not in result.stderr, result.stderr
+    events = server.wait_for(3)
+    assert sorted(event["@simple_error"]["type"] for event in errors_of(events)) == [
+        "ValueError",
+        "ZeroDivisionError",
+    ]
+
+
+def test_an_exception_that_cannot_be_reported_is_said(
+    server: CaptureServer, monkeypatch: Any, capsys: Any
+) -> None:
+    from eventlog_handler.capture import _exceptions
+    from eventlog_handler.delivery import _stderr
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("'NoneType' object is not iterable")
+
+    monkeypatch.setattr(_exceptions, "build_event", broken)
+    monkeypatch.setattr(_stderr, "_SAID", set())
+    settings = Settings.from_options({"api_key": API_KEY, "server_url": server.url, **FAST})
+    try:
+        assert _exceptions.capture_exception(ValueError("x"), settings=settings) is False
+    finally:
+        transport.get_engine(settings).shutdown(1)
+    err = capsys.readouterr().err
+    assert "an exception to report could not be made an event (TypeError" in err, err
+    assert "it is not sent" in err
