@@ -111,8 +111,10 @@ class Lifecycle:
             return False
         deadline = time.monotonic() + max(0.0, timeout)
         ledger, state, worker = self.ledger, self.state, self.worker
+        spooling = self.spooling
+        replaying = spooling.replay_pending if spooling is not None else lambda: False
         with ledger.lock:
-            if self.idle():
+            if self.idle() and not replaying():
                 return True
             usable = worker.thread is not None or worker.start()
         if not usable:
@@ -122,7 +124,7 @@ class Lifecycle:
             ledger.changed.notify_all()
             failures = ledger.retries
             try:
-                while not self.idle() and not self.intake.finished:
+                while (not self.idle() or replaying()) and not self.intake.finished:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or worker.thread is None:
                         break
@@ -131,7 +133,7 @@ class Lifecycle:
                     if until_failure and ledger.retries != failures:
                         break
                     ledger.changed.wait(timeout=remaining)
-                return self.idle()
+                return self.idle() and not replaying()
             finally:
                 state.flushing -= 1
 

@@ -87,6 +87,8 @@ class SpoolTraffic:
         #: Finished events for entries, without the roll-up: one event per entry.
         self.finish = finish
         self.orphans: list[SpoolFile] = []
+        #: Whether the directory was looked at for files of ended processes yet.
+        self.scanned = False
         self.next_scan = 0.0
         #: When this process's own rows are next due for sending.
         self.due = math.inf
@@ -125,6 +127,11 @@ class SpoolTraffic:
             due = min(due, now if self.state.hurried else self.due)
         return due
 
+    def replay_pending(self) -> bool:
+        """Whether files of ended processes may wait to be sent: before the first look at the
+        directory, or while claimed files are not sent yet."""
+        return not self.scanned or bool(self.orphans)
+
     # -- sending from disk --------------------------------------------------------------------
 
     def work(self, delivery: Sending) -> None:
@@ -143,6 +150,10 @@ class SpoolTraffic:
                 return
             orphan.close()
             self.orphans.remove(orphan)
+        if not self.scanned:
+            with self.ledger.lock:  # a flush waits for the first replay (replay_pending)
+                self.scanned = True
+                self.ledger.changed.notify_all()
         own = self.spool.own_file
         due = own is not None and self.ledger.spooled and self.due_at(now) <= now
         if due and own is not None and self.send_file(own, delivery):

@@ -445,3 +445,33 @@ def test_rows_expired_before_a_disk_error_are_counted_as_expired(
         assert stats["captured"] == accounted(stats) == 15, stats
     finally:
         engine.shutdown(1.0)
+
+
+def test_a_flush_in_the_next_process_waits_for_the_replay(tmp_path: Path) -> None:
+    """A short job that starts with the spool of an earlier run and flushes without logging
+    (a cron job whose run had nothing to say): flush() returned True at once, before the
+    worker had looked at the directory, and the kept events waited for yet another start."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    spool = tmp_path / "spool"
+    body = """
+    for i in range(50):
+        engine.enqueue(log_event(f"kept {i}", level="Info"))
+    engine.flush(0.3)
+    """
+    completed = subprocess.run(
+        [sys.executable, "-c", script(url, spool, body, spool_all=False)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "50 event(s) kept in the spool" in completed.stderr, completed.stderr
+    with FaultServer(port=port) as server:
+        engine = make(url, spool, spool_scan_interval=30.0)
+        try:
+            assert engine.flush(10.0)  # nothing logged: only what the last run kept
+            assert sorted(event["message"] for event in server.accepted) == sorted(
+                f"kept {i}" for i in range(50)
+            )
+        finally:
+            engine.shutdown(1.0)
