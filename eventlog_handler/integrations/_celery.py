@@ -20,7 +20,8 @@ exception. Retries (``self.retry``, ``autoretry_for``), ``Ignore`` and ``Reject`
 ``WARNING`` on Celery's loggers, whose routine lines are not events. A pool child's end that the
 main process reports (``TimeLimitExceeded``, ``WorkerLostError``) comes wrapped in billiard's
 ``ExceptionWithTraceback``: the exception inside is reported
-(:func:`eventlog_handler.capture._records.exception_of`). What a worker's tasks print (Celery
+(:func:`eventlog_handler.capture._records.exception_of`), once, from ``task_failure``, as an
+error of the task (Celery's line about it names no task; its hard time limit line is no event). What a worker's tasks print (Celery
 logs stdout on ``celery.redirected``; structlog's ``PrintLogger`` writes there too) is output,
 not events: in the trace log only.
 """
@@ -30,10 +31,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from eventlog_handler.capture._admit import mark_reported
 from eventlog_handler.capture._context import RequestScope, add_tags
+from eventlog_handler.capture._exceptions import capture_exception
+from eventlog_handler.capture._records import exception_of
 from eventlog_handler.delivery import _engine as transport
 
 #: The handlers to keep on the root logger (set by setup()), or an empty list.
@@ -53,6 +58,9 @@ def install(handlers: Callable[[], list[logging.Handler]]) -> bool:
         return False
     with _lock:
         _handlers = handlers
+        for handler in handlers():
+            if _FILTER not in handler.filters:
+                handler.addFilter(_FILTER)
         if _connected:
             return True
         signals.after_setup_logger.connect(_after_setup_logger, weak=False)
@@ -61,6 +69,7 @@ def install(handlers: Callable[[], list[logging.Handler]]) -> bool:
         signals.task_postrun.connect(_task_postrun, weak=False)
         signals.worker_process_shutdown.connect(_worker_process_shutdown, weak=False)
         signals.worker_shutdown.connect(_worker_shutdown, weak=False)
+        signals.task_failure.connect(_task_failure, weak=False)
         _connected = True
     # A setup() made after Celery set up its task logger (in a worker_process_init handler, in
     # a pool child) comes after that signal: the logger is taken as it is now.
@@ -123,3 +132,61 @@ def _worker_shutdown(**_: Any) -> None:
             engine.flush(engine.settings.shutdown_timeout)
     except Exception:  # pragma: no cover
         pass
+
+
+#: The failures of a pool child that the main process reports (its own line about them names
+#: the exception but not the task).
+_POOL_FAILURES = frozenset({"TimeLimitExceeded", "WorkerLostError"})
+#: Tasks whose pool failure was reported (Celery may report one twice: at the time limit,
+#: then when the pool tells the child's end).
+_pool_failed: OrderedDict[str, None] = OrderedDict()
+#: Celery's line at a hard time limit: the error reported with the task says it.
+_HARD_LIMIT_LINE = "Hard time limit (%ss) exceeded for %s[%s]"
+
+
+def _task_failure(
+    sender: Any = None, task_id: str | None = None, exception: Any = None, **_: Any
+) -> None:
+    """A task failed: in the main process, a pool child's end (a hard time limit, a lost
+    child) is reported here, once, as an error of the task (its name as source and tag, its
+    id in ``data["@celery"]``). A task's own exception is reported where it ran."""
+    try:
+        exc = exception_of(exception)
+        if exc is None or type(exc).__name__ not in _POOL_FAILURES:
+            return
+        with _lock:
+            seen = task_id in _pool_failed
+            if task_id and not seen:
+                _pool_failed[task_id] = None
+                while len(_pool_failed) > 1000:
+                    _pool_failed.popitem(last=False)
+        if seen:
+            mark_reported(exc)  # Celery's line about it is not a second error
+            return
+        name = getattr(sender, "name", None)
+        name = name if isinstance(name, str) and name else None
+        scope = RequestScope()
+        tags = add_tags("celery", name) if name else add_tags("celery")
+        try:
+            capture_exception(
+                exc,
+                submission_method="celery_task",
+                source=name,
+                data={"@celery": {"task": name, "id": task_id}},
+            )
+        finally:
+            tags.reset()
+            scope.close()
+    except Exception:  # pragma: no cover - a signal handler must not fail the worker
+        pass
+
+
+class _HardLimitLine(logging.Filter):
+    """Keeps Celery's line about a hard time limit out of the events (the error of the task
+    says it: :func:`_task_failure`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != _HARD_LIMIT_LINE
+
+
+_FILTER = _HardLimitLine()

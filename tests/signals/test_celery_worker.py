@@ -142,6 +142,10 @@ def test_a_hard_time_limit_is_its_own_error_and_printed_lines_are_no_events(
     [error] = [event for event in events if event.get("type") == "error"]
     assert error["@simple_error"]["type"].endswith("TimeLimitExceeded"), error["@simple_error"]
     assert not [e for e in events if "printed by a task" in str(e.get("message"))]
+    # The error names its task (Celery's own line did, as a second event of its own).
+    assert "tasks.hard" in error["tags"] and error["source"] == "tasks.hard", error
+    assert error["data"]["@celery"]["task"] == "tasks.hard" and error["data"]["@celery"]["id"]
+    assert not [e for e in events if "Hard time limit" in str(e.get("message"))], events
 
 
 def test_the_celery_example(tmp_path: Path) -> None:
