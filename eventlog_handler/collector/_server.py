@@ -436,8 +436,13 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             base_url=self._base_url(),
             client=str(self.client_address[0]) if self.client_address else "",
         )
+        cors = path.startswith("/api/") and bool(self.headers.get("Origin"))
         try:
-            response = self._check_host(path) or self.server.api.handle(request)
+            response = self._check_host(path)
+            if response is None and cors and self.command == "OPTIONS":
+                response = _preflight(self.headers.get("Access-Control-Request-Headers"))
+            elif response is None:
+                response = self.server.api.handle(request)
         except _ClientGone:
             self.close_connection = True
             return
@@ -446,6 +451,8 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
         except Exception:
             logger.exception("the collector failed on %s %s", self.command, path[:200])
             response = problem_response(HttpError(500, "The collector failed; see its log."), path)
+        if cors:  # a browser app on another origin (the JavaScript client) reads the answer
+            response.headers.update(_CORS)
         unread = self._unread_body()
         # Recorded before the answer is written, so a client that has its answer finds the
         # request in the log.
@@ -525,3 +532,30 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
                 remaining -= len(chunk)
         except OSError:
             pass
+
+
+#: On the API's answers to a request from a web page (``Origin``), as the service answers:
+#: any origin, without credentials (the API takes a token, not a cookie).
+_CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": (
+        "ETag, Link, X-Result-Count, X-Exceptionless-ConfigVersion, X-RateLimit-Limit, "
+        "X-RateLimit-Remaining, Retry-After"
+    ),
+}
+_HEADER_LIST_RE = re.compile(
+    r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+(?:\s*,\s*[A-Za-z0-9!#$%&'*+.^_`|~-]+)*$"
+)
+
+
+def _preflight(requested: str | None) -> Response:
+    """The answer to a browser's CORS preflight (``OPTIONS`` with ``Origin``) of an API route."""
+    headers = {
+        "Access-Control-Allow-Methods": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
+        "Access-Control-Allow-Headers": "Authorization, Content-Type, Content-Encoding",
+        "Access-Control-Max-Age": "300",
+    }
+    wanted = (requested or "").strip()
+    if wanted and len(wanted) <= 1000 and _HEADER_LIST_RE.match(wanted):
+        headers["Access-Control-Allow-Headers"] = wanted
+    return Response(204, headers=headers)
