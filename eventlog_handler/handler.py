@@ -40,7 +40,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from eventlog_handler._values import MAX_SECONDS
+from eventlog_handler._values import MAX_SECONDS, boolean
 from eventlog_handler.capture import _admit as admit
 from eventlog_handler.capture import _records as records
 from eventlog_handler.capture import _tracelog as tracelog
@@ -119,10 +119,8 @@ class EventLogHandler(logging.Handler):
         **options: Any,
     ) -> None:
         level_number = check_level(level)
-        if hooks is not None and not isinstance(hooks, bool):
-            raise ValueError(
-                f"eventlog_handler: setting 'hooks' must be true or false, got {hooks!r}"
-            )
+        if hooks is not None:  # "false" from a configuration file means False
+            hooks = boolean("hooks", hooks)
         timeout = check_timeout(flush_timeout)
         settings = Settings.from_options(
             {"api_key": api_key, "server_url": server_url, **options}, lenient=True

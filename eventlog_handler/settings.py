@@ -467,8 +467,8 @@ def validate_token(name: str, value: Any) -> str:
             f"({mask_secret(token)!s}, {len(token)} characters): a token has no spaces "
             "and at least 10 characters"
         )
-    if not token.isascii():  # it could not travel in a header: a quote pasted with it?
-        odd = sorted({repr(ch) for ch in token if not ch.isascii()})
+    odd = sorted({repr(ch) for ch in token if not ch.isascii() or ch in "\"'`"})
+    if odd:  # not in a header, or quotes an env file kept: a quote pasted with it?
         raise ValueError(
             f"eventlog_handler: setting {name!r} does not look like a token "
             f"({mask_secret(token)!s}): it holds {', '.join(odd)}; a token is letters and "

@@ -53,7 +53,9 @@ HANDLED_EXCEPTION_LOGGERS = frozenset({"django.request"})
 #: Servers and workers whose records below ``WARNING`` are their routine lifecycle lines ("Started
 #: server process", "Worker exiting", "Task ... received", "Watching for file changes"): not
 #: events, but still in the trace log. Their warnings and errors are sent as usual.
-ROUTINE_LOGGERS = frozenset({"uvicorn", "gunicorn", "celery", "rq", "kombu", "billiard"})
+ROUTINE_LOGGERS = frozenset(
+    {"uvicorn", "gunicorn", "hypercorn", "waitress", "daphne", "celery", "rq", "kombu", "billiard"}
+)
 #: ... and such loggers inside a library (with their children).
 ROUTINE_SUBLOGGERS = ("django.utils.autoreload",)
 

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support.constants import REPO
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
@@ -83,11 +85,13 @@ def test_dictconfig_alone_reports_uncaught_exceptions(tmp_path: Path) -> None:
     assert "KeyError: 'in a thread'" in done.stderr
 
 
-def test_dictconfig_hooks_false_installs_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("off", ["False", '"false"'])  # "false": from a file (it raised)
+def test_dictconfig_hooks_false_installs_nothing(tmp_path: Path, off: str) -> None:
     with FaultServer() as server:
-        source = DICTCONFIG.replace('"tags": ["dc"]}', '"tags": ["dc"], "hooks": False}')
+        source = DICTCONFIG.replace('"tags": ["dc"]}', f'"tags": ["dc"], "hooks": {off}}}')
         done = run(source, child_env(server.url), tmp_path)
         assert done.returncode == 1
+        assert "Unable to configure handler" not in done.stderr, done.stderr
         assert not wait_until(lambda: len(server.accepted) > 0, 2)
 
 

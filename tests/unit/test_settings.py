@@ -469,6 +469,16 @@ def test_a_key_with_a_character_outside_ascii_is_named_as_malformed() -> None:
     assert "'api_key'" in said and "'\u201c'" in said and TOKEN[6:] not in said, said
 
 
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_a_key_with_the_quotes_of_an_env_file_is_named_as_malformed(quote: str) -> None:
+    """``EVENTLOG_API_KEY='"key"'`` (an env file's quotes kept by the tool that read it) was
+    taken as the key: every post refused (401), the key blamed."""
+    with pytest.raises(ValueError) as info:
+        build({"api_key": f"{quote}{TOKEN}{quote}"})
+    said = str(info.value)
+    assert "'api_key'" in said and repr(quote) in said and TOKEN[6:] not in said, said
+
+
 @pytest.mark.parametrize(
     "url", ["http://127.0.0.1:/api@v2", "http://127.0.0.1:5000/a:b@c", "http://[::1]:80/p@q"]
 )

@@ -153,3 +153,15 @@ def test_http_client_and_dev_server_loggers_are_never_sent(
     logging.getLogger("app.after").warning("the last record")
     events = settle(handle, server, 1)
     assert [e["message"] for e in events] == ["the last record"]
+
+
+def test_the_startup_lines_of_other_servers_are_not_events(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    # hypercorn's "Running on", waitress's "Serving on" (one per worker): events, before.
+    handle = setup_eventlog()
+    logging.getLogger("hypercorn.error").info("Running on http://127.0.0.1:8000 (CTRL + C to quit)")
+    logging.getLogger("waitress").info("Serving on http://127.0.0.1:8080")
+    logging.getLogger("daphne.server").info("Listening on TCP address 127.0.0.1:8000")
+    logging.getLogger("waitress.queue").warning("Task queue depth is 5")
+    assert [e["message"] for e in settle(handle, server, 1)] == ["Task queue depth is 5"]
