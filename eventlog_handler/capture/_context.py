@@ -212,16 +212,28 @@ def last_reference_id() -> str | None:
     :func:`~eventlog_handler.submit_user_description` takes. Its event is then sent as it is,
     never counted into a roll-up of identical ones (a user may quote the id).
 
-    While an exception that was reported is being handled, the id of its event: also outside
-    the request's context (Starlette's ``ServerErrorMiddleware`` calls an
-    ``exception_handler(Exception)`` outside the middleware that reported it, where the
-    context's id may be an earlier one's)."""
-    reference_id = reference_of(sys.exc_info()[1])
-    if reference_id is None:
-        reference_id = _LAST_REFERENCE.get()
+    While an exception that was reported is being handled, the id of its event, unless an
+    error was captured after it in this context: also outside the request's context
+    (Starlette's ``ServerErrorMiddleware`` calls an ``exception_handler(Exception)`` outside
+    the middleware that reported it, where the context's id may be an earlier one's)."""
+    reference_id = _LAST_REFERENCE.get()
+    handled = reference_of(sys.exc_info()[1])
+    if handled is not None and (reference_id is None or not _later(reference_id, handled)):
+        reference_id = handled  # unless a later error was captured in this context since
     if reference_id is not None:
         quote_reference(reference_id)
     return reference_id
+
+
+def _later(first: str, second: str) -> bool:
+    """Whether reference id ``first`` was made after ``second`` by this process (one prefix,
+    a counter after it)."""
+    head, _, count = first.rpartition("-")
+    other_head, _, other = second.rpartition("-")
+    try:
+        return head == other_head and int(count, 16) > int(other, 16)
+    except ValueError:
+        return False
 
 
 def note_reference(reference_id: Any) -> None:

@@ -167,7 +167,7 @@ class Delivery:
                     with self.ledger.lock:  # it may have arrived: its outcome is unknown
                         self.ledger.uncertain = part.weight()
                 decision = self.policy.decide(error, attempt, len(part))
-                if decision.action in (Action.SPLIT, Action.SHRINK):
+                if isinstance(error, errors.PayloadTooLargeError):  # not 422's bisection
                     self._learn_too_large(len(payload), error)
                 self.ledger.last_error = self.redact(f"{decision.reason}: {safe_str(error)}")
                 if decision.action in (Action.RETRY, Action.REFUSED):
@@ -194,6 +194,10 @@ class Delivery:
                             grace = self.refused_at_exit()
                             self._shorten_exit(grace)
                             delay = min(delay, grace / 4)
+                        elif self.state.over(time.monotonic() + delay):
+                            # The exit's next try would come after its deadline (a 402's next
+                            # usage bucket, a long Retry-After): no try is left to wait for.
+                            self._end_exit_sending()
                     if spilled:
                         self.pause(delay)
                         return False

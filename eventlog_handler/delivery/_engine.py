@@ -434,16 +434,18 @@ def engines() -> list[Engine]:
     return list(_ENGINES.values())
 
 
-#: When the program's exit began before ``atexit`` (an uncaught exception in the main thread,
-#: whose hook waits for its event): the exit flush's deadline counts from then.
-_exit_began: float | None = None
+#: ``(began, ended)``: the main thread's exception hook waited for its event then, as the
+#: program ends; the exit flush that follows at once counts its deadline from ``began``. (One
+#: that comes later, after an interactive console showed an exception, does not.)
+_exit_began: tuple[float, float] | None = None
+#: Seconds from the hook's wait to the exit flush within which that flush follows it.
+EXIT_FOLLOWS = 0.5
 
 
-def exit_begins() -> None:
-    """The program is ending now (see :data:`_exit_began`)."""
+def exit_begins(began: float) -> None:
+    """The main thread's exception hook waited from ``began`` until now."""
     global _exit_began
-    if _exit_began is None:
-        _exit_began = time.monotonic()
+    _exit_began = (began, time.monotonic())
 
 
 def shutdown_all(timeout: float | None = None, *, late: bool = False) -> int:
@@ -455,8 +457,9 @@ def shutdown_all(timeout: float | None = None, *, late: bool = False) -> int:
     if timeout is None:
         timeout = max(engine.settings.shutdown_timeout for engine in current)
     deadline = time.monotonic() + timeout
-    if late and _exit_began is not None:  # shared with the wait that began the exit
-        deadline = max(time.monotonic(), min(deadline, _exit_began + timeout))
+    if late and _exit_began is not None and time.monotonic() - _exit_began[1] < EXIT_FOLLOWS:
+        # Shared with the hook's wait that began the exit.
+        deadline = max(time.monotonic(), min(deadline, _exit_began[0] + timeout))
     unsent = 0
     for engine in current:
         unsent += engine.shutdown(max(0.0, deadline - time.monotonic()), late=late)

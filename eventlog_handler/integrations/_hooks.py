@@ -149,8 +149,9 @@ class ExceptionHooks:
                 return
             if exc.__traceback__ is None and tb is not None:
                 exc = exc.with_traceback(tb)
-            transport.exit_begins()  # the exit flush's deadline counts from here
+            began = time.monotonic()
             self.report(exc, level="Fatal", submission_method="unhandled_exception")
+            transport.exit_begins(began)  # the exit flush's deadline counts from then
         except Exception:  # pragma: no cover - a hook must not fail
             pass
 
@@ -270,9 +271,10 @@ class ExceptionHooks:
         # Not past a failed attempt: the worker and the exit retry. Nor again soon after a
         # wait that ran out (a server that never answers: each thread that died waited it
         # out in full); the event is queued all the same.
-        if queued and wait and time.monotonic() >= _no_wait_until:
+        started = time.monotonic()
+        if queued and wait and started >= _no_wait_until:
             settled = get_engine(self.settings).flush(self.flush_timeout, until_failure=True)
-            if not settled:
+            if not settled and time.monotonic() - started >= self.flush_timeout * 0.9:
                 _no_wait_until = time.monotonic() + NO_WAIT_AFTER_TIMEOUT
         return queued
 

@@ -382,3 +382,23 @@ def test_an_exception_that_cannot_be_reported_is_said(
     err = capsys.readouterr().err
     assert "an exception to report could not be made an event (TypeError" in err, err
     assert "it is not sent" in err
+
+
+def test_an_exception_shown_by_a_console_does_not_shorten_the_exit_later() -> None:
+    """``code.interact`` (Django's ``manage.py shell``) shows an exception through
+    ``sys.excepthook`` and goes on: the exit that came later got no time to send (the deadline
+    was counted from that exception)."""
+    with FaultServer() as server:
+        server.default = lambda events, size: (time.sleep(0.3), 202)[1]  # a slow answer
+        program = """
+            import code, logging, time
+            import eventlog_handler
+            eventlog_handler.setup()
+            code.InteractiveConsole().push("1/0")  # a typo in a console session: no exit
+            time.sleep(2.5)
+            logging.getLogger("app").error("logged just before a normal exit")
+            """
+        result = run_python(server.url, script(program))
+        assert result.returncode == 0, result.stderr
+        assert "could not be sent" not in result.stderr, result.stderr
+        assert "logged just before a normal exit" in server.arrivals()

@@ -50,6 +50,27 @@ def _last_reference_id_is_the_id_that_arrived(server: FaultServer) -> None:
     assert eventlog_handler.last_reference_id() == reference
 
 
+def test_an_error_after_the_exception_in_its_except_block_is_the_last(
+    server: FaultServer, handle: Any
+) -> None:
+    contextvars.Context().run(_an_error_after_the_exception_is_the_last, server)
+
+
+def _an_error_after_the_exception_is_the_last(server: FaultServer) -> None:
+    log = logging.getLogger("shop")
+    try:
+        raise KeyError("order 7")
+    except KeyError:
+        log.exception("checkout failed")
+        first = eventlog_handler.last_reference_id()
+        log.error("giving up on order 7")
+        last = eventlog_handler.last_reference_id()  # still in the except block
+    assert first is not None and last is not None and last != first
+    assert wait_until(lambda: len(server.accepted) == 2, 10)
+    by_message = {event["message"]: event["reference_id"] for event in server.accepted}
+    assert (by_message["checkout failed"], by_message["giving up on order 7"]) == (first, last)
+
+
 def test_each_thread_has_its_own_last_reference_id(server: FaultServer, handle: Any) -> None:
     seen: list[Any] = []
 

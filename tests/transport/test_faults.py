@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -371,3 +372,40 @@ def test_requests_as_large_as_one_refused_with_413_are_not_sent_again(server, ma
     assert stats["dropped"]["too_large"] == 300
     assert len(server.requests) < 60, len(server.requests)
     assert capsys.readouterr().err.count("refused") == 1
+
+
+def test_the_exit_ends_once_its_next_try_would_come_after_its_deadline(server) -> None:
+    """402 at exit: the next try is the next 5-minute usage bucket, after the exit's deadline;
+    the exit waited out all of ``shutdown_timeout`` for nothing."""
+    from eventlog_handler.delivery import _engine as transport
+    from eventlog_handler.settings import Settings
+    from tests.support.constants import TRANSPORT_API_KEY
+
+    server.default = 402
+    settings = Settings.from_options(
+        {"server_url": server.url, "api_key": TRANSPORT_API_KEY, "shutdown_timeout": 5.0},
+        environ={},
+    )
+    engine = transport.Engine(settings)
+    capture(engine, 3)
+    started = time.monotonic()
+    assert engine.shutdown(5.0) == 3  # not sent: counted as dropped at exit
+    assert time.monotonic() - started < 2.5
+    assert server.statuses() and set(server.statuses()) == {402}
+
+
+def test_a_422_is_not_taken_for_a_size_limit(server, make_engine) -> None:
+    """422 bisects a batch to find its bad event: that split was learned as a 413's limit, and
+    a valid event as large as that batch was then shrunk without being sent as it was."""
+    server.default = lambda events, size: (
+        422 if any(event.get("message") == "bad" for event in events) else 202
+    )
+    engine = make_engine(flush_interval=5.0)
+    for message in ("fine 1", "bad", "fine 2"):
+        engine.enqueue(log_event(message, level="Info"))
+    settled(engine, server, 2)
+    blob = os.urandom(3000).hex()
+    engine.enqueue(log_event("large", level="Info", data={"blob": blob}))
+    settled(engine, server, 3)
+    [large] = [event for event in server.accepted if event["message"] == "large"]
+    assert large["data"] == {"blob": blob}  # whole, not trimmed
