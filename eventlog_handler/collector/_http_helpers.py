@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 from eventlog_handler.collector._accounts import TokenRecord
 from eventlog_handler.collector._ingest import decode_body
-from eventlog_handler.collector._messages import Request
+from eventlog_handler.collector._messages import Request, Response
 from eventlog_handler.collector._problems import HttpError
 from eventlog_handler.collector._storage import Storage
 
@@ -42,7 +42,7 @@ def media_type(request: Request) -> str:
 def content_length(request: Request, max_body_bytes: int) -> int | None:
     """The body's declared length, None when there is none; 400/411/413 when unusable."""
     if request.headers.get("Transfer-Encoding"):
-        raise HttpError(411, "Send a Content-Length; chunked bodies are not accepted.")
+        raise HttpError(411, "Send a Content-Length (or a chunked body).")
     values = request.headers.get_all("Content-Length") or []
     if not values:
         return None
@@ -169,3 +169,30 @@ def token_project(storage: Storage, request: Request, token: TokenRecord) -> str
             "This token is not bound to a project: use a project token (API key).",
         )
     return token.project_id
+
+
+#: On the API's answers to a request from a web page (``Origin``), as the service answers:
+#: any origin, without credentials (the API takes a token, not a cookie).
+CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": (
+        "ETag, Link, X-Result-Count, X-Exceptionless-ConfigVersion, X-RateLimit-Limit, "
+        "X-RateLimit-Remaining, Retry-After"
+    ),
+}
+_HEADER_LIST_RE = re.compile(
+    r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+(?:\s*,\s*[A-Za-z0-9!#$%&'*+.^_`|~-]+)*$"
+)
+
+
+def preflight(requested: str | None) -> Response:
+    """The answer to a browser's CORS preflight (``OPTIONS`` with ``Origin``) of an API route."""
+    headers = {
+        "Access-Control-Allow-Methods": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
+        "Access-Control-Allow-Headers": "Authorization, Content-Type, Content-Encoding",
+        "Access-Control-Max-Age": "300",
+    }
+    wanted = (requested or "").strip()
+    if wanted and len(wanted) <= 1000 and _HEADER_LIST_RE.match(wanted):
+        headers["Access-Control-Allow-Headers"] = wanted
+    return Response(204, headers=headers)

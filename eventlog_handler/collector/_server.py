@@ -42,6 +42,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from eventlog_handler.collector._auth import HostPolicy
 from eventlog_handler.collector._endpoints import Api
+from eventlog_handler.collector._http_helpers import CORS, preflight
 from eventlog_handler.collector._messages import Request, Response, problem_response
 from eventlog_handler.collector._problems import HttpError, problem_body
 from eventlog_handler.collector._storage import StorageClosed
@@ -292,6 +293,8 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
 
     _body_read = 0
     _expect_refused = False
+    #: A chunked body, read whole and de-chunked before the request is served.
+    _dechunked: io.BytesIO | None = None
     _reader: DeadlineReader | None = None
 
     def version_string(self) -> str:
@@ -392,6 +395,10 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
         return int(raw) if raw.isascii() and raw.isdigit() else None
 
     def _read_body(self, size: int) -> bytes:
+        if self._dechunked is not None:
+            data = self._dechunked.read(size)
+            self._body_read += len(data)
+            return data
         if self._body_read == 0:
             self._deadline(self.server.limits.body_timeout)
         self.server.note_waiting(self.connection)  # the client's turn: it may be evicted
@@ -422,8 +429,43 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             return problem_response(HttpError(421, detail), path)
         return None
 
+    def _dechunk(self) -> Response | None:
+        """Read a chunked body whole (the service reads them: ``requests`` sends one for a
+        generator) and serve it as if it had a ``Content-Length``; a problem response when it
+        is too large or malformed."""
+        limit = self.server.api.max_body_bytes
+        self._deadline(self.server.limits.body_timeout)
+        body = bytearray()
+        try:
+            while True:
+                size_line = self.rfile.readline(1026)
+                size = int(size_line.split(b";", 1)[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    break
+                if len(body) + size > limit:
+                    self.close_connection = True
+                    detail = f"The request body is larger than {limit} bytes."
+                    return problem_response(HttpError(413, detail), self.path)
+                chunk = self.rfile.read(size)
+                if len(chunk) < size:
+                    raise _ClientGone()
+                body += chunk
+                self.rfile.readline(3)  # the CRLF after the chunk
+        except ValueError:
+            self.close_connection = True
+            return problem_response(HttpError(400, "The chunked body is malformed."), self.path)
+        except OSError as exc:
+            raise _ClientGone() from exc
+        del self.headers["Transfer-Encoding"]
+        self.headers["Content-Length"] = str(len(body))
+        self._dechunked = io.BytesIO(bytes(body))
+        return None
+
     def _serve(self) -> None:
         self._body_read = 0
+        self._dechunked = None
         started = time.time()
         split = urlsplit(self.path)
         path = unquote(split.path) or "/"
@@ -437,10 +479,13 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             client=str(self.client_address[0]) if self.client_address else "",
         )
         cors = path.startswith("/api/") and bool(self.headers.get("Origin"))
+        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
         try:
             response = self._check_host(path)
+            if response is None and chunked:
+                response = self._dechunk()
             if response is None and cors and self.command == "OPTIONS":
-                response = _preflight(self.headers.get("Access-Control-Request-Headers"))
+                response = preflight(self.headers.get("Access-Control-Request-Headers"))
             elif response is None:
                 response = self.server.api.handle(request)
         except _ClientGone:
@@ -452,7 +497,7 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             logger.exception("the collector failed on %s %s", self.command, path[:200])
             response = problem_response(HttpError(500, "The collector failed; see its log."), path)
         if cors:  # a browser app on another origin (the JavaScript client) reads the answer
-            response.headers.update(_CORS)
+            response.headers.update(CORS)
         unread = self._unread_body()
         # Recorded before the answer is written, so a client that has its answer finds the
         # request in the log.
@@ -488,6 +533,8 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
                 logger.exception("the collector failed after answering %s", path[:200])
 
     def _unread_body(self) -> bool:
+        if self._dechunked is not None:
+            return False  # read whole from the connection
         if self.headers.get("Transfer-Encoding"):
             return True
         raw = self.headers.get("Content-Length")
@@ -532,30 +579,3 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
                 remaining -= len(chunk)
         except OSError:
             pass
-
-
-#: On the API's answers to a request from a web page (``Origin``), as the service answers:
-#: any origin, without credentials (the API takes a token, not a cookie).
-_CORS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": (
-        "ETag, Link, X-Result-Count, X-Exceptionless-ConfigVersion, X-RateLimit-Limit, "
-        "X-RateLimit-Remaining, Retry-After"
-    ),
-}
-_HEADER_LIST_RE = re.compile(
-    r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+(?:\s*,\s*[A-Za-z0-9!#$%&'*+.^_`|~-]+)*$"
-)
-
-
-def _preflight(requested: str | None) -> Response:
-    """The answer to a browser's CORS preflight (``OPTIONS`` with ``Origin``) of an API route."""
-    headers = {
-        "Access-Control-Allow-Methods": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
-        "Access-Control-Allow-Headers": "Authorization, Content-Type, Content-Encoding",
-        "Access-Control-Max-Age": "300",
-    }
-    wanted = (requested or "").strip()
-    if wanted and len(wanted) <= 1000 and _HEADER_LIST_RE.match(wanted):
-        headers["Access-Control-Allow-Headers"] = wanted
-    return Response(204, headers=headers)

@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from eventlog_handler.collector import Collector
+from eventlog_handler.collector._endpoints import DEFAULT_MAX_BODY_BYTES
 from eventlog_handler.collector._formats import format_event_date, parse_date
 from tests.support.collector import Client, assert_problem
 
@@ -341,21 +342,42 @@ def test_an_empty_array_gets_202_and_stores_nothing(
 
 
 def test_missing_content_length_gets_411(client: Client, collector: Collector) -> None:
-    def chunks() -> Any:
-        yield b'{"message": "chunked"}'
-
     response = client.post_events(b"", headers={})  # Content-Length: 0
     assert_problem(response, 411)
-    response = client.request(
-        "POST",
-        "/api/v2/events",
-        collector.project_token,
-        data=chunks(),
-        headers={"Content-Type": "application/json"},
-    )
-    assert "Transfer-Encoding" in response.request.headers
-    assert_problem(response, 411)
     assert collector.events() == []
+
+
+def test_a_chunked_body_is_read_as_the_service_reads_it(
+    client: Client, collector: Collector
+) -> None:
+    """``requests`` sends a generator's body chunked, without a Content-Length; the service
+    reads it (its POST checks only for a Content-Length of 0). It was refused with 411."""
+
+    def chunks() -> Any:
+        yield b'[{"message": "chunked 1"},'
+        yield b' {"message": "chunked 2"}]'
+
+    def post(body: Any) -> Any:
+        return client.request(
+            "POST",
+            "/api/v2/events",
+            collector.project_token,
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
+
+    response = post(chunks())
+    assert "Transfer-Encoding" in response.request.headers
+    assert response.status_code == 202, response.text
+    assert post(b'{"message": "after, on the same connection"}').status_code == 202
+    messages = sorted(event["message"] for event in collector.events())
+    assert messages == ["after, on the same connection", "chunked 1", "chunked 2"]
+
+    def too_much() -> Any:
+        yield b"x" * (DEFAULT_MAX_BODY_BYTES // 2)
+        yield b"x" * (DEFAULT_MAX_BODY_BYTES // 2 + 1000)  # just past the limit
+
+    assert_problem(post(too_much()), 413)
 
 
 def test_corrupt_gzip_gets_400(client: Client, collector: Collector) -> None:
