@@ -170,6 +170,11 @@ class Spool:
             if not path.exists():  # claimed and emptied by another process meanwhile
                 os.close(fd)
                 continue
+            if not (os.access(path, os.W_OK) and os.access(self.directory, os.W_OK)):
+                # Its rows could not be deleted once sent: sent again at every start.
+                self.unopenable(path, "read-only: its events could not be deleted once sent")
+                os.close(fd)
+                continue
             try:
                 claimed.append(SpoolFile(path, fd, self.max_bytes, on_quarantine=self._note))
             except (sqlite3.Error, OSError) as exc:
@@ -181,11 +186,16 @@ class Spool:
                         self._note(moved)
                     else:
                         self._unmovable.add(path)
-                elif path not in self._unopened:  # tried again at the next scan
-                    self._unopened[path] = why = f"{type(exc).__name__}: {exc}"
-                    self._unopened_new.append((path, why))
+                else:  # tried again at the next scan
+                    self.unopenable(path, f"{type(exc).__name__}: {exc}")
                 os.close(fd)
         return claimed
+
+    def unopenable(self, path: Path, why: str) -> None:
+        """``path`` of an ended process can't be sent from now (said once: :meth:`take_unopened`)."""
+        if path not in self._unopened:
+            self._unopened[path] = why
+            self._unopened_new.append((path, why))
 
     def take_unopened(self) -> list[tuple[Path, str]]:
         """Files of ended processes found unopenable since the last call, and why."""

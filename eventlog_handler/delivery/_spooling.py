@@ -146,8 +146,13 @@ class SpoolTraffic:
                 self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
         self._say_quarantined()
         for orphan in list(self.orphans):
-            if not self.send_file(orphan, delivery):
-                return
+            try:
+                if not self.send_file(orphan, delivery):
+                    return
+            except (OSError, sqlite3.Error) as exc:  # sent rows it can't delete: left alone
+                self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
+                self.spool.unopenable(orphan.path, f"{type(exc).__name__}: {safe_str(exc)}")
+                self._say_quarantined()
             orphan.close()
             self.orphans.remove(orphan)
         if not self.scanned:

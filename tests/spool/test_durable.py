@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from eventlog_handler.wire._events import error_event, log_event
 from tests.support.constants import TRANSPORT_API_KEY as API_KEY
 from tests.support.constants import TRANSPORT_FAST as FAST
 from tests.support.faultserver import FaultServer
+from tests.support.processes import child_env
 from tests.support.waits import dead_port, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -475,3 +478,56 @@ def test_a_flush_in_the_next_process_waits_for_the_replay(tmp_path: Path) -> Non
             )
         finally:
             engine.shutdown(1.0)
+
+
+def test_a_read_only_file_of_an_ended_process_is_left_alone_and_said(tmp_path: Path) -> None:
+    """A spool file left by another user's run, readable but not writable here: its events
+    were sent, their rows could not be deleted, and the worker stopped on that error; every
+    flush() started one again, which sent them again (a duplicate each time), and what the
+    program logged after was never sent."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run the program as another user")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    spool = Path(tempfile.mkdtemp(prefix="eventlog-ro-"))  # pytest's tmp_path is root's only
+    try:
+        _read_only_orphan(spool, nobody)
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+
+
+def _read_only_orphan(spool: Path, nobody: list[str]) -> None:
+    os.chown(spool, 65534, 65534)
+    env = child_env(f"http://127.0.0.1:{free_port()}")
+    first = """
+        import logging, eventlog_handler
+        eventlog_handler.setup(spool_path=SPOOL, shutdown_timeout=0.5)
+        logging.getLogger("app").error("left in the spool")
+        """.replace("SPOOL", repr(str(spool)))
+    subprocess.run(
+        [*nobody, sys.executable, "-c", textwrap.dedent(first)], env=env, timeout=60, check=True
+    )
+    [left] = list(spool.glob(f"*{SUFFIX}"))
+    left.chmod(0o444)
+    second = """
+        import logging, time, eventlog_handler
+        handle = eventlog_handler.setup(spool_path=SPOOL)
+        print("MARK flushed", [handle.flush(3) for _ in range(3)], flush=True)
+        logging.getLogger("app").error("logged after")
+        print("MARK settled", handle.flush(5), flush=True)
+        """.replace("SPOOL", repr(str(spool)))
+    with FaultServer() as server:
+        done = subprocess.run(
+            [*nobody, sys.executable, "-c", textwrap.dedent(second)],
+            env=child_env(server.url),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        messages = [event["message"] for event in server.accepted]
+    assert done.returncode == 0, done.stderr
+    assert "MARK flushed [True, True, True]" in done.stdout, done.stdout + done.stderr
+    assert "MARK settled True" in done.stdout, done.stdout + done.stderr
+    assert messages == ["logged after"], messages
+    assert server.duplicates == []
+    assert done.stderr.count("read-only") == 1, done.stderr
+    assert "the delivery worker stopped" not in done.stderr
