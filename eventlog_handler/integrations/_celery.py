@@ -30,9 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from eventlog_handler.capture._admit import mark_reported
@@ -137,11 +140,17 @@ def _worker_shutdown(**_: Any) -> None:
 #: The failures of a pool child that the main process reports (its own line about them names
 #: the exception but not the task).
 _POOL_FAILURES = frozenset({"TimeLimitExceeded", "WorkerLostError"})
-#: Tasks whose pool failure was reported (Celery may report one twice: at the time limit,
-#: then when the pool tells the child's end).
-_pool_failed: OrderedDict[str, None] = OrderedDict()
+#: Tasks whose pool failure was reported, and when (monotonic): Celery tells one incident
+#: up to twice (``task_failure`` at the time limit, then its line when the pool tells the
+#: child's end), within moments; a task requeued after it (``acks_late``) may fail again.
+_pool_failed: OrderedDict[str, float] = OrderedDict()
+#: Seconds within which the reports of one task id are one incident.
+SAME_INCIDENT = 0.5
 #: Celery's line at a hard time limit: the error reported with the task says it.
 _HARD_LIMIT_LINE = "Hard time limit (%ss) exceeded for %s[%s]"
+#: Celery's line for a failure the main process handles (``Request.on_failure``): for a pool
+#: child's end, reported with the task it was running (the line names none).
+_HANDLER_LINE = "Task handler raised error: %r"
 
 
 def _task_failure(
@@ -150,20 +159,28 @@ def _task_failure(
     """A task failed: in the main process, a pool child's end (a hard time limit, a lost
     child) is reported here, once, as an error of the task (its name as source and tag, its
     id in ``data["@celery"]``). A task's own exception is reported where it ran."""
+    with contextlib.suppress(Exception):
+        _report_pool_failure(getattr(sender, "name", None), task_id, exception_of(exception))
+
+
+def _report_pool_failure(name: Any, task_id: Any, exc: BaseException | None) -> bool:
+    """Report a pool child's end ``exc`` as an error of task ``name`` (id ``task_id``), once
+    per incident; ``False`` when ``exc`` is no such failure."""
     try:
-        exc = exception_of(exception)
         if exc is None or type(exc).__name__ not in _POOL_FAILURES:
-            return
+            return False
+        now = time.monotonic()
         with _lock:
-            seen = task_id in _pool_failed
-            if task_id and not seen:
-                _pool_failed[task_id] = None
+            last = _pool_failed.get(task_id) if isinstance(task_id, str) else None
+            seen = last is not None and now - last < SAME_INCIDENT
+            if isinstance(task_id, str) and not seen:
+                _pool_failed[task_id] = now
+                _pool_failed.move_to_end(task_id)
                 while len(_pool_failed) > 1000:
                     _pool_failed.popitem(last=False)
         if seen:
-            mark_reported(exc)  # Celery's line about it is not a second error
-            return
-        name = getattr(sender, "name", None)
+            mark_reported(exc)  # the incident's other report is not a second error
+            return True
         name = name if isinstance(name, str) and name else None
         scope = RequestScope()
         tags = add_tags("celery", name) if name else add_tags("celery")
@@ -179,14 +196,41 @@ def _task_failure(
             scope.close()
     except Exception:  # pragma: no cover - a signal handler must not fail the worker
         pass
+    return True
+
+
+def _request_logging() -> Any:
+    """The ``celery.worker.request.Request`` whose ``on_failure`` is logging now, if any."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(16):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "on_failure":
+            request = frame.f_locals.get("self")
+            if hasattr(request, "id") and hasattr(request, "name"):
+                return request
+        frame = frame.f_back
+    return None
 
 
 class _HardLimitLine(logging.Filter):
-    """Keeps Celery's line about a hard time limit out of the events (the error of the task
-    says it: :func:`_task_failure`)."""
+    """Keeps Celery's lines about a pool child's end out of the events: the one at a hard
+    time limit, and the handler's line, reported instead as an error of the task it names
+    none of (when ``task_failure`` did not come first: a task requeued with ``acks_late``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != _HARD_LIMIT_LINE
+        if record.msg == _HARD_LIMIT_LINE:
+            return False
+        if record.msg != _HANDLER_LINE or not record.exc_info:
+            return True
+        try:
+            request = _request_logging()
+            if request is None:
+                return True
+            exc = exception_of(record.exc_info)
+            return not _report_pool_failure(request.name, request.id, exc)
+        except Exception:  # pragma: no cover - the record goes as it is
+            return True
 
 
 _FILTER = _HardLimitLine()

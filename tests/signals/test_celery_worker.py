@@ -148,6 +148,33 @@ def test_a_hard_time_limit_is_its_own_error_and_printed_lines_are_no_events(
     assert not [e for e in events if "Hard time limit" in str(e.get("message"))], events
 
 
+def test_a_task_requeued_at_its_time_limit_is_an_error_of_the_task_each_time(
+    tmp_path: Path,
+) -> None:
+    """``acks_late`` with ``acks_on_timeout=False``: Celery requeues the task and sends no
+    ``task_failure`` from its failure handler, whose line names no task: that line was the
+    error, task-less, and the next incidents of the same task id were taken for the first."""
+    with FaultServer() as server:
+        returncode, output = run_worker(
+            tmp_path,
+            server,
+            "prefork",
+            ["tasks.hard_requeued"],
+            lambda: (
+                (tmp_path / "broker" / "runs").exists()
+                and (tmp_path / "broker" / "runs").read_text() == "3"
+            ),
+        )
+        events = list(server.accepted)
+    assert returncode == 0, output[-3000:]
+    assert output.count("Hard time limit (1s) exceeded for tasks.hard_requeued") == 2, output
+    errors = [event for event in events if event.get("type") == "error"]
+    assert errors and all(event["source"] == "tasks.hard_requeued" for event in errors), errors
+    assert all(event["data"]["@celery"]["task"] == "tasks.hard_requeued" for event in errors)
+    # Two incidents: two errors, or one rolled up with its count (one bug, one stack).
+    assert sum(event.get("count", 1) for event in errors) == 2, errors
+
+
 def test_the_celery_example(tmp_path: Path) -> None:
     examples = Path(__file__).resolve().parents[2] / "examples"
     broker = tmp_path / "broker"

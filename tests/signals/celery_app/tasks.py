@@ -73,3 +73,14 @@ def printing():
 @app.task(name="tasks.hard", time_limit=1)
 def hard():
     time.sleep(30)
+
+
+@app.task(name="tasks.hard_requeued", time_limit=1, acks_late=True, acks_on_timeout=False)
+def hard_requeued():
+    """Killed at its time limit twice, requeued each time (acks_late), then done."""
+    runs = folder + "/runs"
+    count = int(open(runs).read()) if os.path.exists(runs) else 0
+    with open(runs, "w") as out:
+        out.write(str(count + 1))
+    if count < 2:
+        time.sleep(30)
