@@ -1,6 +1,7 @@
 import logging
 import os
 import time
+from pathlib import Path
 
 import atomic_broker  # noqa: F401  (whole message files only)
 from celery import Celery
@@ -78,9 +79,8 @@ def hard():
 @app.task(name="tasks.hard_requeued", time_limit=1, acks_late=True, acks_on_timeout=False)
 def hard_requeued():
     """Killed at its time limit twice, requeued each time (acks_late), then done."""
-    runs = folder + "/runs"
-    count = int(open(runs).read()) if os.path.exists(runs) else 0
-    with open(runs, "w") as out:
-        out.write(str(count + 1))
+    runs = Path(folder) / "runs"
+    count = int(runs.read_text()) if runs.exists() else 0
+    runs.write_text(str(count + 1))
     if count < 2:
         time.sleep(30)
