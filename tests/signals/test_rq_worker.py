@@ -81,6 +81,18 @@ def _worker(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Popen[str]
     )
 
 
+def _burst(env: dict[str, str], cwd: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``rq worker --burst`` run to its end (killed after 120 s); the process and its output."""
+    worker = _worker(env, cwd, "--burst", *args)
+    try:
+        output, _ = worker.communicate(timeout=120)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=10)
+    return worker, output
+
+
 def test_an_rq_worker_sends_what_its_jobs_log_and_each_final_failure_once(
     tmp_path: Path, redis_url: str
 ) -> None:
@@ -93,13 +105,7 @@ def test_an_rq_worker_sends_what_its_jobs_log_and_each_final_failure_once(
             queue.enqueue("jobs.warn", number)
         queue.enqueue("jobs.fail")
         queue.enqueue("jobs.flaky", retry=Retry(max=2))
-        worker = _worker(env, tmp_path, "--burst")  # works until the queue is empty, then ends
-        try:
-            output, _ = worker.communicate(timeout=120)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.communicate(timeout=10)
+        worker, output = _burst(env, tmp_path)  # works until the queue is empty, then ends
         assert wait_until(lambda: len(server.accepted) >= 7, 10), server.accepted
         time.sleep(0.5)  # a duplicate or a retry reported late would show now
         events = list(server.accepted)
@@ -134,13 +140,7 @@ def test_a_simple_worker_reports_failures_and_keeps_each_job_in_its_scope(
         queue.enqueue("jobs.set_user_and_tag")
         queue.enqueue("jobs.warn", 1)
         queue.enqueue("jobs.fail")
-        worker = _worker(env, tmp_path, "--burst", "-w", "rq.worker.SimpleWorker")
-        try:
-            output, _ = worker.communicate(timeout=120)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.communicate(timeout=10)
+        worker, output = _burst(env, tmp_path, "-w", "rq.worker.SimpleWorker")
         assert wait_until(lambda: len(server.accepted) >= 3, 10), (server.accepted, output)
         time.sleep(0.5)  # a duplicate reported late would show now
         events = list(server.accepted)

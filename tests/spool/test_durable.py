@@ -251,21 +251,27 @@ def test_sigkill_mid_outage_then_restart_delivers_every_event_once(tmp_path: Pat
     assert not list(spool.glob(f"*{SUFFIX}"))  # replayed files are removed
 
 
-def test_exit_during_an_outage_keeps_events_for_the_next_start(tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    spool = tmp_path / "spool"
-    body = """
-    for i in range(120):
-        engine.enqueue(log_event(f"at exit {i}", level="Info"))
+def keep_in_spool(url: str, spool: Path, prefix: str, count: int) -> Any:
+    """A program that logs ``count`` events while nothing listens at ``url`` and exits: they
+    are kept in ``spool``."""
+    body = f"""
+    for i in range({count}):
+        engine.enqueue(log_event(f"{prefix} {{i}}", level="Info"))
     engine.flush(0.3)
     """
-    completed = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", script(url, spool, body, spool_all=False)],
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_exit_during_an_outage_keeps_events_for_the_next_start(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    spool = tmp_path / "spool"
+    completed = keep_in_spool(url, spool, "at exit", 120)
     assert completed.returncode == 0, completed.stderr
     assert "120 event(s) kept in the spool" in completed.stderr
     assert "could not be sent" not in completed.stderr
@@ -457,17 +463,7 @@ def test_a_flush_in_the_next_process_waits_for_the_replay(tmp_path: Path) -> Non
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     spool = tmp_path / "spool"
-    body = """
-    for i in range(50):
-        engine.enqueue(log_event(f"kept {i}", level="Info"))
-    engine.flush(0.3)
-    """
-    completed = subprocess.run(
-        [sys.executable, "-c", script(url, spool, body, spool_all=False)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    completed = keep_in_spool(url, spool, "kept", 50)
     assert "50 event(s) kept in the spool" in completed.stderr, completed.stderr
     with FaultServer(port=port) as server:
         engine = make(url, spool, spool_scan_interval=30.0)

@@ -133,13 +133,18 @@ def test_a_full_file_left_by_an_ended_process_is_replayed_and_removed(small_disk
     ended.close(remove_if_empty=False)  # the process ends: its lock is released
     [orphan] = Spool(small_disk / "spool").claim_orphans()  # claimed on the still full disk
     assert orphan.count == written
+    assert send_all(orphan) == written
+    assert not list((small_disk / "spool").glob(f"*{SUFFIX}*"))
+    assert free_bytes(small_disk) > 900_000
+
+
+def send_all(orphan: SpoolFile) -> int:
+    """Delete every row of ``orphan`` as the service took them, then close it; how many."""
     sent = 0
     while orphan.count:
         sent += orphan.delete(row.id for row in orphan.oldest(500, 10**9))
-    assert sent == written
     orphan.close()
-    assert not list((small_disk / "spool").glob(f"*{SUFFIX}*"))
-    assert free_bytes(small_disk) > 900_000
+    return sent
 
 
 def test_a_file_left_on_a_disk_with_no_byte_left_is_still_replayed(small_disk: Path) -> None:
@@ -172,11 +177,7 @@ def test_a_file_left_on_a_disk_with_no_byte_left_is_still_replayed(small_disk: P
     fill_up(small_disk / "filler")
     [orphan] = Spool(small_disk / "spool").claim_orphans()
     assert orphan.count == written
-    sent = 0
-    while orphan.count:
-        sent += orphan.delete(row.id for row in orphan.oldest(500, 10**9))
-    assert sent == written
-    orphan.close()
+    assert send_all(orphan) == written
     assert not list((small_disk / "spool").glob(f"*{SUFFIX}*"))
 
 
