@@ -196,3 +196,42 @@ def preflight(requested: str | None) -> Response:
     if wanted and len(wanted) <= 1000 and _HEADER_LIST_RE.match(wanted):
         headers["Access-Control-Allow-Headers"] = wanted
     return Response(204, headers=headers)
+
+
+#: A chunk's size line: hexadecimal digits, maybe extensions (RFC 9112, 7.1).
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})(?:[ \t]*;[^\r\n]*)?\r\n")
+
+
+def read_chunked(rfile: Any, limit: int) -> bytes:
+    """A chunked body read whole from ``rfile``, strictly (a proxy in front must not read it
+    otherwise): 413 past ``limit`` bytes, 400 when malformed, ``EOFError`` when the client
+    stops sending."""
+    body = bytearray()
+    while True:
+        found = _CHUNK_SIZE.fullmatch(_chunk_line(rfile))
+        if found is None:
+            raise HttpError(400, "The chunked body is malformed: a chunk size is hex digits.")
+        size = int(found.group(1), 16)
+        if size == 0:
+            for _ in range(100):  # trailers, up to the blank line
+                if _chunk_line(rfile) == b"\r\n":
+                    return bytes(body)
+            raise HttpError(400, "The chunked body is malformed: too many trailers.")
+        if len(body) + size > limit:
+            raise HttpError(413, f"The request body is larger than {limit} bytes.")
+        chunk = rfile.read(size)
+        if len(chunk) < size:
+            raise EOFError
+        body += chunk
+        if rfile.read(2) != b"\r\n":
+            raise HttpError(400, "The chunked body is malformed: a chunk ends with CRLF.")
+
+
+def _chunk_line(rfile: Any) -> bytes:
+    """One line of a chunked body's framing, CRLF included, at most 1,024 bytes."""
+    line: bytes = rfile.readline(1025)
+    if not line:
+        raise EOFError
+    if len(line) > 1024 or not line.endswith(b"\r\n"):
+        raise HttpError(400, "The chunked body is malformed: a line too long or not CRLF.")
+    return line

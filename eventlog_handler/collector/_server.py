@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from eventlog_handler.collector._auth import HostPolicy
 from eventlog_handler.collector._endpoints import Api
-from eventlog_handler.collector._http_helpers import CORS, preflight
+from eventlog_handler.collector._http_helpers import CORS, preflight, read_chunked
 from eventlog_handler.collector._messages import Request, Response, problem_response
 from eventlog_handler.collector._problems import HttpError, problem_body
 from eventlog_handler.collector._storage import StorageClosed
@@ -431,36 +431,26 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
 
     def _dechunk(self) -> Response | None:
         """Read a chunked body whole (the service reads them: ``requests`` sends one for a
-        generator) and serve it as if it had a ``Content-Length``; a problem response when it
-        is too large or malformed."""
-        limit = self.server.api.max_body_bytes
+        generator) and serve it as if it had a ``Content-Length``; a problem response for a
+        body too large, malformed or coded otherwise (:func:`read_chunked`)."""
+        codings = [part.strip().lower() for part in self.headers.get_all("Transfer-Encoding", [])]
         self._deadline(self.server.limits.body_timeout)
-        body = bytearray()
+        self.server.note_waiting(self.connection)  # the client's turn: it may be evicted
         try:
-            while True:
-                size_line = self.rfile.readline(1026)
-                size = int(size_line.split(b";", 1)[0].strip(), 16)
-                if size == 0:
-                    while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    break
-                if len(body) + size > limit:
-                    self.close_connection = True
-                    detail = f"The request body is larger than {limit} bytes."
-                    return problem_response(HttpError(413, detail), self.path)
-                chunk = self.rfile.read(size)
-                if len(chunk) < size:
-                    raise _ClientGone()
-                body += chunk
-                self.rfile.readline(3)  # the CRLF after the chunk
-        except ValueError:
+            if ",".join(codings) != "chunked" or self.headers.get("Content-Length") is not None:
+                detail = "Send a body with a Content-Length, or chunked alone (no other coding)."
+                raise HttpError(400, detail)
+            body = read_chunked(self.rfile, self.server.api.max_body_bytes)
+        except HttpError as error:
             self.close_connection = True
-            return problem_response(HttpError(400, "The chunked body is malformed."), self.path)
-        except OSError as exc:
+            return problem_response(error, self.path)
+        except (EOFError, OSError) as exc:
             raise _ClientGone() from exc
+        finally:
+            self.server.note_busy(self.connection)
         del self.headers["Transfer-Encoding"]
         self.headers["Content-Length"] = str(len(body))
-        self._dechunked = io.BytesIO(bytes(body))
+        self._dechunked = io.BytesIO(body)
         return None
 
     def _serve(self) -> None:
@@ -479,7 +469,7 @@ class CollectorRequestHandler(BaseHTTPRequestHandler):
             client=str(self.client_address[0]) if self.client_address else "",
         )
         cors = path.startswith("/api/") and bool(self.headers.get("Origin"))
-        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        chunked = self.headers.get("Transfer-Encoding") is not None
         try:
             response = self._check_host(path)
             if response is None and chunked:

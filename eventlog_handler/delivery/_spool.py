@@ -74,6 +74,9 @@ class Spool:
         #: with why; :meth:`take_unopened` hands each out once.
         self._unopened: dict[Path, str] = {}
         self._unopened_new: list[tuple[Path, str]] = []
+        #: Files let go after their sent rows could not be deleted: not claimed again here
+        #: (they would be sent again at every scan).
+        self._let_go: set[Path] = set()
         self._notes = threading.Lock()
 
     def __repr__(self) -> str:
@@ -156,7 +159,7 @@ class Spool:
         except OSError:
             return []
         for path in candidates:
-            if path == own or path in self._unmovable:
+            if path == own or path in self._unmovable or path in self._let_go:
                 continue
             found = _TAG.search(path.name)
             if found is not None and found.group(1) != self.target:
@@ -190,6 +193,14 @@ class Spool:
                     self.unopenable(path, f"{type(exc).__name__}: {exc}")
                 os.close(fd)
         return claimed
+
+    def let_go(self, path: Path, why: str) -> None:
+        """``path``'s sent rows could not be deleted: it is not claimed again by this process."""
+        self._let_go.add(path)
+        self.unopenable(path, why)
+
+    def is_let_go(self, path: Path) -> bool:
+        return path in self._let_go
 
     def unopenable(self, path: Path, why: str) -> None:
         """``path`` of an ended process can't be sent from now (said once: :meth:`take_unopened`)."""

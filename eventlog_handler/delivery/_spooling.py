@@ -151,7 +151,7 @@ class SpoolTraffic:
                     return
             except (OSError, sqlite3.Error) as exc:  # sent rows it can't delete: left alone
                 self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
-                self.spool.unopenable(orphan.path, f"{type(exc).__name__}: {safe_str(exc)}")
+                self.spool.let_go(orphan.path, f"{type(exc).__name__}: {safe_str(exc)}")
                 self._say_quarantined()
             orphan.close()
             self.orphans.remove(orphan)
@@ -213,10 +213,15 @@ class SpoolTraffic:
 
     def _say_quarantined(self) -> None:
         for path, why in self.spool.take_unopened():
+            fate = (
+                "left alone by this process (its events were sent, and its rows could not be "
+                "deleted)"
+                if self.spool.is_let_go(path)
+                else f"tried again every {self.settings.spool_scan_interval:g} s"
+            )
             say(
                 f"eventlog_handler: the spool file {Path(path).name} of an ended process could "
-                f"not be opened to send its events ({safe_str(why)}); they stay on disk and are "
-                f"tried again every {self.settings.spool_scan_interval:g} s."
+                f"not be sent from ({safe_str(why)}); it stays on disk, {fate}."
             )
         for path in self.spool.take_quarantined():
             say(

@@ -144,8 +144,11 @@ _POOL_FAILURES = frozenset({"TimeLimitExceeded", "WorkerLostError"})
 #: up to twice (``task_failure`` at the time limit, then its line when the pool tells the
 #: child's end), within moments; a task requeued after it (``acks_late``) may fail again.
 _pool_failed: OrderedDict[str, float] = OrderedDict()
-#: Seconds within which the reports of one task id are one incident.
+#: Seconds within which the reports of one task id are one incident, when Celery's request
+#: object for the delivery is not found on the stack (else it decides: :data:`_incidents`).
 SAME_INCIDENT = 0.5
+#: The request objects whose pool failure was reported (the latest 100), by id.
+_incidents: OrderedDict[int, Any] = OrderedDict()
 #: Celery's line at a hard time limit: the error reported with the task says it.
 _HARD_LIMIT_LINE = "Hard time limit (%ss) exceeded for %s[%s]"
 #: Celery's line for a failure the main process handles (``Request.on_failure``): for a pool
@@ -160,24 +163,35 @@ def _task_failure(
     child) is reported here, once, as an error of the task (its name as source and tag, its
     id in ``data["@celery"]``). A task's own exception is reported where it ran."""
     with contextlib.suppress(Exception):
-        _report_pool_failure(getattr(sender, "name", None), task_id, exception_of(exception))
+        exc = exception_of(exception)
+        request = _request_logging(("on_timeout", "on_failure"))
+        _report_pool_failure(getattr(sender, "name", None), task_id, exc, request)
 
 
-def _report_pool_failure(name: Any, task_id: Any, exc: BaseException | None) -> bool:
+def _report_pool_failure(
+    name: Any, task_id: Any, exc: BaseException | None, request: Any = None
+) -> bool:
     """Report a pool child's end ``exc`` as an error of task ``name`` (id ``task_id``), once
-    per incident; ``False`` when ``exc`` is no such failure."""
+    per incident: per ``request`` (Celery's object for one delivery of the task) when known,
+    else per task id within :data:`SAME_INCIDENT`; ``False`` when ``exc`` is no such failure."""
     try:
         if exc is None or type(exc).__name__ not in _POOL_FAILURES:
             return False
         now = time.monotonic()
         with _lock:
-            last = _pool_failed.get(task_id) if isinstance(task_id, str) else None
-            seen = last is not None and now - last < SAME_INCIDENT
-            if isinstance(task_id, str) and not seen:
-                _pool_failed[task_id] = now
-                _pool_failed.move_to_end(task_id)
-                while len(_pool_failed) > 1000:
-                    _pool_failed.popitem(last=False)
+            if request is not None:  # kept while remembered: its id is its own
+                seen = id(request) in _incidents
+                _incidents[id(request)] = request
+                while len(_incidents) > 100:
+                    _incidents.popitem(last=False)
+            else:
+                last = _pool_failed.get(task_id) if isinstance(task_id, str) else None
+                seen = last is not None and now - last < SAME_INCIDENT
+                if isinstance(task_id, str) and not seen:
+                    _pool_failed[task_id] = now
+                    _pool_failed.move_to_end(task_id)
+                    while len(_pool_failed) > 1000:
+                        _pool_failed.popitem(last=False)
         if seen:
             mark_reported(exc)  # the incident's other report is not a second error
             return True
@@ -199,13 +213,14 @@ def _report_pool_failure(name: Any, task_id: Any, exc: BaseException | None) -> 
     return True
 
 
-def _request_logging() -> Any:
-    """The ``celery.worker.request.Request`` whose ``on_failure`` is logging now, if any."""
+def _request_logging(methods: tuple[str, ...] = ("on_failure",)) -> Any:
+    """The ``celery.worker.request.Request`` whose ``methods`` (``on_failure``: its line about
+    a failure) run now on this thread, if any."""
     frame: FrameType | None = sys._getframe(2)
     for _ in range(16):
         if frame is None:
             return None
-        if frame.f_code.co_name == "on_failure":
+        if frame.f_code.co_name in methods:
             request = frame.f_locals.get("self")
             if hasattr(request, "id") and hasattr(request, "name"):
                 return request
@@ -228,7 +243,7 @@ class _HardLimitLine(logging.Filter):
             if request is None:
                 return True
             exc = exception_of(record.exc_info)
-            return not _report_pool_failure(request.name, request.id, exc)
+            return not _report_pool_failure(request.name, request.id, exc, request)
         except Exception:  # pragma: no cover - the record goes as it is
             return True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import socket
@@ -505,3 +506,61 @@ def test_lone_surrogates_in_json_strings_are_stored_and_shown(
     assert listed.json()[0]["message"] == "bad \ud800 text"
     assert client.get(f"/events/{event['id']}").status_code == 200
     assert client.get("/", params={"q": "bad"}).status_code == 200
+
+
+def _raw_post(collector: Collector, headers: bytes, body: bytes) -> tuple[int, bytes]:
+    """A POST written byte for byte; the status the collector answers, and all it sent."""
+    host, port = collector.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        request = (
+            f"POST /api/v2/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Authorization: Bearer {collector.project_token}\r\n"
+            "Content-Type: application/json\r\n"
+        ).encode()
+        with contextlib.suppress(OSError):  # it may answer and close before all is sent
+            connection.sendall(request + headers + b"\r\n" + body)
+            connection.shutdown(socket.SHUT_WR)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := connection.recv(65536):
+                answer += chunk
+    return int(answer.split(b" ", 2)[1]), answer
+
+
+GOOD = b'{"message":"hi"}'
+
+
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        (b"Transfer-Encoding: chunked\r\n", b"-1\r\n" + b"x" * 5000),  # read to the end
+        (b"Transfer-Encoding: chunked\r\n", b"0" * 1030 + b"10\r\n" + GOOD + b"\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\n", b"0x10\r\n" + GOOD + b"\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\n", b"+10\r\n" + GOOD + b"\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\n", b"10\r\n" + GOOD + b"X\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: xchunked\r\n", b"10\r\n" + GOOD + b"\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: gzip, chunked\r\n", b"10\r\n" + GOOD + b"\r\n0\r\n\r\n"),
+        (
+            b"Transfer-Encoding: chunked\r\nContent-Length: 21\r\n",
+            b"10\r\n" + GOOD + b"\r\n0\r\n\r\n",
+        ),
+    ],
+    ids=["negative", "long-line", "0x", "plus", "no-crlf", "xchunked", "gzip", "with-length"],
+)
+def test_a_chunked_body_read_otherwise_by_a_proxy_is_refused(
+    collector: Collector, headers: bytes, body: bytes
+) -> None:
+    """Read strictly (RFC 9112): a body a proxy in front would frame differently is refused
+    (a negative size read everything to the end of the connection; a size line cut at 1,026
+    bytes turned the rest into a second request)."""
+    status, answer = _raw_post(collector, headers, body)
+    assert status == 400, answer[:300]
+    assert collector.events() == []
+    assert [info.status for info in collector.request_log] == [400]  # one request, not two
+
+
+def test_a_chunked_body_with_extensions_and_trailers_is_read(collector: Collector) -> None:
+    body = b"10;name=value\r\n" + GOOD + b"\r\n0\r\nX-Checksum: 1\r\n\r\n"
+    status, answer = _raw_post(collector, b"Transfer-Encoding: chunked\r\n", body)
+    assert status == 202, answer[:300]
+    assert [event["message"] for event in collector.events()] == ["hi"]

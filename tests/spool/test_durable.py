@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -527,3 +528,40 @@ def _read_only_orphan(spool: Path, nobody: list[str]) -> None:
     assert server.duplicates == []
     assert done.stderr.count("read-only") == 1, done.stderr
     assert "the delivery worker stopped" not in done.stderr
+
+
+def test_a_file_whose_sent_rows_cannot_be_deleted_is_sent_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Deleting the rows the service took fails for a file of an ended process (its disk
+    fails): the file is let go and not claimed again here (it was, at every scan, and its
+    events sent again each time)."""
+    from eventlog_handler.delivery import _spool_file
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    spool = tmp_path / "spool"
+    keep_in_spool(url, spool, "kept", 3)
+    [left] = list(spool.glob(f"*{SUFFIX}"))
+    delete = _spool_file.SpoolFile.delete
+
+    def failing(self: Any, ids: Any) -> int:
+        if self.path == left:
+            raise sqlite3.OperationalError("disk I/O error")
+        return delete(self, ids)
+
+    monkeypatch.setattr(_spool_file.SpoolFile, "delete", failing)
+    with FaultServer(port=port) as server:
+        engine = make(url, spool, spool_scan_interval=0.1)
+        try:
+            assert engine.flush(5.0)
+            time.sleep(1.0)  # ten scans
+            assert sorted(event["message"] for event in server.accepted) == [
+                "kept 0",
+                "kept 1",
+                "kept 2",
+            ]
+            assert len(server.requests) == 1, server.statuses()
+        finally:
+            engine.shutdown(1.0)
+    assert "left alone by this process" in capsys.readouterr().err
