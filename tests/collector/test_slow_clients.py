@@ -87,3 +87,40 @@ def test_ordinary_requests_are_served_while_many_slow_clients_hold_connections(
     assert [status for status, _ in answers] == [202] * 20, answers
     assert max(seconds for _, seconds in answers) < 3, answers
     assert closed >= len(slow) - 64, (closed, len(slow))
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_trickling_in_does_not_keep_a_prompt_client_out(framing: str) -> None:
+    """Two uploads that stop mid-body hold both connections a collector allows: a prompt
+    client is served, a stalled upload evicted. A chunked one was counted as being served and
+    never evicted: the prompt client got 503."""
+    from eventlog_handler.collector import Collector
+
+    with Collector(max_connections=2, body_timeout=20) as collector:
+        host, port = collector.url.removeprefix("http://").split(":")
+        framings = {
+            "content-length": b"Content-Length: 16\r\n\r\n",
+            "chunked": b"Transfer-Encoding: chunked\r\n\r\n10\r\n",
+        }
+        stalled = []
+        for _ in range(2):
+            connection = socket.create_connection((host, int(port)), timeout=10)
+            connection.sendall(
+                f"POST /api/v2/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Authorization: Bearer {collector.project_token}\r\n"
+                "Content-Type: application/json\r\n".encode()
+                + framings[framing]
+                + b'{"mes'
+            )
+            stalled.append(connection)
+        try:
+            time.sleep(0.5)
+            answer = requests.get(
+                f"{collector.url}/api/v2/projects",
+                headers={"Authorization": f"Bearer {collector.user_token}"},
+                timeout=10,
+            )
+            assert answer.status_code == 200, answer.text
+        finally:
+            for connection in stalled:
+                connection.close()
