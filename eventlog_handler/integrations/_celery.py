@@ -228,7 +228,7 @@ def _request_logging(methods: tuple[str, ...] = ("on_failure",)) -> Any:
     return None
 
 
-class _HardLimitLine(logging.Filter):
+class _PoolFailureLines(logging.Filter):
     """Keeps Celery's lines about a pool child's end out of the events: the one at a hard
     time limit, and the handler's line, reported instead as an error of the task it names
     none of (when ``task_failure`` did not come first: a task requeued with ``acks_late``)."""
@@ -248,4 +248,4 @@ class _HardLimitLine(logging.Filter):
             return True
 
 
-_FILTER = _HardLimitLine()
+_FILTER = _PoolFailureLines()
