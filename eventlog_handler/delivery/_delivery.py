@@ -112,7 +112,7 @@ class Delivery:
                 for index, when in enumerate(created)
                 if when < oldest_allowed
             )
-            self.ledger.settle(expired, "expired")
+            self.ledger.settle(expired, "expired", held=True)
             events = [events[index] for index in keep]
             weights = [weights[index] for index in keep] if weights is not None else None
             created = [created[index] for index in keep]
@@ -158,7 +158,7 @@ class Delivery:
                     continue
                 parts.popleft()
                 self._say_dropped("too_large", self._too_large_answer, part.weight())
-                self.settle_part(part, "too_large")
+                self.settle_part(part, "too_large", held=True)
                 continue
             try:
                 result = self._post(client, part, payload, gzipped)
@@ -277,12 +277,13 @@ class Delivery:
             state.deadline = end
             self.ledger.changed.notify_all()
 
-    def settle_part(self, part: Part, reason: str | None) -> None:
-        """Record the outcome of a part: in flight from memory, or rows of a spool file."""
+    def settle_part(self, part: Part, reason: str | None, *, held: bool = False) -> None:
+        """Record the outcome of a part: in flight from memory, or rows of a spool file.
+        ``held``: a part that was not posted (see :meth:`Ledger.settle`)."""
         ledger = self.ledger
         if part.origin is None:
             ledger.uncertain = 0
-            ledger.settle(part.weight(), reason)
+            ledger.settle(part.weight(), reason, held=held)
             return
         if self.intake.finished:
             return  # the spool is closed: the rows stay for the next start

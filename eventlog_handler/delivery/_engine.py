@@ -411,7 +411,10 @@ def _default_client(settings: Settings, timeout: float | None) -> Client:
 # -- one engine per process per (server, key) -------------------------------------------------
 
 _ENGINES: dict[tuple[str, str], Engine] = {}
-_REGISTRY_LOCK = threading.Lock()
+#: Re-entrant: the ``SIGTERM`` handler of a process that outlives the signal (process 1)
+#: forgets the engines it flushed (:func:`forget_finished`), and may run while this thread
+#: holds the lock in :func:`get_engine`.
+_REGISTRY_LOCK = threading.RLock()
 
 
 def get_engine(settings: Settings) -> Engine:
@@ -551,7 +554,7 @@ def _after_fork_in_child() -> None:
         _main_ident = ident
         _generation += 1
         _terminate_guarded, _terminate_wanted = False, None
-        _REGISTRY_LOCK = threading.Lock()
+        _REGISTRY_LOCK = threading.RLock()
         SENDER_THREADS.clear()
         for engine in _ENGINES.values():
             engine._reset_process_state()

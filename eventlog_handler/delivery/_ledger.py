@@ -60,10 +60,20 @@ class Ledger:
         #: Events of ended processes sent from (or dropped out of) the spool.
         self.replayed = {"delivered": 0, "dropped": 0}
         self.last_error: str | None = None
+        #: Events the worker thread ``written_off_by`` held off the wire (being built, waiting
+        #: for a ``before_send`` hook) when the exit's deadline counted them as dropped
+        #: (``shutdown``): their later outcome there is not counted again.
+        self.written_off = 0
+        self.written_off_by: int | None = None
 
-    def settle(self, count: int, reason: str | None) -> None:
-        """``count`` in-flight events got their outcome (``None``: delivered). Lock held or not."""
+    def settle(self, count: int, reason: str | None, *, held: bool = False) -> None:
+        """``count`` in-flight events got their outcome (``None``: delivered). Lock held or not.
+        ``held``: events the calling thread held off the wire (not an answer to a request)."""
         with self.lock:
+            if held and self.written_off and threading.get_ident() == self.written_off_by:
+                counted = min(count, self.written_off)  # as dropped at the exit already
+                self.written_off -= counted
+                count -= counted
             if reason is None:
                 self.delivered += count
             else:

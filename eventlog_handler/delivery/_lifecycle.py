@@ -204,6 +204,9 @@ class Lifecycle:
                 unsent = never_sent + ledger.in_flight - on_wire
                 ledger.dropped["shutdown"] += unsent
                 intake.buffer.clear()
+                if worker.thread is not None:  # what it holds off the wire is counted now
+                    ledger.written_off = ledger.in_flight - on_wire
+                    ledger.written_off_by = worker.thread.ident
                 ledger.in_flight = on_wire
                 errands_left = self.errands.give_up()
                 intake.finished = True

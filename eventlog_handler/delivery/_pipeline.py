@@ -189,9 +189,9 @@ class Pipeline:
             with self.ledger.lock:
                 self.ledger.rolled_up += held
             if filtered:
-                self.ledger.settle(filtered, "filtered")
+                self.ledger.settle(filtered, "filtered", held=True)
             if failed:
-                self.ledger.settle(failed, "rejected")
+                self.ledger.settle(failed, "rejected", held=True)
         return events, created, weights
 
     def _admitted_without_rules(self, server: ServerSettings) -> float:

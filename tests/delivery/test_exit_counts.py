@@ -159,3 +159,39 @@ def test_what_other_threads_log_after_the_exit_flush_is_said_and_the_exit_stays_
     assert took < 1.0 + 4.0, (took, stderr)  # shutdown_timeout, and start-up with margin
     assert "events logged after the exit flush by a thread still running are not sent" in stderr
     assert "events logged after the exit flush past shutdown_timeout are not sent" in stderr
+
+
+def test_an_event_a_slow_hook_holds_at_the_deadline_is_counted_once(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """The exit's deadline counts an event that the worker still holds (in a ``before_send``
+    hook slower than ``shutdown_timeout``) as dropped (``shutdown``). When the hook then
+    drops it, that outcome was counted too: ``dropped`` said 2 of 1 captured event."""
+    program = """
+        import atexit, json, logging, time
+
+        def report():  # registered first: runs after the exit flush, once the hook returned
+            import eventlog_handler.delivery._engine as transport
+            time.sleep(1.0)
+            [engine] = transport.engines()
+            print("MARK stats", json.dumps(engine.stats()), flush=True)
+
+        atexit.register(report)
+
+        import eventlog_handler
+
+        def slow_filter(event, hint):
+            time.sleep(0.8)
+            return None
+
+        eventlog_handler.setup(shutdown_timeout=0.3, before_send=slow_filter, rollup_window=0)
+        logging.getLogger("app").error("dropped by the hook")
+        time.sleep(0.2)  # the worker is in the hook
+    """
+    code, stderr, lines = run_program(program, server.url, tmp_path)
+    assert code == 0, stderr
+    stats = marks(lines)["stats"]
+    assert stats["captured"] == 1, stats
+    assert stats["dropped"]["shutdown"] == 1 and stats["dropped_total"] == 1, stats
+    assert stats["in_flight"] == 0 == stats["queued"] == stats["delivered"], stats
+    assert server.accepted == []

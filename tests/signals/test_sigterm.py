@@ -378,6 +378,51 @@ def test_process_one_of_a_container_runs_on_after_sigterm_and_so_does_delivery(
     assert "docker run --init" in stderr
 
 
+PROCESS_ONE_BUILDING = """
+import logging, os, sys, time
+sys.path.insert(0, {root!r})
+import eventlog_handler
+from eventlog_handler.delivery import _engine
+eventlog_handler.setup(api_key={key!r}, server_url={url!r}, flush_interval=60)
+logging.getLogger("init").warning("before")
+with _engine._REGISTRY_LOCK:  # as get_engine() holds it while it builds an engine
+    print("ready", os.getpid(), flush=True)
+    time.sleep(3)  # SIGTERM arrives here
+logging.getLogger("init").warning("after")
+print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _can_make_pid_namespaces(),
+    reason="needs unshare(1) and the right to make a PID namespace (root)",
+)
+def test_process_one_outlives_a_sigterm_that_lands_while_an_engine_is_built(
+    server: FaultServer,
+) -> None:
+    """Process 1 runs on after ``SIGTERM``, and the handler forgets the engines it flushed,
+    under the lock that ``get_engine`` holds while it builds one. A signal that landed then
+    waited for that lock on the thread that held it: the program hung for ever."""
+    code = PROCESS_ONE_BUILDING.format(root=str(ROOT), key=API_KEY, url=server.url)
+    process = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().split() == ["ready", "1"]
+        (child,) = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        os.kill(int(child), signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert stdout.strip() == "done"
+    assert sorted(e["message"] for e in server.accepted) == ["after", "before"]
+
+
 POOL_BLOCKS = """
 import faulthandler, logging, multiprocessing, sys
 sys.path.insert(0, {root!r})

@@ -171,3 +171,24 @@ def test_concurrent_settles_keep_the_identity() -> None:
     assert ledger.dropped["rejected"] == ledger.dropped["expired"] == 1_000
     assert ledger.in_flight == 0
     assert identity(ledger, 0)
+
+
+def test_events_the_exit_wrote_off_are_not_counted_again_by_the_thread_that_held_them() -> None:
+    """The exit counted 2 events the worker held as ``shutdown`` (``in_flight`` 1 left: on the
+    wire). The worker's later outcome for them is not counted again; another thread's (an
+    event sent after the exit flush) is, and so is an answer to a request."""
+    ledger = Ledger()
+    ledger.captured = 4
+    ledger.dropped["shutdown"] = 2
+    ledger.in_flight = 2  # one on the wire, one an event logged after the flush
+    ledger.written_off, ledger.written_off_by = 2, threading.get_ident()
+    ledger.settle(1, "filtered", held=True)
+    assert ledger.dropped["filtered"] == 0 and ledger.in_flight == 2 and ledger.written_off == 1
+    other = threading.Thread(target=ledger.settle, args=(1, "filtered"), kwargs={"held": True})
+    other.start()
+    other.join()
+    assert ledger.dropped["filtered"] == 1 and ledger.in_flight == 1 and ledger.written_off == 1
+    ledger.settle(1, None)  # the request's answer
+    assert ledger.delivered == 1 and ledger.in_flight == 0
+    ledger.settle(2, "expired", held=True)  # one more than is left written off: counted
+    assert ledger.written_off == 0 and ledger.dropped["expired"] == 1
