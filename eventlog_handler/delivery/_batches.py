@@ -59,7 +59,7 @@ class Part:
     @classmethod
     def from_rows(cls, origin: SpoolFile, rows: list[Row]) -> Part:
         """A part of events read back from a spool file."""
-        weights = [count_of(row.body) for row in rows]
+        weights = [row.weight for row in rows]
         return cls(
             [],
             [row.body for row in rows],
@@ -113,17 +113,6 @@ class Part:
             shrunk=True,
             weights=self.weights[:1] if self.weights is not None else None,
         )
-
-
-def count_of(body: bytes) -> int:
-    """The ``count`` of an encoded event (a roll-up), else 1."""
-    if b'"count":' not in body:
-        return 1
-    try:
-        count = json.loads(body).get("count", 1)
-    except (ValueError, AttributeError):
-        return 1
-    return count if type(count) is int and count > 0 else 1
 
 
 def compress(body: bytes) -> tuple[bytes, bool]:

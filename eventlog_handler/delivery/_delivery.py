@@ -291,12 +291,11 @@ class Delivery:
         spooling = self.spooling
         with ledger.lock:
             if spooling is not None and spooling.is_own(part.origin):
-                weight = part.weight() if deleted == len(part) else deleted
-                ledger.spooled = max(0, ledger.spooled - weight)
+                ledger.spooled = max(0, ledger.spooled - deleted)
                 if reason is None:
-                    ledger.delivered += weight
+                    ledger.delivered += deleted
                 else:
-                    ledger.dropped[reason] += weight
+                    ledger.dropped[reason] += deleted
             else:
                 ledger.replayed["delivered" if reason is None else "dropped"] += deleted
             ledger.changed.notify_all()

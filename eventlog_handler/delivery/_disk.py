@@ -1,7 +1,11 @@
-"""What the disk says, for the spool: which errors mean "full" and which "corrupt", moving a
-corrupt file into the quarantine, keeping files readable by their owner only, the ``flock``
-that makes a file one process's, writes in chunks that a full disk cuts short, and copying a
-file's rows into a new one."""
+"""A spool file's table, and what the disk says, for the spool: which errors mean "full" and
+which "corrupt", moving a corrupt file into the quarantine, keeping files readable by their
+owner only, the ``flock`` that makes a file one process's, writes in chunks that a full disk
+cuts short, and copying a file's rows into a new one.
+
+Each row is one event's JSON, and the captured events it stands for (``weight``: a roll-up's
+``count``); a file of an earlier version has no ``weight`` column, and each of its rows is one
+event."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 if sys.platform != "win32":  # Windows: no flock, so no claims of other processes' files
     import fcntl
@@ -28,6 +33,34 @@ JOURNALS = ("-wal", "-shm")
 #: of one write, and keeps everything committed before.
 CHUNK_ROWS = 64
 CHUNK_BYTES = 64 * 1024
+
+# -- a spool file's table -------------------------------------------------------------------
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    is_error INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    weight INTEGER NOT NULL DEFAULT 1
+)
+"""
+INSERT = "INSERT INTO events (created, is_error, body, weight) VALUES (?, ?, ?, ?)"
+#: Rows deleted logically (the disk was full): a table in memory, which needs no disk.
+GONE_TABLE = "CREATE TEMP TABLE IF NOT EXISTS gone (id INTEGER PRIMARY KEY)"
+NOT_GONE = " AND id NOT IN (SELECT id FROM temp.gone)"
+
+
+class Row(NamedTuple):
+    """One spooled event: its row id, POSIX time, kind, JSON and the captured events it stands
+    for (a roll-up's: more than 1)."""
+
+    id: int
+    created: float
+    is_error: bool
+    body: bytes
+    weight: int = 1
+
 
 # SQLite's primary result codes (the low byte of an extended code).
 _SQLITE_IOERR = 10
@@ -137,26 +170,27 @@ def try_lock(path: Path) -> int | None:
 
 
 def copy_rows(old: sqlite3.Connection, new: sqlite3.Connection, not_gone: str) -> tuple[int, int]:
-    """Copy the spool rows of ``old`` (but those ``not_gone`` filters out) into ``new``, with
-    their ids; return ``new``'s live rows and bytes."""
-    rows = old.execute(f"SELECT id, created, is_error, body FROM events WHERE 1{not_gone}")
+    """Copy the spool rows of this process's ``old`` file (but those ``not_gone`` filters out)
+    into ``new``, with their ids; return the events ``new``'s rows stand for, and bytes."""
+    rows = old.execute(f"SELECT id, created, is_error, body, weight FROM events WHERE 1{not_gone}")
     while batch := rows.fetchmany(CHUNK_ROWS):
         new.execute("BEGIN IMMEDIATE")
         new.executemany(
-            "INSERT INTO events (id, created, is_error, body) VALUES (?, ?, ?, ?)", batch
+            "INSERT INTO events (id, created, is_error, body, weight) VALUES (?, ?, ?, ?, ?)",
+            batch,
         )
         new.execute("COMMIT")
     count, size = new.execute(
-        "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM events"
+        "SELECT COALESCE(SUM(weight), 0), COALESCE(SUM(LENGTH(body)), 0) FROM events"
     ).fetchone()
     return int(count), int(size)
 
 
 def chunks(
-    items: list[tuple[float, int, bytes]],
-) -> Iterator[list[tuple[float, int, bytes]]]:
+    items: list[tuple[float, int, bytes, int]],
+) -> Iterator[list[tuple[float, int, bytes, int]]]:
     """``items`` in runs of at most :data:`CHUNK_ROWS` rows and :data:`CHUNK_BYTES` bytes."""
-    chunk: list[tuple[float, int, bytes]] = []
+    chunk: list[tuple[float, int, bytes, int]] = []
     size = 0
     for item in items:
         if chunk and (len(chunk) >= CHUNK_ROWS or size + len(item[2]) > CHUNK_BYTES):

@@ -24,12 +24,13 @@ from eventlog_handler.delivery._disk import (
     QUARANTINE,
     QUARANTINE_KEEP,
     SUFFIX,
+    Row,
     is_corrupt,
     move_aside,
     mtime,
     try_lock,
 )
-from eventlog_handler.delivery._spool_file import Row, SpoolCorrupt, SpoolFile
+from eventlog_handler.delivery._spool_file import SpoolCorrupt, SpoolFile
 
 __all__ = [
     "QUARANTINE",

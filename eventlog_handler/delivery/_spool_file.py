@@ -45,10 +45,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
 
 from eventlog_handler.delivery._disk import (
+    GONE_TABLE,
+    INSERT,
     JOURNALS,
+    NOT_GONE,
+    SCHEMA,
+    Row,
     chunks,
     copy_rows,
     is_corrupt,
@@ -62,30 +66,8 @@ from eventlog_handler.delivery._disk import (
 #: Seconds between attempts to delete logically deleted rows for real while the disk is full.
 RETRY_DELETE_SECONDS = 1.0
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    created REAL NOT NULL,
-    is_error INTEGER NOT NULL,
-    body BLOB NOT NULL
-)
-"""
-_INSERT = "INSERT INTO events (created, is_error, body) VALUES (?, ?, ?)"
-#: Rows deleted logically (the disk was full): a table in memory, which needs no disk.
-_GONE_TABLE = "CREATE TEMP TABLE IF NOT EXISTS gone (id INTEGER PRIMARY KEY)"
-_NOT_GONE = " AND id NOT IN (SELECT id FROM temp.gone)"
-
 #: Files a forked child inherited: kept referenced so they are never closed in the child.
 _INHERITED: list[SpoolFile] = []
-
-
-class Row(NamedTuple):
-    """One spooled event: its row id, POSIX time, kind and JSON."""
-
-    id: int
-    created: float
-    is_error: bool
-    body: bytes
 
 
 class SpoolCorrupt(sqlite3.DatabaseError):
@@ -129,9 +111,11 @@ class SpoolFile:
         self._db: sqlite3.Connection | None = None
         #: Rows being sent right now: eviction leaves them alone (their outcome is pending).
         self.reserved: set[int] = set()
-        #: Live rows and bytes of JSON (rows deleted logically are not counted).
+        #: Captured events the live rows stand for (a roll-up's row: its ``count``), and bytes of
+        #: JSON (rows deleted logically are not counted).
         self.count = 0
         self.bytes = 0
+        self._weight = "weight"  # the column (``"1"`` in a file of an earlier version)
         #: Whether the last write (or delete) found the disk full, and the error it met.
         self.full = False
         self.full_error = ""
@@ -154,7 +138,7 @@ class SpoolFile:
                 self._note_full(exc)
 
     def __repr__(self) -> str:
-        return f"<SpoolFile {self.path.name} rows={self.count}{' full' if self.full else ''}>"
+        return f"<SpoolFile {self.path.name} events={self.count}{' full' if self.full else ''}>"
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -174,8 +158,14 @@ class SpoolFile:
             pages = max(8, min(1000, self._max_bytes // 4096 // 10))
             db.execute(f"PRAGMA wal_autocheckpoint={pages}")
             db.execute(f"PRAGMA journal_size_limit={pages * 4096}")
-            db.execute(_SCHEMA)
-            row = db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM events")
+            db.execute(SCHEMA)
+            columns = {column[1] for column in db.execute("PRAGMA table_info(events)")}
+            # A file of an earlier version has no weights: each row is one event.
+            self._weight = "weight" if "weight" in columns else "1"
+            row = db.execute(
+                f"SELECT COALESCE(SUM({self._weight}), 0), COALESCE(SUM(LENGTH(body)), 0) "
+                "FROM events"
+            )
             count, size = row.fetchone()
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -233,7 +223,7 @@ class SpoolFile:
                 self._open()
                 new = self._db
                 assert new is not None
-                self.count, self.bytes = copy_rows(old, new, _NOT_GONE if kept[2] else "")
+                self.count, self.bytes = copy_rows(old, new, NOT_GONE if kept[2] else "")
             except (sqlite3.Error, OSError):
                 if self._db is not old:
                     with contextlib.suppress(sqlite3.Error):
@@ -252,20 +242,25 @@ class SpoolFile:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def append(self, rows: Iterable[tuple[float, bool, bytes]]) -> int:
-        """Write events (``created``, ``is_error``, JSON), oldest first, in transactions of at
-        most ``CHUNK_ROWS`` rows / ``CHUNK_BYTES`` bytes (:mod:`._disk`); return how many were
-        written.
+    def append(
+        self, rows: Iterable[tuple[float, bool, bytes] | tuple[float, bool, bytes, int]]
+    ) -> int:
+        """Write events (``created``, ``is_error``, JSON and, if not 1, the events each stands
+        for), oldest first, in transactions of at most ``CHUNK_ROWS`` rows / ``CHUNK_BYTES``
+        bytes (:mod:`._disk`); return how many were written.
 
         Stops at the first transaction that does not fit on the disk: the rows before it stay
         written, :attr:`full` is set with the error, and nothing is raised. Other errors are
         raised when no row was written (and end the writing quietly otherwise: the next call
         meets them again).
         """
-        items = [(float(created), int(bool(error)), body) for created, error, body in rows]
+        items = [
+            (float(row[0]), int(bool(row[1])), row[2], row[3] if len(row) > 3 else 1)
+            for row in rows
+        ]
         if not items:
             return 0
-        written = size = 0
+        written = size = weighed = 0
         self.keep_in_place()
         with self._guard:
             if self._db is None and not self._reopen():
@@ -277,7 +272,7 @@ class SpoolFile:
                     break
                 try:
                     db.execute("BEGIN IMMEDIATE")
-                    db.executemany(_INSERT, chunk)
+                    db.executemany(INSERT, chunk)
                     db.execute("COMMIT")
                 except (sqlite3.Error, OSError) as exc:
                     self._rollback()
@@ -285,7 +280,7 @@ class SpoolFile:
                         self._note_full(exc)
                         break
                     if is_corrupt(exc):
-                        self.count -= written  # this call's rows count as not written
+                        self.count -= weighed  # this call's rows count as not written
                         self.bytes -= size
                         self._quarantine(exc)
                         return 0
@@ -293,9 +288,11 @@ class SpoolFile:
                         break
                     raise
                 chunk_size = sum(len(item[2]) for item in chunk)
+                chunk_weight = sum(item[3] for item in chunk)
                 written += len(chunk)
                 size += chunk_size
-                self.count += len(chunk)
+                weighed += chunk_weight
+                self.count += chunk_weight
                 self.bytes += chunk_size
                 self.full = False
                 self.full_error = ""
@@ -313,19 +310,20 @@ class SpoolFile:
             db = self._db
             if db is None:
                 return []
-            where = f" WHERE 1{_NOT_GONE}" if self._gone else ""
+            where = f" WHERE 1{NOT_GONE}" if self._gone else ""
             rows: list[Row] = []
             size = 0
             try:
                 cursor = db.execute(
-                    f"SELECT id, created, is_error, body FROM events{where} ORDER BY id LIMIT ?",
+                    f"SELECT id, created, is_error, body, {self._weight} FROM events{where} "
+                    "ORDER BY id LIMIT ?",
                     (limit,),
                 )
                 try:
-                    for rowid, created, is_error, body in cursor:
+                    for rowid, created, error, body, weight in cursor:
                         if rows and size + len(body) > max_bytes:
                             break
-                        rows.append(Row(int(rowid), float(created), bool(is_error), bytes(body)))
+                        rows.append(Row(int(rowid), created, bool(error), bytes(body), weight))
                         size += len(body)
                 finally:
                     cursor.close()
@@ -342,7 +340,7 @@ class SpoolFile:
             db = self._db
             if db is None:
                 return []
-            filtered = sql.replace("{gone}", _NOT_GONE if self._gone else "")
+            filtered = sql.replace("{gone}", NOT_GONE if self._gone else "")
             try:
                 return [(int(a), int(b)) for a, b in db.execute(filtered, parameters).fetchall()]
             except sqlite3.Error as exc:
@@ -355,7 +353,8 @@ class SpoolFile:
 
     def delete(self, ids: Iterable[int]) -> int:
         """Delete rows (after the service took them, or when they are dropped); return how many
-        of them were live. On a full disk the rows are deleted logically (see the module)."""
+        events the live ones among them stood for. On a full disk the rows are deleted logically
+        (see the module)."""
         keys = list(dict.fromkeys(ids))
         if not keys:
             return 0
@@ -371,8 +370,8 @@ class SpoolFile:
                     chunk = keys[start : start + 500]
                     marks = ",".join("?" * len(chunk))
                     found = db.execute(
-                        "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM events "
-                        f"WHERE id IN ({marks}){_NOT_GONE if self._gone else ''}",
+                        f"SELECT COALESCE(SUM({self._weight}), 0), COALESCE(SUM(LENGTH(body)), 0) "
+                        f"FROM events WHERE id IN ({marks}){NOT_GONE if self._gone else ''}",
                         chunk,
                     ).fetchone()
                     db.execute(f"DELETE FROM events WHERE id IN ({marks})", chunk)
@@ -409,14 +408,14 @@ class SpoolFile:
     def _hide(self, keys: list[int]) -> tuple[int, int]:
         """Delete rows logically (no disk needed); return how many live rows, and bytes."""
         assert self._db is not None
-        self._db.execute(_GONE_TABLE)
+        self._db.execute(GONE_TABLE)
         hidden = size = 0
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
             found = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM events "
-                f"WHERE id IN ({marks}){_NOT_GONE}",
+                f"SELECT COALESCE(SUM({self._weight}), 0), COALESCE(SUM(LENGTH(body)), 0) "
+                f"FROM events WHERE id IN ({marks}){NOT_GONE}",
                 chunk,
             ).fetchone()
             self._db.execute(

@@ -291,7 +291,7 @@ class SpoolTraffic:
         try:
             own = self.spool.own()
             rows, dropped = self._bound(rows)  # dropped: incoming weight with no room
-            written = own.append((row[0], row[1], row[2]) for row in rows)
+            written = own.append(rows)
         except (OSError, sqlite3.Error) as exc:
             self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
             self._full_until = time.monotonic() + FULL_BACKOFF

@@ -176,3 +176,47 @@ def test_a_file_removed_while_open_is_made_again_with_its_rows_and_their_ids(
         assert again.execute("SELECT COUNT(*) FROM events").fetchone() == (7,)
     finally:
         again.close()
+
+
+def test_a_roll_ups_row_counts_as_the_events_it_stands_for(tmp_path: Path) -> None:
+    """A roll-up's event stands for ``count`` captured events: the file counts them, and
+    reading, deleting and evicting it give that many, not 1."""
+    own = Spool(tmp_path).own()
+    own.append([(1.0, False, b'{"message":"dup","count":50}', 50), (2.0, False, b"{}")])
+    assert own.count == 51
+    assert [row.weight for row in own.oldest(10, 10_000)] == [50, 1]
+    assert own.evict_oldest(own.bytes - 2) == (50, 0)  # the oldest row: the roll-up's
+    assert own.count == 1
+
+
+def test_a_count_in_an_events_own_json_is_not_its_weight(tmp_path: Path) -> None:
+    """``count`` is a field of the service's events that a program may set: a row whose JSON
+    has it stands for one event unless it was written as a roll-up's."""
+    own = Spool(tmp_path).own()
+    own.append([(1.0, False, b'{"type":"usage","count":10}')])
+    assert own.count == 1
+    [row] = own.oldest(10, 10_000)
+    assert row.weight == 1
+    assert own.delete([row.id]) == 1
+
+
+def test_a_file_of_an_earlier_version_without_weights_is_read_as_one_event_per_row(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / f"host-1-abcd{SUFFIX}"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL, "
+        "is_error INTEGER NOT NULL, body BLOB NOT NULL)"
+    )
+    db.executemany(
+        "INSERT INTO events (created, is_error, body) VALUES (?, ?, ?)",
+        [(1.0, 0, b'{"count":7}'), (2.0, 1, b"{}")],
+    )
+    db.commit()
+    db.close()
+    [orphan] = Spool(tmp_path).claim_orphans()
+    assert orphan.count == 2
+    rows = orphan.oldest(10, 10_000)
+    assert [(row.weight, row.is_error) for row in rows] == [(1, False), (1, True)]
+    assert orphan.delete(row.id for row in rows) == 2
