@@ -3,9 +3,8 @@
 Every option can be given as a keyword argument (to :func:`eventlog_handler.setup`, to
 :class:`eventlog_handler.EventLogHandler`, or in a ``dictConfig``/``fileConfig`` entry, where
 values may arrive as strings). An explicit argument wins over the environment, which wins over
-the default. A malformed value raises :class:`ValueError` naming the setting;
-:func:`eventlog_handler.setup` says it on stderr instead and applies the default
-(:meth:`Settings.usable_options`).
+the default. A malformed value raises :class:`ValueError` naming the setting; ``setup()`` says
+it on stderr instead and applies the default (:meth:`Settings.usable_options`).
 """
 
 from __future__ import annotations
@@ -371,22 +370,24 @@ def shown_url(url: str) -> str:
 
 
 def _unencoded_password(url: str) -> str:
-    """``url`` with a password that holds a ``/``, ``?`` or ``#`` not %-encoded (a generated
-    one, pasted as it is: ``https://ci:kX9/q2@host``) masked up to the last ``@``. A URL
-    parser ends the host at that mark and reads ``ci:kX9`` as a host and a (bad) port, so
-    the password is not found as one."""
+    """``url`` with a password that holds a ``/``, ``?`` or ``#`` not %-encoded (pasted as it
+    is: ``https://ci:kX9/q2@host``) masked up to the last ``@``. A URL parser ends the host at
+    that mark: it reads ``ci:kX9`` as a host and a bad port, or, with an ``@`` before the mark
+    (``https://ci:k@X9/q2@host``), a host ``X9``, where the key would go."""
     scheme, sep, tail = url.partition("://")
     authority = re.split(r"[/?#]", tail, maxsplit=1)[0]
     user, colon, port = authority.partition(":")
     at = tail.rfind("@")
-    # No user here: a host and its port (an "@" further on is in the path), an IPv6 host; or
-    # one the parser finds ("@" in the authority).
+    # No user here: a host and port (an "@" further on is in the path), an IPv6 host.
     plain = not sep or not colon or port.isdigit() or not port or authority.startswith("[")
-    if plain or "@" in authority or at < len(authority) or any(c.isspace() for c in user):
+    found = "@" in authority and not _HOST.fullmatch(tail[at + 1 :])  # no host after a later @
+    if found or plain or at < len(authority) or any(c.isspace() for c in user):
         return url
     return f"{scheme}{sep}{user}:{MASK}{tail[at:]}"
 
 
+#: A host (a name with a dot, ``localhost`` or IPv6), maybe with a port.
+_HOST = re.compile(r"(localhost|[\w-]+(\.[\w-]+)+|\[[\w:.]+\])(:\d*)?/?", re.I)
 #: A ``name:secret@`` at the start of a text or after a ``/`` or ``:``.
 _LOOSE_USERINFO = re.compile(r"(^|[/:])([^/:@\s]*):([^/@\s]+)@")
 
@@ -435,8 +436,8 @@ def validate_server_url(name: str, value: Any) -> str:
         )
     if _unencoded_password(url) != url:
         raise ValueError(
-            f"eventlog_handler: setting {name!r} has a password with a '/', '?' or '#' in it: "
-            f"write them %-encoded (%2F, %3F, %23), got {shown!r}"
+            f"eventlog_handler: setting {name!r} has a password with a '/', '?' or '#' (and "
+            f"maybe '@') in it: write them %-encoded (%2F, %3F, %23, %40), got {shown!r}"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(

@@ -439,15 +439,19 @@ def test_a_url_with_a_blank_is_refused_at_once(url: str) -> None:
         "https://ci:kX9/q2Lm+Zt8@collector.example.org",
         "https://ci:kX9q2#Lm8Zt@collector.example.org/api",
         "https://ci:kX9q2?Lm8Zt@collector.example.org",
+        "https://ci:kX9@q2/Lm8Zt@collector.example.org",
+        "http://ci:kX9@q2/Lm8Zt@127.0.0.1:18083/",
     ],
 )
 def test_a_password_with_a_slash_or_mark_unencoded_is_masked_and_named(url: str) -> None:
     """A generated password pasted without %-encoding: the URL parser ends the host at its
     ``/``, ``?`` or ``#``, so the password was printed whole (or up to the mark) under "bad
-    port"."""
+    port". With an ``@`` before that mark too, the parser found a host ``q2``: the URL was
+    taken, the key sent there, and most of the password printed."""
     from eventlog_handler.settings import shown_url
 
-    assert shown_url(url).startswith("https://ci:[excluded]@collector.example.org")
+    host = url.rpartition("@")[2]
+    assert shown_url(url) == f"{url.partition('//')[0]}//ci:[excluded]@{host}"
     with pytest.raises(ValueError) as info:
         build({"api_key": TOKEN, "server_url": url})
     said = str(info.value)
