@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from eventlog_handler.delivery._buffer import Entry
+from eventlog_handler.delivery._buffer import Entry, estimate
 from eventlog_handler.delivery._courtesy import Courtesy
 from eventlog_handler.delivery._finish import built
 from eventlog_handler.delivery._ledger import Ledger
@@ -128,7 +128,7 @@ class Pipeline:
         now = time.monotonic()
         server = self.server()
         unruled = self._admitted_without_rules(server)
-        filtered = failed = held = 0
+        filtered = failed = held = grown = 0
         courtesy = Courtesy(lambda: self.ledger.captured)
         sessions = self.sessions
         entries.reverse()  # taken from the end, in order
@@ -167,11 +167,19 @@ class Pipeline:
                 self.ledger.last_error = f"scrubbing: {type(exc).__name__}: {safe_str(exc)}"
                 failed += 1
                 continue
+            size = entry.size
+            if entry.is_error or entry.event is not None:
+                # Built out since it was captured (an error's frames got their source lines):
+                # what it holds now counts in the batch in flight, and twice in a roll-up,
+                # whose key holds its nested parts again (as JSON).
+                estimated = estimate(event)
+                grown += estimated - size
+                size = 2 * estimated
             if (
                 roll is not None
                 and event.get("type") not in SESSION_TYPES  # each session is its own
                 and (not QUOTED or event.get("reference_id") not in QUOTED)  # a user has it
-                and not roll.admit(event, now, entry.size)
+                and not roll.admit(event, now, size)
             ):
                 held += 1
                 continue
@@ -185,9 +193,11 @@ class Pipeline:
                 events.append(event)
                 created.append(time.time())
                 weights.append(count)
-        if filtered or failed or held:
+        if filtered or failed or held or grown:
             with self.ledger.lock:
                 self.ledger.rolled_up += held
+                if rollup:  # the worker's batch (the exit's own are not counted in bytes)
+                    self.ledger.in_flight_bytes = max(0, self.ledger.in_flight_bytes + grown)
             if filtered:
                 self.ledger.settle(filtered, "filtered", held=True)
             if failed:
