@@ -159,6 +159,7 @@ class Lifecycle:
         timeout = self.settings.shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, timeout)
         ledger, intake, state = self.ledger, self.intake, self.state
+        interrupted: BaseException | None = None
         try:
             self.check_process()
             if self.sessions is not None:
@@ -181,20 +182,7 @@ class Lifecycle:
                     bool(intake.buffer or self.rollup.held or self.errands.queue) and worker.start()
                 )
                 if usable and not worker.is_current():
-                    while worker.thread is not None and (to_disk or not self.idle()):
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        ledger.changed.wait(timeout=remaining)
-                    # A request on the wire at the deadline: most end within moments (a
-                    # refused connection, an answer being read), and then their events are
-                    # known sent or not, rather than reported as of unknown outcome.
-                    grace_end = time.monotonic() + ON_WIRE_GRACE
-                    while ledger.posting and worker.thread is not None:
-                        remaining = grace_end - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        ledger.changed.wait(timeout=remaining)
+                    interrupted = self._wait_for_worker(deadline, to_disk)
             if not usable:
                 self.drain_here(deadline)
             kept = self.keep_on_disk()
@@ -222,10 +210,36 @@ class Lifecycle:
                     f"eventlog_handler: {errands_left} request(s) other than events (user "
                     f"descriptions, a session's end) could not be sent before exit"
                 )
+            if interrupted is not None and not late:
+                raise interrupted  # a program's own call: its Ctrl-C goes on
             return unsent
         except Exception as exc:  # pragma: no cover - the exit path must never raise
             say(f"eventlog_handler: exit flush failed: {type(exc).__name__}: {safe_str(exc)}")
             return 0
+
+    def _wait_for_worker(self, deadline: float, to_disk: bool) -> BaseException | None:
+        """Wait (the lock held) until the worker is idle or the deadline, and for a request on
+        the wire a moment more. A second Ctrl-C (or the program's own ``SIGTERM`` handler
+        calling ``sys.exit``) ends the wait: the exit then counts and says what is left."""
+        ledger, worker = self.ledger, self.worker
+        try:
+            while worker.thread is not None and (to_disk or not self.idle()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                ledger.changed.wait(timeout=remaining)
+            # A request on the wire at the deadline: most end within moments (a refused
+            # connection, an answer being read), and then their events are known sent or not,
+            # rather than reported as of unknown outcome.
+            grace_end = time.monotonic() + ON_WIRE_GRACE
+            while ledger.posting and worker.thread is not None:
+                remaining = grace_end - time.monotonic()
+                if remaining <= 0:
+                    break
+                ledger.changed.wait(timeout=remaining)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            return exc
+        return None
 
     def _report(self, kept: int, unsent: int, on_wire: int) -> None:
         server = self.settings.shown_url

@@ -195,3 +195,45 @@ def test_an_event_a_slow_hook_holds_at_the_deadline_is_counted_once(
     assert stats["dropped"]["shutdown"] == 1 and stats["dropped_total"] == 1, stats
     assert stats["in_flight"] == 0 == stats["queued"] == stats["delivered"], stats
     assert server.accepted == []
+
+
+def test_a_ctrl_c_during_the_exit_flush_ends_it_and_the_counts_are_still_said(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """A second Ctrl-C while the exit flush waits for a server that hangs: Python printed the
+    package's traceback ("Exception ignored in atexit callback"), the line saying what was not
+    sent was lost, and the handlers' close waited once more."""
+    import signal
+
+    from tests.support.processes import Program
+
+    server.default = "hang"
+    program = Program(
+        """
+        import logging
+        import eventlog_handler
+        eventlog_handler.setup(shutdown_timeout=5.0, flush_interval=0.05)
+        log = logging.getLogger("app.exit")
+        for index in range(50):
+            log.warning("pending %d", index)
+        import time; time.sleep(0.3)  # the batch is on the wire
+        print("ready", flush=True)
+        """,
+        server.url,
+        tmp_path,
+    ).start()
+    process = program.process
+    assert process is not None and process.stdout is not None
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # in the exit flush's wait
+        interrupted = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+        ended = time.monotonic() - interrupted
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert "50 event(s) were on their way" in stderr, stderr
+    assert ended < 3.0, (ended, stderr)  # not the rest of shutdown_timeout (5 s)
