@@ -30,7 +30,9 @@ blanks, and the other values start with a word and a blank (``in``, ``from``, ``
 
 A record at ``ERROR`` or above without an exception is stacked by its logger, its call site
 (the innermost application frame's ``module.function``, no line number) and its message
-*template* (``record.msg``, not the formatted text)::
+*template* (``record.msg``, not the formatted text), its numbers, UUIDs and hex ids each
+written ``#``: a message formatted before the call (``log.error(f"order {id} failed")``) is
+one stack for every id::
 
     {"title": "order %s failed (in shop.orders.place)",
      "signature_data": {"source": "shop.orders", "site": "at shop.orders.place",
@@ -45,12 +47,20 @@ A stack the user gave (``extra=stack(...)``) always wins.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: Characters kept of a signature value and of a title.
 MAX_VALUE = 2_000
 MAX_TITLE = 1_000
+#: What varies from one call to the next in a message formatted before the call: a UUID, a
+#: hex id (8 or more hex digits, a digit and a letter among them), a number.
+_VARYING = re.compile(
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
+    r"|\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b|[0-9]+",
+    re.IGNORECASE,
+)
 
 
 def _name(frame: Mapping[str, Any]) -> str:
@@ -177,7 +187,7 @@ def log_stack(
         signature["source"] = _cut(str(source), MAX_VALUE)
     signature["site"] = _cut(f"at {site}", MAX_VALUE)
     if text.strip():
-        signature["message"] = _cut(text, MAX_VALUE)
+        signature["message"] = _cut(_VARYING.sub("#", text), MAX_VALUE)
     if module == "__main__":
         _add_program(signature, program)
     title = _cut(f"{text.strip() or source or 'log'} (in {site})", MAX_TITLE)

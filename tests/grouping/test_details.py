@@ -103,6 +103,29 @@ def test_log_error_grouped_by_call_site_and_template(make_handler, server):
     assert frames[-1]["context_line"].strip() == 'logger.error("order %s failed", order)'
 
 
+def fail_order(logger: logging.Logger, order: object) -> None:
+    logger.error(f"order {order} failed")
+
+
+def test_log_error_with_a_message_formatted_before_the_call_is_one_stack(make_handler, server):
+    """``log.error(f"order {id} failed")``: the template is the formatted text, and every id
+    opened a stack of its own. Numbers, UUIDs and hex ids in it are one stack; other words
+    are not."""
+    logger, handler = make_handler()
+    for order in (17, 42, "3f2a9c1e-1b2c-4d5e-8f90-123456789abc", "deadbeef0123", "lost"):
+        fail_order(logger, order)
+    handler.engine.flush(5)
+    events = server.wait_for(5)
+    assert [event["message"] for event in events][:2] == ["order 17 failed", "order 42 failed"]
+    signatures = [server_signature(event) for event in events]
+    assert len(set(signatures[:4])) == 1, [e["data"]["@stack"] for e in events]
+    assert signatures[4] != signatures[0]
+    assert events[0]["data"]["@stack"]["signature_data"]["message"] == "order # failed"
+    assert events[0]["data"]["@stack"]["title"] == "order 17 failed (in " + (
+        f"{__name__}.fail_order)"
+    )
+
+
 def test_in_app_rules_and_options(tmp_path):
     import json
 
