@@ -14,7 +14,8 @@ signature the service hashes instead (SHA1 of the UTF-16LE concatenation of the 
 - ``type``: the exception's qualified type name.
 - ``frames``: ``in`` and the application's frames (:func:`~eventlog_handler.wire._frames.is_in_app`),
   outermost first, as ``module.function`` (no line numbers, no paths, no source text; a
-  repeating run once, as in the stack trace). With no application frame: the innermost frame
+  repeating run once, as in the stack trace, and a repeating cycle of calls once, its
+  line numbers aside). With no application frame: the innermost frame
   (``in json.decoder.raw_decode``).
 - Chained exceptions (``raise B from A``, or raised while handling another): the outermost
   exception's type and its application frames. When the outermost exception has no
@@ -72,7 +73,27 @@ def _name(frame: Mapping[str, Any]) -> str:
 def _app_names(frames: Any) -> list[str]:
     if not isinstance(frames, list):
         return []
-    return [_name(frame) for frame in frames if isinstance(frame, dict) and frame.get("in_app")]
+    names = [_name(frame) for frame in frames if isinstance(frame, dict) and frame.get("in_app")]
+    return _once(names) if len(names) > 1 else names
+
+
+#: The longest cycle of calls :func:`_once` looks for (a recursive descent parser's rules).
+MAX_CYCLE = 12
+
+
+def _once(names: list[str]) -> list[str]:
+    """``names`` with each run of a repeating block of up to :data:`MAX_CYCLE` names kept once
+    (``a > b > a > b > c``: ``a > b > c``): a recursion as deep as its input is one stack,
+    however many times its cycle ran. The stack trace's own folding compares line numbers too,
+    and the frame where the cycle calls itself again is not the frame where it fails."""
+    kept: list[str] = []
+    for name in names:
+        kept.append(name)
+        for period in range(1, min(MAX_CYCLE, len(kept) // 2) + 1):
+            if kept[-period:] == kept[-2 * period : -period]:
+                del kept[-period:]
+                break
+    return kept
 
 
 def _frames_of(error: Mapping[str, Any]) -> Any:

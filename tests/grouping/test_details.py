@@ -300,3 +300,41 @@ def test_resolved_frames_are_made_once_per_place_and_again_when_the_file_changes
         assert _frames.resolve([ref])[0]["filename"] == "shop/cart.py" != shown
     finally:
         sys.path.remove(str(tmp_path))
+
+
+def parse_expr(text: str) -> object:
+    return parse_term(text)
+
+
+def parse_term(text: str) -> object:
+    return parse_factor(text)
+
+
+def parse_factor(text: str) -> object:
+    return parse_atom(text)
+
+
+def parse_atom(text: str) -> object:
+    if text.startswith("("):
+        return parse_expr(text[1:])
+    return {"x": 1}[text]  # the bug: only "x" is known
+
+
+def test_a_recursion_through_several_functions_is_one_stack_at_any_depth(make_handler, server):
+    """A recursive descent parser (expr > term > factor > atom > expr ...) failing in ``atom``:
+    each depth of nesting in its input was a stack of its own (only runs of 1 to 3 frames
+    were folded, and by line number: the frame that recurses is not the one that fails)."""
+    logger, handler = make_handler()
+    for text in ("y", "(y", "((y"):
+        try:
+            parse_expr(text)
+        except KeyError:
+            logger.exception("parse failed")
+    handler.engine.flush(5)
+    events = server.wait_for(3)
+    signatures = {server_signature(event) for event in events}
+    assert len(signatures) == 1, [event["data"]["@stack"] for event in events]
+    frames = events[2]["data"]["@stack"]["signature_data"]["frames"]
+    assert frames.endswith(
+        " > ".join(f"{__name__}.parse_{rule}" for rule in ("expr", "term", "factor", "atom"))
+    ), frames
