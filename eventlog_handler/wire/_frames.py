@@ -27,9 +27,11 @@ The work is split by thread:
 
 Which frames are the application's (:func:`is_in_app`): not those of the standard library, of
 installed distributions (files under an interpreter's ``site-packages``/``dist-packages`` or
-under any such directory), or of this package; every other file is. ``in_app_include``
-(module prefixes) marks modules as the application's wherever they are installed, and wins;
-``in_app_exclude`` marks modules as not the application's.
+under any such directory), or of this package; every other file is, and so are the modules
+of the program itself where it is installed (:mod:`._program`: ``python -m shop``, a console
+script's package, ``gunicorn shop.wsgi:app``). ``in_app_include`` (module prefixes) marks
+modules as the application's wherever they are installed, and wins; ``in_app_exclude`` marks
+modules as not the application's.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import Any
 
 from eventlog_handler.settings import MASK
 from eventlog_handler.wire._cards import mask_card_numbers
+from eventlog_handler.wire._program import program_packages
 from eventlog_handler.wire._simple_error import MAIN_NAMES, program_of
 
 #: Where frames travel: ``@simple_error.data[FRAMES_KEY]``, and a serious log's ``data``.
@@ -123,6 +126,8 @@ def _by_path(filename: str, module: str | None) -> bool:
 
     absolute = os.path.normcase(os.path.abspath(filename))
     forms = {absolute, os.path.normcase(os.path.realpath(absolute))}
+    if module and module.partition(".")[0] in program_packages():
+        return True  # the program itself, installed (see :mod:`._program`)
     for form in forms:
         parts = form.split(os.sep)
         if _LIBRARY_DIRS.intersection(parts):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -518,3 +519,79 @@ def test_a_script_run_by_a_launcher_is_its_own_program_for_all_its_events(server
     programs = [event["data"]["@stack"]["signature_data"].get("program") for event in events]
     assert programs == ["of job.py", "of job.py"]  # the second was "of launcher.py"
     assert server_signature(events[0]) == server_signature(events[1])
+
+
+INSTALLED_CHECKOUT = """\
+def lookup(stock, sku):
+    return stock[sku]
+
+
+def find(orders, number):
+    return orders[number]
+"""
+
+INSTALLED_CLI = """\
+import sys
+import eventlog_handler
+from shopx import checkout
+
+
+def main():
+    eventlog_handler.setup(flush_interval=0.05, error_delay=0.01)
+    if sys.argv[-1] == "lookup":
+        checkout.lookup({}, "sku-1")
+    checkout.find({}, 7)
+"""
+
+
+def install_program(root: Path) -> Path:
+    """``shopx`` installed as ``pip install .`` leaves it: its modules and its distribution's
+    metadata in a ``site-packages``, and its console script ``shopx`` in ``bin``."""
+    site = root / "lib" / "python3" / "site-packages"
+    package = site / "shopx"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "checkout.py").write_text(INSTALLED_CHECKOUT, encoding="utf-8")
+    (package / "cli.py").write_text(INSTALLED_CLI, encoding="utf-8")
+    (package / "__main__.py").write_text("from shopx.cli import main\nmain()\n", encoding="utf-8")
+    info = site / "shopx-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shopx\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[console_scripts]\nshopx = shopx.cli:main\n")
+    (root / "bin").mkdir()
+    (root / "bin" / "shopx").write_text(  # as pip writes it
+        f"#!{sys.executable}\nimport re\nimport sys\nfrom shopx.cli import main\n"
+        "if __name__ == '__main__':\n    sys.exit(main())\n",
+        encoding="utf-8",
+    )
+    return site
+
+
+@pytest.mark.parametrize("how", ["console script", "python -m"])
+def test_a_program_installed_in_site_packages_keeps_one_stack_per_bug(
+    server: CaptureServer, tmp_path: Path, how: str
+) -> None:
+    """``pip install .`` puts the program's modules in site-packages, where every frame was a
+    library's: every crash of the program was one stack (``in __main__.<module>``, the
+    launcher's frame alone), here two KeyErrors in two of its functions."""
+    root = tmp_path / "image"
+    site = install_program(root)
+    command = [str(root / "bin" / "shopx")] if how == "console script" else ["-m", "shopx"]
+    env = child_env(server.url)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    for bug in ("lookup", "find"):
+        result = subprocess.run(
+            [sys.executable, *command, bug],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 1 and "KeyError" in result.stderr, result.stderr
+    lookup, find = server.wait_for(2)
+    assert server_signature(lookup) != server_signature(find)
+    assert lookup["data"]["@stack"]["title"] == "KeyError in shopx.checkout.lookup"
+    frames = lookup["@simple_error"]["data"]["@frames"]
+    ours = [frame for frame in frames if frame["module"].startswith("shopx")]
+    assert len(ours) == 2 and all(frame["in_app"] for frame in ours), ours  # main, lookup

@@ -1,0 +1,97 @@
+"""Which installed packages are the program itself.
+
+A program installed with ``pip install .`` (the usual container image) has its own modules
+under ``site-packages``, where every frame is a library's: only the launcher's frame was left
+as the application's, and every bug of the program was one stack. The program's own top-level
+packages are found once, from how it was started:
+
+- ``python -m shop`` (or ``python -m shop.main``): ``shop``;
+- a console script (``shop``, ``/usr/local/bin/shop``) of an installed distribution: the
+  package its entry point is imported from (``from shop.cli import main``);
+- a server or worker given the program's object: ``gunicorn shop.wsgi:app``,
+  ``uvicorn shop.main:app``, ``celery -A shop worker``: ``shop``.
+
+Launchers themselves (``gunicorn``, ``celery``, ``pytest``, ...) and the standard library are
+never the program. ``in_app_include`` and ``in_app_exclude`` still decide first.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+#: Packages that start programs, never the program itself.
+LAUNCHERS = frozenset(
+    {
+        "arq", "celery", "click", "coverage", "daphne", "debugpy", "django", "dramatiq",
+        "eventlog_handler", "fastapi", "fastapi_cli", "flask", "granian", "gunicorn", "huey",
+        "hypercorn", "IPython", "ipykernel", "jupyter", "pip", "pydevd", "pytest", "_pytest",
+        "pyuwsgi", "rq", "setuptools", "sphinx", "streamlit", "typer", "uvicorn", "uwsgi",
+        "waitress",
+    }
+)  # fmt: skip
+#: ``module.path:attribute`` (a server's application, maybe called: ``shop.app:create()``).
+_OBJECT = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*:[A-Za-z_][\w.]*(?:\(.*\))?")
+
+#: ``from shop.cli import main`` at the start of a line (a console script's entry point).
+_IMPORT = re.compile(r"^from ([A-Za-z_]\w*)[\w.]* import ", re.MULTILINE)
+
+_found: frozenset[str] | None = None
+
+
+def program_packages() -> frozenset[str]:
+    """The program's own top-level packages (see the module docstring); found on first use.
+    Never raises."""
+    global _found
+    if _found is None:
+        try:
+            names = _from_main() | _from_console_script() | _from_arguments()
+        except Exception:  # pragma: no cover - an odd interpreter state: none found
+            names = set()
+        stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
+        _found = frozenset(name for name in names if name not in LAUNCHERS and name not in stdlib)
+    return _found
+
+
+def _from_main() -> set[str]:
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    return {name.partition(".")[0]} if isinstance(name, str) and name else set()
+
+
+def _arguments() -> list[str]:
+    argv: Any = getattr(sys, "argv", None)
+    return [arg for arg in argv if isinstance(arg, str)] if isinstance(argv, list) else []
+
+
+def _from_console_script() -> set[str]:
+    """The packages a console script imports its entry point from: the file pip (or uv,
+    pipx) writes holds ``from shop.cli import main``. Read from the file (a few hundred
+    bytes), not from every distribution's metadata, which takes tens of milliseconds."""
+    arguments = _arguments()
+    if not arguments or arguments[0].endswith(".py"):
+        return set()
+    try:
+        with open(arguments[0], "rb") as script:
+            head = script.read(4096)
+    except OSError:
+        return set()
+    if not head.startswith(b"#!"):
+        return set()
+    text = head.decode("utf-8", "replace")
+    return {match.group(1) for match in _IMPORT.finditer(text)}
+
+
+def _from_arguments() -> set[str]:
+    found: set[str] = set()
+    arguments = _arguments()[1:]
+    for index, argument in enumerate(arguments):
+        match = _OBJECT.fullmatch(argument)
+        if match:
+            found.add(match.group(1))
+        elif argument.startswith("--app="):
+            found.add(argument[6:].partition(".")[0].partition(":")[0])
+        elif argument in ("-A", "--app") and index + 1 < len(arguments):
+            found.add(arguments[index + 1].partition(".")[0].partition(":")[0])
+    return {name for name in found if name.isidentifier()}
