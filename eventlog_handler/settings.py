@@ -386,8 +386,8 @@ def _unencoded_password(url: str) -> str:
     return f"{scheme}{sep}{user}:{MASK}{tail[at:]}"
 
 
-#: A host (a name with a dot, ``localhost`` or IPv6), maybe with a port.
-_HOST = re.compile(r"(localhost|[\w-]+(\.[\w-]+)+|\[[\w:.]+\])(:\d*)?/?", re.I)
+#: A host (a name with a dot, ``localhost``, IPv6; or a name and a port), maybe with a path.
+_HOST = re.compile(r"(localhost|[\w-]+(\.[\w-]+)+|\[[\w:.]+\])(:\d+)?(/[\w./-]*)?|[\w-]+:\d+")
 #: A ``name:secret@`` at the start of a text or after a ``/`` or ``:``.
 _LOOSE_USERINFO = re.compile(r"(^|[/:])([^/:@\s]*):([^/@\s]+)@")
 
@@ -436,8 +436,8 @@ def validate_server_url(name: str, value: Any) -> str:
         )
     if _unencoded_password(url) != url:
         raise ValueError(
-            f"eventlog_handler: setting {name!r} has a password with a '/', '?' or '#' (and "
-            f"maybe '@') in it: write them %-encoded (%2F, %3F, %23, %40), got {shown!r}"
+            f"eventlog_handler: setting {name!r} has a password with a '/', '?', '#' or '@' in "
+            f"it: write them %-encoded (%2F, %3F, %23, %40; an '@' in a path too), got {shown!r}"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(

@@ -287,7 +287,7 @@ class Delivery:
             return
         if self.intake.finished:
             return  # the spool is closed: the rows stay for the next start
-        deleted = part.origin.delete(part.rows)
+        deleted = part.origin.delete(part.rows, part.weight())
         spooling = self.spooling
         with ledger.lock:
             if spooling is not None and spooling.is_own(part.origin):

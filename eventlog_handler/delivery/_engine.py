@@ -466,6 +466,8 @@ def shutdown_all(timeout: float | None = None, *, late: bool = False) -> int:
     unsent = 0
     for engine in current:
         unsent += engine.shutdown(max(0.0, deadline - time.monotonic()), late=late)
+        if engine.lifecycle.interrupted:  # a Ctrl-C ended the wait: the others don't wait
+            deadline = time.monotonic()
     return unsent
 
 
@@ -487,7 +489,7 @@ def forget_finished() -> None:
 def remove_engines(server_url: str, timeout: float = 1.0) -> int:
     """Shut down and forget every engine that sends to ``server_url``; return events unsent."""
     with _REGISTRY_LOCK:
-        keys = [key for key in _ENGINES if key[0] == server_url.rstrip("/")]
+        keys = [key for key in list(_ENGINES) if key[0] == server_url.rstrip("/")]
         removed = [_ENGINES.pop(key) for key in keys]
     return sum(engine.shutdown(timeout) for engine in removed)
 

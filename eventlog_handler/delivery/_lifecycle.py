@@ -86,6 +86,8 @@ class Lifecycle:
         #: Seconds the exit flush left of ``shutdown_timeout``, for sending events captured
         #: after it (:meth:`send_late`).
         self._late_left = 0.0
+        #: A Ctrl-C (or ``sys.exit`` from a signal handler) ended the exit flush's wait.
+        self.interrupted = False
 
     def idle(self) -> bool:
         """Nothing pending: the buffer is empty, nothing in flight, nothing on disk, no errand."""
@@ -238,6 +240,7 @@ class Lifecycle:
                     break
                 ledger.changed.wait(timeout=remaining)
         except (KeyboardInterrupt, SystemExit) as exc:
+            self.interrupted = True
             return exc
         return None
 

@@ -168,13 +168,13 @@ class Pipeline:
                 failed += 1
                 continue
             size = entry.size
-            if entry.is_error or entry.event is not None:
-                # Built out since it was captured (an error's frames got their source lines):
-                # what it holds now counts in the batch in flight, and twice in a roll-up,
-                # whose key holds its nested parts again (as JSON).
-                estimated = estimate(event)
-                grown += estimated - size
-                size = 2 * estimated
+            if entry.is_error:
+                # Built out since it was captured (its frames got their source lines): what it
+                # holds now counts in the batch in flight, and twice in a roll-up, whose key
+                # holds its nested parts again (as JSON).
+                size = max(size, estimate(event))
+                grown += size - entry.size
+                size *= 2
             if (
                 roll is not None
                 and event.get("type") not in SESSION_TYPES  # each session is its own

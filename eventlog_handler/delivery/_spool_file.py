@@ -351,10 +351,10 @@ class SpoolFile:
 
     # -- deleting -----------------------------------------------------------------------------
 
-    def delete(self, ids: Iterable[int]) -> int:
+    def delete(self, ids: Iterable[int], events: int | None = None) -> int:
         """Delete rows (after the service took them, or when they are dropped); return how many
-        events the live ones among them stood for. On a full disk the rows are deleted logically
-        (see the module)."""
+        events the live ones among them stood for (``events``: how many they stand for, where
+        the caller knows it). On a full disk the rows are deleted logically (see the module)."""
         keys = list(dict.fromkeys(ids))
         if not keys:
             return 0
@@ -381,7 +381,7 @@ class SpoolFile:
             except (sqlite3.Error, OSError) as exc:
                 self._rollback()
                 if is_corrupt(exc):
-                    settled = min(len(keys), self.count)
+                    settled = min(len(keys) if events is None else events, self.count)
                     self._quarantine(exc, settled)
                     return settled
                 if not is_full(exc):
@@ -392,7 +392,7 @@ class SpoolFile:
                 except sqlite3.Error as hidden:
                     if not is_corrupt(hidden):
                         raise
-                    settled = min(len(keys), self.count)
+                    settled = min(len(keys) if events is None else events, self.count)
                     self._quarantine(hidden, settled)
                     return settled
             self.count -= deleted

@@ -208,7 +208,7 @@ def log_stack(
         signature["source"] = _cut(str(source), MAX_VALUE)
     signature["site"] = _cut(f"at {site}", MAX_VALUE)
     if text.strip():
-        signature["message"] = _cut(_VARYING.sub("#", text), MAX_VALUE)
+        signature["message"] = _VARYING.sub("#", _cut(text, MAX_VALUE))
     if module == "__main__":
         _add_program(signature, program)
     title = _cut(f"{text.strip() or source or 'log'} (in {site})", MAX_TITLE)

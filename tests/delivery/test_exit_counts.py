@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.faultserver import Delay, FaultServer
 from tests.support.processes import marks, run_program
 from tests.support.waits import wait_until
@@ -197,8 +199,9 @@ def test_an_event_a_slow_hook_holds_at_the_deadline_is_counted_once(
     assert server.accepted == []
 
 
+@pytest.mark.parametrize("engines", [1, 2])
 def test_a_ctrl_c_during_the_exit_flush_ends_it_and_the_counts_are_still_said(
-    server: FaultServer, tmp_path: Path
+    server: FaultServer, tmp_path: Path, engines: int
 ) -> None:
     """A second Ctrl-C while the exit flush waits for a server that hangs: Python printed the
     package's traceback ("Exception ignored in atexit callback"), the line saying what was not
@@ -214,11 +217,18 @@ def test_a_ctrl_c_during_the_exit_flush_ends_it_and_the_counts_are_still_said(
         import eventlog_handler
         eventlog_handler.setup(shutdown_timeout=5.0, flush_interval=0.05)
         log = logging.getLogger("app.exit")
+        if {engines} == 2:  # a handler with another key: an engine of its own
+            other = eventlog_handler.EventLogHandler(
+                api_key="b" * 40, shutdown_timeout=5.0, flush_interval=0.05
+            )
+            logging.getLogger("other").addHandler(other)
+            logging.getLogger("other").propagate = False
+            logging.getLogger("other").warning("on the other engine")
         for index in range(50):
             log.warning("pending %d", index)
         import time; time.sleep(0.3)  # the batch is on the wire
         print("ready", flush=True)
-        """,
+        """.replace("{engines}", str(engines)),
         server.url,
         tmp_path,
     ).start()

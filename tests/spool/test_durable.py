@@ -542,10 +542,10 @@ def test_a_file_whose_sent_rows_cannot_be_deleted_is_sent_once(
     [left] = list(spool.glob(f"*{SUFFIX}"))
     delete = _spool_file.SpoolFile.delete
 
-    def failing(self: Any, ids: Any) -> int:
+    def failing(self: Any, ids: Any, events: Any = None) -> int:
         if self.path == left:
             raise sqlite3.OperationalError("disk I/O error")
-        return delete(self, ids)
+        return delete(self, ids, events)
 
     monkeypatch.setattr(_spool_file.SpoolFile, "delete", failing)
     with FaultServer(port=port) as server:

@@ -3,6 +3,7 @@ captured events wherever it goes (sent, evicted); any other row is one, whatever
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import types
 from pathlib import Path
@@ -92,4 +93,36 @@ def test_an_events_own_count_does_not_count_it_as_delivered_many_times(tmp_path:
     assert ledger.spooled == 1
     traffic.send_file(spool.own(), delivery)
     assert (ledger.captured, ledger.delivered, ledger.spooled) == (1, 1, 0)
+    spool.close()
+
+
+class _CorruptOnDelete:
+    """A connection whose DELETE meets a corrupt page (the rest works)."""
+
+    def __init__(self, db: Any) -> None:
+        self.__dict__["db"] = db
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.startswith("DELETE FROM events"):
+            error = sqlite3.DatabaseError("database disk image is malformed")
+            error.sqlite_errorcode = 11  # type: ignore[attr-defined]
+            raise error
+        return self.db.execute(sql, *args)
+
+
+def test_a_sent_roll_up_whose_rows_cannot_be_deleted_counts_as_all_its_events(
+    tmp_path: Path,
+) -> None:
+    """The service took the roll-up of 10 and two events; deleting their rows then found the
+    file corrupt: its rows were counted as 3 delivered and 9 lost."""
+    ledger, spool, traffic, delivery = _traffic(tmp_path)
+    events = [{"type": "log", "message": "dup", "count": 10}, {"message": "a"}, {"message": "b"}]
+    _spill(ledger, traffic, events, [10, 1, 1])
+    own = spool.own()
+    own._db = _CorruptOnDelete(own._db)  # type: ignore[assignment]
+    traffic.send_file(own, delivery)
+    assert (ledger.delivered, sum(ledger.dropped.values()), ledger.spooled) == (12, 0, 0)
     spool.close()

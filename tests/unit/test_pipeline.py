@@ -11,7 +11,7 @@ import pytest
 
 from eventlog_handler.capture._records import capture_record
 from eventlog_handler.delivery import _pipeline
-from eventlog_handler.delivery._buffer import Entry
+from eventlog_handler.delivery._buffer import Entry, entry_size
 from eventlog_handler.delivery._finish import built
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._pipeline import Pipeline
@@ -142,3 +142,32 @@ def test_a_message_cut_to_the_limit_and_a_hook_are_looked_at_alone(
         f"fine card {MASK}",
         f"also fine card {MASK}",
     ]
+
+
+def _deep_error(depth: int) -> Entry:
+    if depth:
+        return _deep_error(depth - 1)
+    record = logging.LogRecord("app", logging.ERROR, __file__, 1, "job failed", (), None)
+    return capture_record(record, SETTINGS)
+
+
+def test_an_error_counts_in_the_batch_in_flight_by_what_it_holds_once_built() -> None:
+    """An error's frames get their source lines on the worker: the batch in flight was counted
+    by the sizes estimated at capture. A warning's size does not change (nor is it looked at
+    again)."""
+    run = pipeline()
+    errors = [_deep_error(15) for _ in range(3)]
+    for entry in errors:
+        entry.size = entry_size(entry)  # as the intake sets it
+    captured = sum(entry.size for entry in errors)
+    run.ledger.in_flight_bytes = captured
+    run.run(errors)
+    assert run.ledger.in_flight_bytes > captured
+    warnings = entries(3)
+    for entry in warnings:
+        entry.size = entry_size(entry)
+    captured = sum(entry.size for entry in warnings)
+    assert captured > 0
+    run.ledger.in_flight_bytes = captured
+    run.run(warnings)
+    assert run.ledger.in_flight_bytes == captured
