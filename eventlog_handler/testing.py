@@ -14,7 +14,9 @@ then::
 
 The ``eventlog`` fixture starts a :class:`~eventlog_handler.collector.Collector` on loopback,
 points ``EVENTLOG_SERVER_URL`` and ``EVENTLOG_API_KEY`` at it for the test, and afterwards
-removes what :func:`eventlog_handler.setup` installed and the engines that sent to it.
+removes what :func:`eventlog_handler.setup` installed during the test (wherever it sent) and
+the engines that sent to the collector, and gives back the user, tags, request and reference
+id the test set, and the thread's trace log: the next test starts without them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 import pytest
 
 from eventlog_handler import _setup as configure
+from eventlog_handler.capture import _context as context
+from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.collector import Collector
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.settings import ENV_API_KEY, ENV_SERVER_URL
@@ -83,12 +87,19 @@ def eventlog(monkeypatch: pytest.MonkeyPatch) -> Iterator[EventRecorder]:
     monkeypatch.setenv(ENV_API_KEY, collector.project_token)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    before = configure.current()
+    variables = (context._USER, context._TAGS, context._REQUEST, context._LAST_REFERENCE)
+    values = [variable.get() for variable in variables]
+    tracelog._THREAD.ring.clear()  # what earlier tests logged on this thread
     try:
         yield EventRecorder(collector)
     finally:
         installed = configure.current()
-        if installed is not None and installed.handler.settings.server_url == collector.url:
+        if installed is not None and installed is not before:
             installed.close(2.0)
+        for variable, value in zip(variables, values, strict=True):
+            variable.set(value)  # type: ignore[attr-defined]
+        tracelog._THREAD.ring.clear()
         for handler in list(root.handlers):
             if handler not in handlers:
                 root.removeHandler(handler)

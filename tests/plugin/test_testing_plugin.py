@@ -72,3 +72,59 @@ def test_plugin_gives_user_tests_a_collector_and_their_events(tmp_path: Path) ->
     assert "2 passed" in output and "1 failed" in output, output
     assert "test_a_failing_assertion_fails" in output
     assert "'real'" in output  # the failure shows what actually arrived
+
+
+ISOLATION_TESTS = """
+import logging
+
+import eventlog_handler
+
+
+def test_a_sets_a_user_tags_and_logs(eventlog):
+    eventlog_handler.setup()
+    eventlog_handler.set_user("u-from-test-a")
+    eventlog_handler.add_tags("from-test-a")
+    logging.getLogger("shop").warning("line from test a")
+    assert eventlog.messages() == ["line from test a"]
+
+
+def test_b_starts_without_them(eventlog):
+    eventlog_handler.setup()
+    try:
+        raise ValueError("in test b")
+    except ValueError:
+        logging.getLogger("shop").exception("failed in b")
+    [error] = eventlog.events(type="error")
+    assert "@user" not in error, error.get("@user")
+    assert "from-test-a" not in (error.get("tags") or []), error.get("tags")
+    trace = error["data"].get("@trace") or []
+    assert not any("test a" in line for line in trace), trace
+
+
+def test_c_sends_elsewhere(eventlog):
+    eventlog_handler.setup(server_url="http://127.0.0.1:9")
+
+
+def test_d_finds_nothing_installed(eventlog):
+    import sys
+    from eventlog_handler import _setup
+    assert _setup.current() is None
+    assert sys.excepthook is sys.__excepthook__
+"""
+
+
+def test_each_test_starts_without_what_the_one_before_set(tmp_path: Path) -> None:
+    """The user, tags and trace log a test left on its thread went with the next test's
+    events, and a ``setup()`` that sent elsewhere stayed installed for the tests after."""
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_isolation.py").write_text(textwrap.dedent(ISOLATION_TESTS))
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    output = completed.stdout + completed.stderr
+    assert "4 passed" in output, output
