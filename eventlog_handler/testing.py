@@ -85,6 +85,8 @@ def eventlog(monkeypatch: pytest.MonkeyPatch) -> Iterator[EventRecorder]:
     collector = Collector().start()
     monkeypatch.setenv(ENV_SERVER_URL, collector.url)
     monkeypatch.setenv(ENV_API_KEY, collector.project_token)
+    for name in ("NO_PROXY", "no_proxy"):  # a proxy of the environment can't reach it
+        monkeypatch.setenv(name, collector.no_proxy())
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     before = configure.current()

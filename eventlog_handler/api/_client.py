@@ -194,6 +194,9 @@ class Client:
                 timeout=self.timeout,
                 verify=self.verify,
                 allow_redirects=False,
+                # Else requests sends a user and password of the URL as Basic auth, in place
+                # of the token (the event sender sends the token, as the service wants).
+                auth=None if anonymous else _as_is,
             )
         except requests.RequestException as exc:
             raise transport_error(exc, url) from None
@@ -548,3 +551,8 @@ def _json(response: requests.Response) -> Any:
             body=response.text[:500],
             url=response.url,
         ) from None
+
+
+def _as_is(request: Any) -> Any:
+    """An ``auth`` that leaves the request's own ``Authorization`` header alone."""
+    return request

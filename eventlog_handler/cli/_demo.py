@@ -15,6 +15,7 @@ The collector's database is kept in a directory of its own; the demo prints the 
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import sys
 import tempfile
@@ -72,6 +73,7 @@ QUIET_LINES = 5
 
 def produce_events(collector: Collector) -> dict[str, Any]:
     """Use the package as a program would; return the delivery statistics."""
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = collector.no_proxy()  # not via HTTP_PROXY
     # What `eventlog settings set PROJECT @@log:shop.chatty Off` does (a user token).
     Client(collector.url, collector.user_token).set_project_setting(
         collector.project_id, *QUIET_SETTING
@@ -198,7 +200,11 @@ def run_demo(keep_serving: bool = False, port: int = 0) -> int:
     """Run the demo; 0 when every event arrived."""
     folder = Path(tempfile.mkdtemp(prefix="eventlog-demo-"))
     database = folder / "demo.sqlite3"
-    collector = Collector(db_path=database, port=port).start()
+    try:
+        collector = Collector(db_path=database, port=port).start()
+    except OSError as exc:  # the port is taken, or the folder can't be written
+        print(f"eventlog demo: cannot start the collector on port {port}: {exc}", file=sys.stderr)
+        return 1
     try:
         print(f"Local collector listening on {collector.url}")
         print("Logging through eventlog_handler.setup() ...")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import socket
 import threading
 import time
@@ -282,6 +283,13 @@ class Collector:
         if server is None:
             raise RuntimeError("the collector is not serving; call start() first")
         return server.url
+
+    @staticmethod
+    def no_proxy() -> str:
+        """``NO_PROXY`` (and ``no_proxy``) for a process that sends to a collector: what is set,
+        and the loopback addresses, which a proxy from ``HTTP_PROXY`` can't reach."""
+        hosts = os.environ.get("no_proxy") or os.environ.get("NO_PROXY") or ""
+        return ",".join(name for name in (hosts, "127.0.0.1", "localhost") if name)
 
     @property
     def organization_id(self) -> str:

@@ -309,3 +309,16 @@ def test_serve_on_a_busy_port_says_so_and_leaves_no_database(
     assert done.returncode == 1, done.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert list(tmp_path.iterdir()) == []  # a database was made for nothing
+
+
+def test_the_demo_on_a_port_in_use_says_so_in_one_line(run: Run) -> None:
+    """``eventlog demo --port N`` with the port taken printed a traceback."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("demo", "--port", str(port))
+    assert result.code == 1, result
+    assert f"cannot start the collector on port {port}" in result.err, result.err

@@ -115,7 +115,8 @@ def test_d_finds_nothing_installed(eventlog):
 
 def test_each_test_starts_without_what_the_one_before_set(tmp_path: Path) -> None:
     """The user, tags and trace log a test left on its thread went with the next test's
-    events, and a ``setup()`` that sent elsewhere stayed installed for the tests after."""
+    events, and a ``setup()`` that sent elsewhere stayed installed for the tests after. (With
+    a proxy in the environment, which can't reach the collector: it was sent through it.)"""
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_isolation.py").write_text(textwrap.dedent(ISOLATION_TESTS))
     completed = subprocess.run(
@@ -124,7 +125,7 @@ def test_each_test_starts_without_what_the_one_before_set(tmp_path: Path) -> Non
         text=True,
         timeout=120,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HTTP_PROXY": "http://127.0.0.1:9"},
     )
     output = completed.stdout + completed.stderr
     assert "4 passed" in output, output

@@ -974,3 +974,18 @@ def test_client_validates_its_arguments():
 
 def test_batch_body():
     assert api.batch_body([b'{"a":1}', b'{"b":2}']) == b'[{"a":1},{"b":2}]'
+
+
+@responses.activate
+def test_a_user_and_password_in_the_url_do_not_replace_the_token() -> None:
+    """requests sends a URL's ``user:password`` as Basic auth, over the ``Authorization``
+    header that carries the token: every call was refused, and the token blamed."""
+    with_password = SERVER.replace("://", "://ci:pw12345@")
+    responses.add(
+        responses.GET,
+        f"{with_password}/api/v2/projects/config",
+        json={"version": 1, "settings": {}},
+        match=[matchers.header_matcher({"Authorization": f"Bearer {TOKEN}"})],
+    )
+    client = api.Client(with_password, TOKEN, warn_insecure=False)
+    assert client.get_config() == {"version": 1, "settings": {}}
