@@ -410,6 +410,7 @@ def _default_client(settings: Settings, timeout: float | None) -> Client:
 
 # -- one engine per process per (server, key) -------------------------------------------------
 
+sigterm.is_sending = is_sender_thread  # a SIGTERM on the worker's greenlet: flushed elsewhere
 _ENGINES: dict[tuple[str, str], Engine] = {}
 #: Re-entrant: the ``SIGTERM`` handler of a process that outlives the signal (process 1)
 #: forgets the engines it flushed (:func:`forget_finished`), and may run while this thread

@@ -247,17 +247,28 @@ def _spawned_from_event_loop(handler: Handler, signum: int, frame: FrameType | N
     return True
 
 
+def _never() -> bool:
+    return False
+
+
+#: Whether the calling thread (or greenlet) is the delivery worker's: set by the engine.
+is_sending: Callable[[], bool] = _never
+
+
 def _event_loop_spawn() -> Callable[..., Any] | None:
-    """``spawn`` of gevent or eventlet when the caller runs in their event loop's greenlet."""
+    """``spawn`` of gevent or eventlet when the caller runs in their event loop's greenlet, or
+    in the delivery worker's (a signal lands in whichever greenlet runs: there, the flush would
+    wait for itself, and every pending event was dropped at once)."""
     monkey = sys.modules.get("gevent.monkey")
+    sending = is_sending()
     if monkey is not None and monkey.is_module_patched("threading"):
         gevent: Any = importlib.import_module("gevent")
-        return gevent.spawn if gevent.getcurrent() is gevent.get_hub() else None
+        return gevent.spawn if sending or gevent.getcurrent() is gevent.get_hub() else None
     patcher = sys.modules.get("eventlet.patcher")
     if patcher is not None and patcher.is_monkey_patched("thread"):
         eventlet: Any = importlib.import_module("eventlet")
         hub = importlib.import_module("eventlet.hubs").get_hub()
-        return eventlet.spawn if eventlet.getcurrent() is hub.greenlet else None
+        return eventlet.spawn if sending or eventlet.getcurrent() is hub.greenlet else None
     return None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -118,3 +119,48 @@ def test_an_exception_a_greenlet_raises_is_reported_and_gevent_still_prints_it(
     assert "Greenlet" in data["@greenlet"]
     assert errors[0]["@simple_error"]["type"] == "KeyError"
     assert "in lookup" in errors[0]["@simple_error"]["stack_trace"]
+
+
+SIGTERM_ON_THE_WORKER = """
+from gevent import monkey
+
+monkey.patch_all()
+import logging, os, signal, time
+
+import eventlog_handler
+
+first = [True]
+
+
+def before_send(event, hint):  # runs in the delivery worker's greenlet
+    if first[0]:
+        first[0] = False
+        os.kill(os.getpid(), signal.SIGTERM)  # lands while this greenlet runs
+        started = time.monotonic()
+        while time.monotonic() - started < 0.3:  # a long computation, no switch
+            pass
+    return event
+
+
+eventlog_handler.setup(before_send=before_send)
+log = logging.getLogger("green")
+for index in range(50):
+    log.warning("line %d", index)
+log.error("an error")  # sent within error_delay: the worker runs the hook
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_sigterm_that_lands_on_the_delivery_greenlet_still_sends_what_was_logged(
+    server: FaultServer,
+) -> None:
+    """A signal handler runs in whichever greenlet is running. On the delivery worker's, the
+    exit flush could not wait for the worker (itself): all 51 events were dropped at once."""
+    command = [sys.executable, "-c", textwrap.dedent(SIGTERM_ON_THE_WORKER)]
+    completed = subprocess.run(
+        command, env=child_env(server.url), capture_output=True, text=True, timeout=60
+    )
+    assert completed.returncode == -signal.SIGTERM, completed.stderr
+    assert "could not be sent" not in completed.stderr, completed.stderr
+    assert len(server.accepted) == 51, (len(server.accepted), completed.stderr)
