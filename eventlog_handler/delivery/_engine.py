@@ -48,6 +48,7 @@ from typing import Any
 
 from eventlog_handler.api._client import Client
 from eventlog_handler.delivery import _sigterm as sigterm
+from eventlog_handler.delivery import _uwsgi as uwsgi
 from eventlog_handler.delivery._buffer import Entry
 from eventlog_handler.delivery._delivery import REFUSED_AT_EXIT, Delivery
 from eventlog_handler.delivery._errands import Errand, Errands
@@ -119,6 +120,7 @@ class Engine:
             settings.server_settings, lambda text: redact(text, *settings.secrets)
         )
         self._reset_process_state()
+        uwsgi.advise_in_master()
         if settings.spool_path and self.problem is None:
             with self.ledger.lock:  # replay what ended processes left in the spool, from the start
                 self.worker.start()
@@ -588,6 +590,7 @@ weakref.finalize(_PROCESS_HOOKS, int).atexit = False
 atexit.register(_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+uwsgi.chain_post_fork(_after_fork_in_child)  # whose forks run none of those hooks
 multiprocessing.util.register_after_fork(_PROCESS_HOOKS, _ProcessHooks.in_child)
 if multiprocessing.parent_process() is not None:
     # First imported in a multiprocessing child that is running its target (its after-fork
