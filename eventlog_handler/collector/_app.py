@@ -289,6 +289,8 @@ class Collector:
         """``NO_PROXY`` (and ``no_proxy``) for a process that sends to a collector: what is set,
         and the loopback addresses, which a proxy from ``HTTP_PROXY`` can't reach."""
         hosts = os.environ.get("no_proxy") or os.environ.get("NO_PROXY") or ""
+        if hosts.strip() == "*":  # no proxy for any host: only as the whole value
+            return hosts
         return ",".join(name for name in (hosts, "127.0.0.1", "localhost") if name)
 
     @property

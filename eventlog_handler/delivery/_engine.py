@@ -120,6 +120,7 @@ class Engine:
             settings.server_settings, lambda text: redact(text, *settings.secrets)
         )
         self._reset_process_state()
+        uwsgi.chain_post_fork(_after_fork_in_child)  # a hook the program set since import
         uwsgi.advise_in_master()
         if settings.spool_path and self.problem is None:
             with self.ledger.lock:  # replay what ended processes left in the spool, from the start

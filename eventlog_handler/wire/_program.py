@@ -6,17 +6,21 @@ as the application's, and every bug of the program was one stack. The program's 
 packages are found once, from how it was started:
 
 - ``python -m shop`` (or ``python -m shop.main``): ``shop``;
-- a console script (``shop``, ``/usr/local/bin/shop``) of an installed distribution: the
-  package its entry point is imported from (``from shop.cli import main``);
-- a server or worker given the program's object: ``gunicorn shop.wsgi:app``,
-  ``uvicorn shop.main:app``, ``celery -A shop worker``: ``shop``.
+- a console script (``shop``, ``/usr/local/bin/shop``) as pip, uv and pipx write it: the
+  package its entry point is imported from (``from shop.cli import main`` ...
+  ``sys.exit(main())``), not the other imports of a script;
+- a server or worker of :data:`SERVERS` given the program's object: ``gunicorn
+  shop.wsgi:app``, ``uvicorn shop.main:app``, ``celery -A shop worker``: ``shop``.
 
 Launchers themselves (``gunicorn``, ``celery``, ``pytest``, ...) and the standard library are
-never the program. ``in_app_include`` and ``in_app_exclude`` still decide first.
+never the program. A tool run by its own console script (``alembic``, ``black``) is the
+program of that process: its frames are then application frames too. ``in_app_include`` and
+``in_app_exclude`` still decide first.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Any
@@ -31,11 +35,16 @@ LAUNCHERS = frozenset(
         "waitress",
     }
 )  # fmt: skip
+#: Servers and workers whose arguments name the program's object (``module:attribute``,
+#: ``-A module``).
+SERVERS = frozenset(
+    {"celery", "daphne", "granian", "gunicorn", "hypercorn", "rq", "uvicorn", "waitress-serve"}
+)
 #: ``module.path:attribute`` (a server's application, maybe called: ``shop.app:create()``).
 _OBJECT = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*:[A-Za-z_][\w.]*(?:\(.*\))?")
 
 #: ``from shop.cli import main`` at the start of a line (a console script's entry point).
-_IMPORT = re.compile(r"^from ([A-Za-z_]\w*)[\w.]* import ", re.MULTILINE)
+_IMPORT = re.compile(r"^from ([A-Za-z_]\w*)[\w.]* import ([A-Za-z_]\w*)\s*$", re.MULTILINE)
 
 _found: frozenset[str] | None = None
 
@@ -80,12 +89,20 @@ def _from_console_script() -> set[str]:
     if not head.startswith(b"#!"):
         return set()
     text = head.decode("utf-8", "replace")
-    return {match.group(1) for match in _IMPORT.finditer(text)}
+    return {
+        match.group(1)
+        for match in _IMPORT.finditer(text)
+        if f"sys.exit({match.group(2)}())" in text  # the entry point, not any import
+    }
 
 
 def _from_arguments() -> set[str]:
     found: set[str] = set()
-    arguments = _arguments()[1:]
+    arguments = _arguments()
+    runners = {os.path.basename(arguments[0]) if arguments else "", *_from_main()}
+    if not runners & SERVERS:
+        return found  # another program's "name:word" arguments are its own business
+    arguments = arguments[1:]
     for index, argument in enumerate(arguments):
         match = _OBJECT.fullmatch(argument)
         if match:

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFTEST = 'pytest_plugins = ["eventlog_handler.testing"]\n'
 
@@ -129,3 +131,19 @@ def test_each_test_starts_without_what_the_one_before_set(tmp_path: Path) -> Non
     )
     output = completed.stdout + completed.stderr
     assert "4 passed" in output, output
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [("", "127.0.0.1,localhost"), ("minio", "minio,127.0.0.1,localhost"), ("*", "*")],
+)
+def test_the_no_proxy_of_a_collector_keeps_what_was_set(
+    monkeypatch: pytest.MonkeyPatch, before: str, after: str
+) -> None:
+    """``NO_PROXY=*`` (no proxy for any host) holds only as the whole value: with the
+    collector's addresses added, every other host of the test went through the proxy."""
+    from eventlog_handler.collector import Collector
+
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.setenv("NO_PROXY", before)
+    assert Collector.no_proxy() == after

@@ -20,6 +20,7 @@ from eventlog_handler.wire import _program
         (["/venv/bin/celery", "--app=shop.tasks:app", "worker"], {"shop"}),
         (["/venv/bin/gunicorn", "gunicorn.app:x", "json.decoder:y"], set()),  # never these
         (["script.py", "-A", "3", "a:b:c"], set()),
+        (["/venv/bin/worker", "--cache", "redis:default"], set()),  # not a server's argument
         ([], set()),
     ],
 )
@@ -43,7 +44,10 @@ def test_a_console_scripts_package_is_read_from_the_script(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
     script = tmp_path / "shop"
-    script.write_text("#!/venv/bin/python\nimport re\nimport sys\nfrom shop.cli import main\n")
+    script.write_text(  # as pip writes it; the other imports of a script are not the program
+        "#!/venv/bin/python\nimport re\nimport sys\nfrom redis import Redis\n"
+        "from shop.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n"
+    )
     plain = tmp_path / "notes"
     plain.write_text("from shop.cli import main\n")  # not a script: no #! line
     monkeypatch.setattr(_program, "_from_main", set)

@@ -23,7 +23,7 @@ UWSGI = shutil.which("uwsgi", path=str(Path(sys.executable).parent))
 APP = """
 import logging, os
 import eventlog_handler
-
+{hook}
 eventlog_handler.setup(flush_interval=0.2)
 log = logging.getLogger("app")
 
@@ -39,16 +39,31 @@ def application(environ, start_response):
 """
 
 
+#: A post-fork hook of the program's own, set after the package was imported.
+HOOKS = {
+    "no hook of its own": "",
+    "uwsgidecorators.postfork": (
+        "import uwsgidecorators\n\n@uwsgidecorators.postfork\ndef reconnect():\n    pass\n"
+    ),
+    "uwsgi.post_fork_hook": "import uwsgi\nuwsgi.post_fork_hook = lambda: None\n",
+}
+
+
 @pytest.mark.skipif(
     UWSGI is None, reason="needs pyuwsgi (a test dependency: pip install -e '.[dev]')"
 )
-def test_workers_forked_by_the_uwsgi_master_send_their_own_events(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hook", list(HOOKS))
+def test_workers_forked_by_the_uwsgi_master_send_their_own_events(
+    tmp_path: Path, hook: str
+) -> None:
     """The workers went on with the master's reference ids: two workers gave their events
     the same ids, the service keeps one of each (25 of 40 errors arrived), and an error page
-    quoted another request's id. The master also says to run uWSGI with --lazy-apps."""
+    quoted another request's id. The master also says to run uWSGI with --lazy-apps. A hook
+    the program sets after importing the package (uwsgidecorators sets one) replaced the
+    package's."""
     assert UWSGI is not None
     with FaultServer() as server:
-        output, answers = _serve_forty_requests(server, tmp_path)
+        output, answers = _serve_forty_requests(server, tmp_path, HOOKS[hook])
         accepted = list(server.accepted)
     references = [answer.split()[1] for answer in answers]
     assert len({answer.split()[0] for answer in answers}) == 2, answers  # both workers served
@@ -57,10 +72,10 @@ def test_workers_forked_by_the_uwsgi_master_send_their_own_events(tmp_path: Path
     assert "--lazy-apps" in output, output
 
 
-def _serve_forty_requests(server: FaultServer, tmp_path: Path) -> tuple[str, list[str]]:
+def _serve_forty_requests(server: FaultServer, tmp_path: Path, hook: str) -> tuple[str, list[str]]:
     """40 requests to the app under uWSGI; its output (stopped by SIGINT) and the answers."""
     assert UWSGI is not None
-    (tmp_path / "app.py").write_text(textwrap.dedent(APP))
+    (tmp_path / "app.py").write_text(textwrap.dedent(APP).replace("{hook}", hook))
     port = free_port()
     command = [UWSGI, "--http-socket", f"127.0.0.1:{port}", "--wsgi-file", "app.py"]
     command += ["--master", "--processes", "2", "--need-app", "--disable-logging"]
