@@ -326,6 +326,32 @@ def _can_make_pid_namespaces() -> bool:
     return done.returncode == 0
 
 
+NEEDS_PID_NAMESPACE = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _can_make_pid_namespaces(),
+    reason="needs unshare(1) and the right to make a PID namespace (root)",
+)
+
+
+def _terminate_process_one(code: str) -> tuple[int, str, str]:
+    """Run ``code`` as process 1 of a new PID namespace; once it prints ``ready 1``, send it
+    ``SIGTERM`` from outside, as ``docker stop`` does. Its exit status, stdout and stderr."""
+    process = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().split() == ["ready", "1"]
+        (child,) = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        os.kill(int(child), signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    return process.returncode, stdout, stderr
+
+
 PROCESS_ONE = """
 import logging, os, sys, time
 sys.path.insert(0, {root!r})
@@ -342,10 +368,7 @@ print("done", flush=True)
 """
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not _can_make_pid_namespaces(),
-    reason="needs unshare(1) and the right to make a PID namespace (root)",
-)
+@NEEDS_PID_NAMESPACE
 def test_process_one_of_a_container_runs_on_after_sigterm_and_so_does_delivery(
     server: FaultServer,
 ) -> None:
@@ -354,21 +377,8 @@ def test_process_one_of_a_container_runs_on_after_sigterm_and_so_does_delivery(
     sends what was logged, the program runs on as it does without the package, and what it
     logs afterwards is sent too, not dropped as after an exit; stderr says why, once."""
     code = PROCESS_ONE.format(root=str(ROOT), key=API_KEY, url=server.url)
-    process = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().split() == ["ready", "1"]
-        (child,) = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
-        os.kill(int(child), signal.SIGTERM)  # from outside, as docker stop sends it
-        stdout, stderr = process.communicate(timeout=30)
-    finally:
-        process.kill()
-    assert process.returncode == 0, stderr
+    returncode, stdout, stderr = _terminate_process_one(code)
+    assert returncode == 0, stderr
     assert stdout.strip() == "done"
     messages = sorted(e["message"] for e in server.accepted)
     assert messages == sorted(
@@ -393,10 +403,7 @@ print("done", flush=True)
 """
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not _can_make_pid_namespaces(),
-    reason="needs unshare(1) and the right to make a PID namespace (root)",
-)
+@NEEDS_PID_NAMESPACE
 def test_process_one_outlives_a_sigterm_that_lands_while_an_engine_is_built(
     server: FaultServer,
 ) -> None:
@@ -404,21 +411,8 @@ def test_process_one_outlives_a_sigterm_that_lands_while_an_engine_is_built(
     under the lock that ``get_engine`` holds while it builds one. A signal that landed then
     waited for that lock on the thread that held it: the program hung for ever."""
     code = PROCESS_ONE_BUILDING.format(root=str(ROOT), key=API_KEY, url=server.url)
-    process = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().split() == ["ready", "1"]
-        (child,) = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
-        os.kill(int(child), signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=20)
-    finally:
-        process.kill()
-    assert process.returncode == 0, stderr
+    returncode, stdout, stderr = _terminate_process_one(code)
+    assert returncode == 0, stderr
     assert stdout.strip() == "done"
     assert sorted(e["message"] for e in server.accepted) == ["after", "before"]
 
