@@ -441,6 +441,8 @@ def test_a_url_with_a_blank_is_refused_at_once(url: str) -> None:
         "https://ci:kX9q2?Lm8Zt@collector.example.org",
         "https://ci:kX9@q2/Lm8Zt@collector.example.org",
         "http://ci:kX9@q2/Lm8Zt@127.0.0.1:18083/",
+        "http://ci:kX9@q2/Lm8Zt@collector:5000",  # a service's name and its port
+        "https://ci:kX9@q2/Lm8Zt@collector.example.org/exceptionless",  # and a path
     ],
 )
 def test_a_password_with_a_slash_or_mark_unencoded_is_masked_and_named(url: str) -> None:

@@ -63,7 +63,7 @@ def test_workers_forked_by_the_uwsgi_master_send_their_own_events(
     package's."""
     assert UWSGI is not None
     with FaultServer() as server:
-        output, answers = _serve_forty_requests(server, tmp_path, HOOKS[hook])
+        output, answers = _serve_forty_requests(server, tmp_path, HOOKS[hook], MASTER)
         accepted = list(server.accepted)
     references = [answer.split()[1] for answer in answers]
     assert len({answer.split()[0] for answer in answers}) == 2, answers  # both workers served
@@ -72,13 +72,31 @@ def test_workers_forked_by_the_uwsgi_master_send_their_own_events(
     assert "--lazy-apps" in output, output
 
 
-def _serve_forty_requests(server: FaultServer, tmp_path: Path, hook: str) -> tuple[str, list[str]]:
+MASTER = ["--master", "--processes", "2"]
+
+
+@pytest.mark.skipif(
+    UWSGI is None, reason="needs pyuwsgi (a test dependency: pip install -e '.[dev]')"
+)
+def test_a_single_uwsgi_process_that_forks_nothing_is_not_given_the_masters_advice(
+    tmp_path: Path,
+) -> None:
+    with FaultServer() as server:
+        output, answers = _serve_forty_requests(server, tmp_path, "", ["--processes", "1"])
+        accepted = list(server.accepted)
+    assert len(accepted) == 40 == len({answer.split()[1] for answer in answers})
+    assert "--lazy-apps" not in output, output
+
+
+def _serve_forty_requests(
+    server: FaultServer, tmp_path: Path, hook: str, options: list[str]
+) -> tuple[str, list[str]]:
     """40 requests to the app under uWSGI; its output (stopped by SIGINT) and the answers."""
     assert UWSGI is not None
     (tmp_path / "app.py").write_text(textwrap.dedent(APP).replace("{hook}", hook))
     port = free_port()
     command = [UWSGI, "--http-socket", f"127.0.0.1:{port}", "--wsgi-file", "app.py"]
-    command += ["--master", "--processes", "2", "--need-app", "--disable-logging"]
+    command += [*options, "--need-app", "--disable-logging"]
     process = subprocess.Popen(
         command,
         cwd=tmp_path,
