@@ -60,6 +60,9 @@ def profile_new_threads() -> None:
 
 
 def listing(title: str, profile: cProfile.Profile, calls: int, top: int) -> list[str]:
+    profile.create_stats()
+    if not profile.stats:  # type: ignore[attr-defined]
+        return ["", f"{title}: ran no Python code during the profiled pass"]
     stats = pstats.Stats(profile)
     rows = []
     for (filename, line, name), (_, ncalls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
