@@ -4,10 +4,12 @@ proper type, or raises :class:`ValueError` naming the option and what is wrong."
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 #: The longest duration a setting may give (11.6 days): past about 9.2e9 s, waits and socket
 #: timeouts fail (``OverflowError``), and no wait of the package is meant to be longer.
@@ -205,3 +207,14 @@ def exception_types(name: str, value: Any) -> tuple[Any, ...]:
                 f"got {item!r}"
             )
     return tuple(result)
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether ``url``'s host is a loopback address (or ``localhost``)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

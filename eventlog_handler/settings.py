@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import ipaddress
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -58,6 +57,9 @@ DEFAULT_DATA_EXCLUSIONS: tuple[str, ...] = (
     "sig",
     "jwt",
     "bearer",
+    # plurals that hold secrets (not ``tokens``: ``total_tokens`` counts them)
+    *("apikeys", "accesskeys", "privatekeys", "signingkeys", "encryptionkeys", "signatures"),
+    *("accesstokens", "refreshtokens", "apitokens", "jwts"),
     # authentication headers
     "auth",
     "authorization",
@@ -101,17 +103,6 @@ def mask_secret(secret: str | None) -> str:
     if len(secret) <= 8:
         return "****"
     return secret[:4] + "…"
-
-
-def is_loopback_url(url: str) -> bool:
-    """Whether ``url``'s host is a loopback address (or ``localhost``)."""
-    host = urlsplit(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclasses.dataclass(frozen=True)

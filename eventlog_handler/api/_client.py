@@ -31,6 +31,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import requests
 
+from eventlog_handler._values import is_loopback_url
 from eventlog_handler._version import __version__
 from eventlog_handler.api import _errors as errors
 from eventlog_handler.api._answers import (
@@ -44,7 +45,6 @@ from eventlog_handler.api._answers import (
 )
 from eventlog_handler.api._models import Project, ProjectConfig, Token
 from eventlog_handler.settings import (
-    is_loopback_url,
     mask_secret,
     shown_url,
     validate_server_url,

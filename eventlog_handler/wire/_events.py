@@ -30,9 +30,15 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK
-from eventlog_handler.wire._jsonsafe import is_excluded, safe_str, to_jsonable, truncate
+from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS
+from eventlog_handler.wire._jsonsafe import (
+    exclusion_matcher,
+    safe_str,
+    to_jsonable,
+    truncate,
+)
 from eventlog_handler.wire._simple_error import main_named, simple_error
+from eventlog_handler.wire._spans import mask_arguments
 
 #: ``message`` and ``source`` are cut by the service past this many characters.
 MAX_MESSAGE = 2_000
@@ -317,6 +323,9 @@ def normalize_tags(tags: Iterable[Any]) -> list[str]:
 # -- environment ----------------------------------------------------------------------------
 
 _ENVIRONMENT: dict[str, Any] | None = None
+#: The command line is masked by the default exclusions here; the scrubber applies the
+#: engine's own (and the service's) when the event is sent.
+_DEFAULT_EXCLUDED = exclusion_matcher(DEFAULT_DATA_EXCLUSIONS)
 
 
 def environment_info() -> dict[str, Any]:
@@ -331,7 +340,7 @@ def environment_info() -> dict[str, Any]:
             "machine_name": socket.gethostname(),
             "process_id": str(pid),
             "process_name": os.path.basename(argv[0]) if argv and argv[0] else "python",
-            "command_line": truncate(" ".join(mask_arguments(argv)), 1000),
+            "command_line": truncate(" ".join(mask_arguments(argv, _DEFAULT_EXCLUDED)), 1000),
             "o_s_name": uname.system,
             "o_s_version": uname.release,
             "architecture": uname.machine,
@@ -339,29 +348,6 @@ def environment_info() -> dict[str, Any]:
             "processor_count": os.cpu_count() or 1,
         }
     return _ENVIRONMENT
-
-
-def mask_arguments(
-    argv: list[str], exclusions: Collection[str] = DEFAULT_DATA_EXCLUSIONS
-) -> list[str]:
-    """``argv`` with the values of secret-looking options masked: ``--api-key X``,
-    ``--password=X``, ``token=X`` (the option names matched like data exclusions)."""
-    masked: list[str] = []
-    hide_next = False
-    for arg in argv:
-        text = safe_str(arg)
-        if hide_next:
-            masked.append(MASK)
-            hide_next = False
-            continue
-        name, sep, _value = text.partition("=")
-        if is_excluded(name.lstrip("-"), exclusions):
-            if sep:
-                masked.append(f"{name}={MASK}")
-                continue
-            hide_next = text.startswith("-")
-        masked.append(text)
-    return masked
 
 
 def thread_info() -> dict[str, Any]:

@@ -47,7 +47,12 @@ from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
 from eventlog_handler.wire._cards import is_card_number, mask_card_numbers
 from eventlog_handler.wire._frames import copy_frame
 from eventlog_handler.wire._jsonsafe import ExclusionMatcher, exclusion_matcher
-from eventlog_handler.wire._spans import bearer_tokens, url_passwords, value_span
+from eventlog_handler.wire._spans import (
+    bearer_tokens,
+    mask_arguments,
+    url_passwords,
+    value_span,
+)
 
 #: Dict keys a scrubber remembers what it found about.
 _CACHE_KEYS = 10_000
@@ -196,6 +201,8 @@ class Scrubber:
             span = value_span(text, after)
             if span is None:
                 continue
+            if text[at] == ":" and text[start:end].lower() in _COOKIE_HEADERS:
+                span = _cookie_line(text, span)
             pieces.append(text[done : span[0]])
             pieces.append(MASK)
             done = span[1]
@@ -393,7 +400,12 @@ class Scrubber:
                     continue
             kind = type(value)
             if kind is str:
-                scrubbed = text(value)
+                if shape == _ENVIRONMENT and key == "command_line":
+                    scrubbed = text(" ".join(mask_arguments(value.split(" "), self._excluded)))
+                    if scrubbed == value:
+                        scrubbed = value
+                else:
+                    scrubbed = text(value)
             elif kind is dict or kind is list or kind is tuple:
                 inner_shape = _INNER_SHAPES.get((shape, key))
                 if inner_shape is None:
@@ -488,6 +500,9 @@ def _updated(
 _PLAIN, _KEYED, _DATA, _ERROR, _USER, _REQUEST = range(6)
 #: A list of frames: as ``_KEYED``, each frame's result remembered (:meth:`Scrubber._frames`).
 _FRAMES = 6
+#: ``@environment``: as ``_PLAIN``, but its ``command_line``'s options are matched against the
+#: exclusions (``--ssn 123``: :func:`~eventlog_handler.wire._spans.mask_arguments`).
+_ENVIRONMENT = 7
 #: What a key is: excluded (its value is masked where keys are the user's), ``@...``, neither.
 _EXCLUDED, _AT_KEY, _OTHER = range(3)
 #: Shapes whose keys are the user's: matched against the exclusions.
@@ -499,7 +514,7 @@ _DATA_SHAPES = {
     "@simple_error": _ERROR,
     "@user": _USER,
     "@request": _REQUEST,
-    "@environment": _PLAIN,
+    "@environment": _ENVIRONMENT,
     "@trace": _PLAIN,
     "@stack": _PLAIN,
     "@frames": _FRAMES,
@@ -540,6 +555,20 @@ def _is_plain_frame(frame: dict[Any, Any]) -> bool:
 
 
 _FRAME_SCALARS = frozenset({str, int, bool, float, type(None)})
+
+
+#: Header names whose bare value is a list of ``name=value`` pairs, all secret, to the line's end.
+_COOKIE_HEADERS = frozenset({"cookie", "set-cookie"})
+
+
+def _cookie_line(text: str, span: tuple[int, int]) -> tuple[int, int]:
+    """The span of a ``Cookie:`` header's value: a bare one runs to the end of its line
+    (``a=1; b=2``: every cookie), a quoted or bracketed one is as :func:`value_span` found it."""
+    start = span[0]
+    if text[start - 1] in "\"'" or text[start] in "[{(":
+        return span
+    end = text.find("\n", start)
+    return (start, len(text) if end < 0 else end)
 
 
 def _few_digits(text: str) -> bool:

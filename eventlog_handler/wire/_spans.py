@@ -5,6 +5,7 @@ name (quoted, bracketed or bare) and a ``Bearer`` token. What is masked, and whe
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from eventlog_handler.settings import MASK
 
@@ -17,6 +18,8 @@ _LEAD = re.compile(r"[ \t]*(?:(?i:bearer|basic|token|digest|negotiate|ntlm|apike
 _DOUBLE_QUOTED = re.compile(r"\"((?:[^\"\\\n]|\\.)*)\"")
 _SINGLE_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.)*)'")
 _BARE = re.compile(r"[^\s\"'&;,<>)\]}]+")
+#: A string literal's prefix before its quote (``b'...'``, ``rb"..."``): a bytes or raw value.
+_PREFIX = re.compile(r"(?i:[bfru]{1,2})(?=[\"'])")
 #: Characters a bracketed value (``[...]``, ``{...}``) is searched for its end in, at most.
 _MAX_BRACKETED = 20_000
 #: A lone ``Bearer <token>``.
@@ -48,12 +51,17 @@ def value_span(text: str, at: int) -> tuple[int, int] | None:
     lead = _LEAD.match(text, at)
     start = at if lead is None else lead.end()
     first = text[start : start + 1]
+    if first.isalpha():
+        prefix = _PREFIX.match(text, start)
+        if prefix is not None:  # a literal's prefix: its quoted content is the value
+            start = prefix.end()
+            first = text[start]
     if first == '"' or first == "'":
         quoted = (_DOUBLE_QUOTED if first == '"' else _SINGLE_QUOTED).match(text, start)
         if quoted is None:
             return None
         span = quoted.span(1)
-    elif first == "[" or first == "{":
+    elif first == "[" or first == "{" or first == "(":  # a list, a dict, a tuple (a repr)
         if text.startswith(MASK, start):
             return None
         span = (start, _closing_bracket(text, start))
@@ -68,9 +76,10 @@ def value_span(text: str, at: int) -> tuple[int, int] | None:
 
 
 def _closing_bracket(text: str, start: int) -> int:
-    """The end of the bracketed value at ``start`` (quotes respected), or of its line."""
+    """The end of the bracketed value at ``start`` (brackets inside quotes, double or single,
+    don't count), or of its line."""
     depth = 0
-    quote = False
+    quote = ""
     index = start
     limit = min(len(text), start + _MAX_BRACKETED)
     while index < limit:
@@ -78,13 +87,13 @@ def _closing_bracket(text: str, start: int) -> int:
         if quote:
             if char == "\\":
                 index += 1
-            elif char == '"':
-                quote = False
-        elif char == '"':
-            quote = True
-        elif char == "[" or char == "{":
+            elif char == quote:
+                quote = ""
+        elif char == '"' or char == "'":
+            quote = char
+        elif char == "[" or char == "{" or char == "(":
             depth += 1
-        elif char == "]" or char == "}":
+        elif char == "]" or char == "}" or char == ")":
             depth -= 1
             if depth == 0:
                 return index + 1
@@ -102,3 +111,23 @@ def _mask_bearer(found: re.Match[str]) -> str:
     if found.group("token") == MASK:
         return found.group(0)
     return f"{found.group('scheme')} {MASK}"
+
+
+def mask_arguments(argv: list[str], excluded: Callable[[str], bool]) -> list[str]:
+    """``argv`` with the values of options that ``excluded`` names masked: ``--api-key X``,
+    ``--password=X``, ``token=X``."""
+    masked: list[str] = []
+    hide_next = False
+    for text in argv:
+        if hide_next:
+            masked.append(MASK)
+            hide_next = False
+            continue
+        name, sep, _value = text.partition("=")
+        if excluded(name.lstrip("-")):
+            if sep:
+                masked.append(f"{name}={MASK}")
+                continue
+            hide_next = text.startswith("-")
+        masked.append(text)
+    return masked

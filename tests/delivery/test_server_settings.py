@@ -5,6 +5,7 @@ names a newer version, and applied before events are queued (``@@log:*`` levels 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from eventlog_handler import EventLogHandler
 from eventlog_handler.api._client import Client
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._server_settings import NO_FILTER, OFF, ServerSettings
+from eventlog_handler.wire import _events as events
 from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
 from tests.support.faultserver import FaultServer
@@ -170,6 +172,31 @@ def test_data_exclusions_of_the_service_are_added(server: FaultServer) -> None:
     assert event["data"]["card_number"] == "[excluded]"
     assert event["data"]["ssn"] == "[excluded]"
     assert event["data"]["amount"] == 5 and event["data"]["user"] == "ann"
+
+
+def test_the_command_line_of_an_error_is_masked_by_every_exclusion(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--name value`` options on the command line are masked by the engine's exclusions and
+    the service's, not only by the defaults (the command line is made once per process)."""
+    argv = ["app.py", "--ssn", "123-45-6789", "--user-pin", "4321", "--api-key", "k-1234567"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--region", "eu", "--account=acme"])
+    monkeypatch.setattr(events, "_ENVIRONMENT", None)
+    server.config = {"version": 5, "settings": {"@@DataExclusions": "ssn"}}
+    handler = handler_on(server, data_exclusions=["password", "apikey", "*pin*", "account"])
+    log = logging.getLogger("dlv")
+    log.info("start")
+    assert wait_until(lambda: handler.engine.server.version == 5, 10)
+    try:
+        raise ValueError("import failed")
+    except ValueError:
+        log.exception("import failed")
+    assert wait_until(lambda: "import failed" in messages(server), 10)
+    [event] = [event for event in server.accepted if event["message"] == "import failed"]
+    assert event["data"]["@environment"]["command_line"] == (
+        "app.py --ssn [excluded] --user-pin [excluded] --api-key [excluded] --region eu "
+        "--account=[excluded]"
+    )
 
 
 @pytest.mark.parametrize("failure", [500, 404, "hang"])

@@ -402,6 +402,14 @@ def test_generators_and_iterators_do_not_raise():
         "passwordid",
         "tokenValue",
         "APIKEYid",
+        # plurals that hold secrets
+        "api_keys",
+        "apiKeys",
+        "access_tokens",
+        "refreshTokens",
+        "private_keys",
+        "signatures",
+        "passwords",
     ],
 )
 def test_default_exclusions_match_insensitively(key):
@@ -425,6 +433,8 @@ def test_default_exclusions_match_insensitively(key):
         "authenticated",
         "tokenizer_name",
         "max_tokens",
+        "total_tokens",  # a count: bare ``tokens`` is not a default exclusion
+        "paid_tokens",
         "secretary",
         "passport",
         "keyword",

@@ -55,6 +55,16 @@ def scrub() -> Scrubber:
         ("accessKey=AKIA1234 AUTH_TOKEN=t1 X-Api-Key: k1", None),
         (f"the key {API_KEY} was refused", f"the key {MASK} was refused"),
         (f"prefix{API_KEY}suffix", f"prefix{MASK}suffix"),
+        # a tuple, a bytes value, a raw string, brackets inside single quotes
+        ('requests.get(url, auth=("admin", "hunter2"))', f"requests.get(url, auth={MASK})"),
+        ("redis config {b'password': b'hunter2'}", f"redis config {{b'password': b'{MASK}'}}"),
+        ("Settings(api_key=b'abc123', db=1)", f"Settings(api_key=b'{MASK}', db=1)"),
+        ('password=rb"hunter2"', f'password=rb"{MASK}"'),
+        ("token=('x', 'pw1') next", f"token={MASK} next"),
+        ("secret={'a': 'x}y', 'b': 'pw2'} next", f"secret={MASK} next"),
+        # every cookie of a Cookie header, to the end of its line
+        ("Cookie: theme=dark; sid=abc123; remember=pw1\nnext", f"Cookie: {MASK}\nnext"),
+        ('{"cookie": "sid=abc123", "page": 2}', f'{{"cookie": "{MASK}", "page": 2}}'),
     ],
 )
 def test_examples(scrub: Scrubber, text: str, expected: str | None) -> None:

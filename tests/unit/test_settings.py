@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from eventlog_handler import settings
-from eventlog_handler.settings import OPTION_NAMES, Settings, is_loopback_url, mask_secret
+from eventlog_handler._values import is_loopback_url
+from eventlog_handler.settings import OPTION_NAMES, Settings, mask_secret
 
 from .conftest import TOKEN
 
