@@ -17,6 +17,7 @@ import requests
 import urllib3
 
 from eventlog_handler.api import _errors as errors
+from eventlog_handler.settings import MASK, mask_secret
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +89,16 @@ def submit_result(answer: Answer, count: int, bytes_sent: int) -> SubmitResult:
     )
 
 
-def api_error(answer: Answer) -> errors.ApiError:
-    """The :class:`~eventlog_handler.api._errors.ApiError` subclass for a failure answer."""
+def api_error(answer: Answer, secrets: tuple[str | None, ...] = ()) -> errors.ApiError:
+    """The :class:`~eventlog_handler.api._errors.ApiError` subclass for a failure answer.
+
+    ``secrets``: what the request carried (its token first, then a login's password), masked
+    wherever the answer quotes them (a server or proxy that echoes the request): the token as
+    :func:`~eventlog_handler.settings.mask_secret` shows it, anything else whole."""
     status = answer.status
     title: str | None = None
     problems: dict[str, Any] = {}
-    body = answer.content[:2000].decode("utf-8", "replace")
+    body = _without(answer.content[:2000].decode("utf-8", "replace"), secrets)
     try:
         data = json.loads(body) if body else None
     except ValueError:
@@ -109,7 +114,7 @@ def api_error(answer: Answer) -> errors.ApiError:
         if isinstance(data.get("errors"), dict):
             problems = data["errors"]
     if title is None:
-        title = answer.reason or None
+        title = _without(answer.reason, secrets) or None
     cls = errors.error_class_for(status)
     kwargs: dict[str, Any] = {
         "title": title,
@@ -123,6 +128,18 @@ def api_error(answer: Answer) -> errors.ApiError:
             status, retry_after=parse_retry_after(answer.headers.get("Retry-After")), **kwargs
         )
     return cls(status, **kwargs)
+
+
+def _without(text: str, secrets: tuple[str | None, ...]) -> str:
+    """``text`` with each of ``secrets`` masked: as it is, and as JSON writes it, once or twice
+    (a JSON answer that quotes the JSON body of the request)."""
+    for index, secret in enumerate(secrets):
+        if secret:
+            masked = mask_secret(secret) if index == 0 else MASK
+            once = json.dumps(secret)[1:-1]
+            for form in sorted({secret, once, json.dumps(once)[1:-1]}, key=len, reverse=True):
+                text = text.replace(form, masked)
+    return text
 
 
 def check_event_answer(answer: Answer) -> None:

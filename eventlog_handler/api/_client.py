@@ -174,6 +174,7 @@ class Client:
         headers: Mapping[str, str] | None = None,
         params: Mapping[str, Any] | None = None,
         anonymous: bool = False,
+        password: str | None = None,
     ) -> requests.Response:
         url = path_or_url if "://" in path_or_url else self.server_url + path_or_url
         all_headers = {"Accept": "application/json"}
@@ -201,7 +202,8 @@ class Client:
         except requests.RequestException as exc:
             raise transport_error(exc, url) from None
         if response.status_code >= 300 and response.status_code != 304:
-            raise api_error(Answer.of(response))
+            # A server that echoes the request must not make the error print its secrets.
+            raise api_error(Answer.of(response), (None if anonymous else self._token, password))
         return response
 
     # -- events -----------------------------------------------------------------------------
@@ -311,6 +313,7 @@ class Client:
             body=json.dumps({"email": email.strip(), "password": password}).encode(),
             headers={"Content-Type": "application/json"},
             anonymous=True,
+            password=password,
         )
         data = _json(response)
         token = data.get("token") if isinstance(data, dict) else None

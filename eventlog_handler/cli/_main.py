@@ -48,6 +48,7 @@ from eventlog_handler.settings import (
     ENV_USER_TOKEN,
 )
 from eventlog_handler.wire._events import LEVELS, log_event
+from eventlog_handler.wire._scrub import Scrubber
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -296,7 +297,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     event = log_event(args.message, level=level, source=args.source, tags=args.tag or ())
     if args.type == "error":
         event["type"] = "error"
-    client.submit(event)
+    # Masked as the handler masks what a program logs: a script's "$ERR" may quote a secret.
+    client.submit(Scrubber((api_key,)).event(event))
     print(f"sent {event['type']} event {event['reference_id']}")
     return EXIT_OK
 
