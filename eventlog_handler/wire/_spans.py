@@ -12,6 +12,9 @@ from eventlog_handler.settings import MASK
 #: After ``://``: ``user:password@``; the user ends at the first ``:`` (it may hold an ``@``, an
 #: e-mail address), the password runs to the last ``@`` of the authority.
 _USERINFO = re.compile(r"[^\s:/?#\"'<>]*:(?P<password>[^\s/?#\"'<>]+)@")
+#: ... or a token as the user, without a password (``https://ghp_x1y2...@github.com``, as git
+#: takes a personal access token): 16 characters or more, with a letter and a digit.
+_TOKEN_USER = re.compile(r"(?P<password>(?=[\w.~%+-]*\d)(?=[\w.~%+-]*[A-Za-z])[\w.~%+-]{16,})@")
 #: Between a name's separator and its value: blanks, and an auth scheme (``Bearer``, ...).
 _LEAD = re.compile(r"[ \t]*(?:(?i:bearer|basic|token|digest|negotiate|ntlm|apikey)[ \t]+(?=\S))?")
 #: A quoted value (the group is what is masked), or a bare one (up to a terminator).
@@ -27,12 +30,13 @@ _BEARER = re.compile(r"(?<![\w\-])(?P<scheme>[Bb]earer|BEARER)[ \t]+(?P<token>[\
 
 
 def url_passwords(text: str) -> str:
-    """Mask the password of every ``scheme://user:password@host`` in ``text``."""
+    """Mask the password of every ``scheme://user:password@host`` in ``text``, and a token
+    that stands as the user (``scheme://token@host``)."""
     pieces: list[str] = []
     done = 0
     at = text.find("://")
     while at >= 0:
-        found = _USERINFO.match(text, at + 3)
+        found = _USERINFO.match(text, at + 3) or _TOKEN_USER.match(text, at + 3)
         if found is not None and found.group("password") != MASK:
             pieces.append(text[done : found.start("password")])
             pieces.append(MASK)

@@ -65,6 +65,11 @@ def scrub() -> Scrubber:
         # every cookie of a Cookie header, to the end of its line
         ("Cookie: theme=dark; sid=abc123; remember=pw1\nnext", f"Cookie: {MASK}\nnext"),
         ('{"cookie": "sid=abc123", "page": 2}', f'{{"cookie": "{MASK}", "page": 2}}'),
+        # a token as a URL's user (git's form for a personal access token)
+        (
+            "fetch https://ghp_abc123XYZ7890pqrs@git.example/o/r.git",
+            f"fetch https://{MASK}@git.example/o/r.git",
+        ),
     ],
 )
 def test_examples(scrub: Scrubber, text: str, expected: str | None) -> None:
@@ -87,6 +92,7 @@ def test_examples(scrub: Scrubber, text: str, expected: str | None) -> None:
         "https://example.com:8443/path?page=2&sort=asc#top",
         "http://[::1]:5000/x and ann@example.com",
         "ssh://git@github.com/org/repo.git",  # a user name without a password
+        "https://ann.smith@example.com/ and https://medium.com/@writer1234567890abc",
         "12:30:45 ratio=3:4 a == b, c != d, e <= f",
         "Traceback (most recent call last):\n  File \"app.py\", line 3, in f\nKeyError: 'x'",
         "the bearer of bad news",  # too short to be a token
