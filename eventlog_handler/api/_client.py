@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 
 # ``requests`` imports netrc lazily, on a session's first request. A process that forks while
 # its delivery worker is in that import leaves the child an import lock nobody will release,
@@ -31,6 +32,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import requests
 
+from eventlog_handler import _values as checks
 from eventlog_handler._values import is_loopback_url
 from eventlog_handler._version import __version__
 from eventlog_handler.api import _errors as errors
@@ -126,7 +128,7 @@ class Client:
     ) -> None:
         self.server_url = validate_server_url("server_url", server_url)
         self._token = validate_token("token", token) if token is not None else None
-        self.timeout = timeout
+        self.timeout = _timeout(timeout)
         self.verify = verify
         self._session = session
         self._session_pid = os.getpid()
@@ -393,7 +395,13 @@ class Client:
                 f"eventlog_handler: scopes must be a list of scope names, like [{scopes!r}], "
                 f"got the text {scopes!r}"
             )
-        payload: dict[str, Any] = {"scopes": list(scopes)}
+        names = list(scopes) if isinstance(scopes, Iterable) else None
+        if names is None or not all(isinstance(name, str) for name in names):
+            raise ValueError(
+                f"eventlog_handler: scopes must be a list of scope names, like ['client'], "
+                f"got {scopes!r}"
+            )
+        payload: dict[str, Any] = {"scopes": names}
         if notes is not None:
             payload["notes"] = notes
         try:
@@ -426,9 +434,10 @@ class Client:
         """The newest events (``GET /api/v2/events``, one page, the first unless ``page``
         says; a user token), matching the service's ``filter`` syntax (``type:error``),
         ``sort`` as the service sorts."""
-        params: dict[str, Any] = {"sort": sort, "limit": max(1, min(int(limit), 100))}
+        limit = checks.number("limit", limit, minimum=-math.inf, integer=True)
+        params: dict[str, Any] = {"sort": sort, "limit": max(1, min(limit, 100))}
         if page is not None:
-            params["page"] = max(1, int(page))
+            params["page"] = max(1, checks.number("page", page, minimum=-math.inf, integer=True))
         if filter:
             params["filter"] = filter
         found = _json(self._request("GET", EVENTS_PATH, params=params))
@@ -519,6 +528,22 @@ def _project_path(project_id: Any) -> str:
     ):
         raise ValueError(f"not a project id: {project_id!r}")
     return f"{PROJECTS_PATH}/{quote(project_id, safe='')}"
+
+
+def _timeout(timeout: Any) -> float | tuple[float, float]:
+    """Seconds to connect and to read (a number), or ``(connect, read)``."""
+    if not isinstance(timeout, tuple):
+        return _seconds(timeout)
+    if len(timeout) != 2:
+        raise ValueError(
+            "eventlog_handler: setting 'timeout' must be seconds or a pair (connect, read), "
+            f"got {timeout!r}"
+        )
+    return (_seconds(timeout[0]), _seconds(timeout[1]))
+
+
+def _seconds(value: Any) -> float:
+    return checks.seconds("timeout", value, minimum=0.001)  # as the setting of the handler
 
 
 def _page_size(page_size: Any) -> int:

@@ -647,6 +647,33 @@ def test_create_token_with_scopes_as_a_text_is_named_without_a_request(mocked, c
     assert len(mocked.calls) == 0
 
 
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        pytest.param(lambda c: c.create_token(PROJECT_ID, scopes=5), "scopes", id="scopes=5"),
+        pytest.param(lambda c: c.create_token(PROJECT_ID, scopes=[1]), "scopes", id="scopes=[1]"),
+        pytest.param(lambda c: c.list_events(limit="abc"), "'limit'", id="limit=abc"),
+        pytest.param(lambda c: c.list_events(page=None, limit=None), "'limit'", id="limit=None"),
+        pytest.param(lambda c: c.list_events(page="x"), "'page'", id="page=x"),
+        pytest.param(lambda c: api.Client(SERVER, TOKEN, timeout=-1), "'timeout'", id="-1"),
+        pytest.param(lambda c: api.Client(SERVER, TOKEN, timeout="abc"), "'timeout'", id="abc"),
+        pytest.param(lambda c: api.Client(SERVER, TOKEN, timeout=(1,)), "'timeout'", id="(1,)"),
+        pytest.param(lambda c: api.Client(SERVER, TOKEN, timeout=(5, 0)), "'timeout'", id="(5,0)"),
+    ],
+)
+def test_a_bad_argument_is_named_without_a_request(mocked, client, call, named):
+    """Not Python's own ``TypeError`` from deep inside, nor a request that fails later."""
+    with pytest.raises(ValueError, match=f"^eventlog_handler: .*{named}") as info:
+        call(client)
+    assert type(info.value) is ValueError
+    assert len(mocked.calls) == 0
+
+
+def test_a_timeout_may_be_a_pair_or_a_text():
+    assert api.Client(SERVER, TOKEN, timeout=(3, 10)).timeout == (3.0, 10.0)
+    assert api.Client(SERVER, TOKEN, timeout="5").timeout == 5.0
+
+
 def test_create_token_invalid_scope(mocked, client):
     mocked.add(
         responses.POST,
