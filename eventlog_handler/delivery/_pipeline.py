@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from eventlog_handler.delivery._buffer import Entry
+from eventlog_handler.delivery._buffer import Entry, built_out
 from eventlog_handler.delivery._courtesy import Courtesy
 from eventlog_handler.delivery._finish import built
 from eventlog_handler.delivery._ledger import Ledger
@@ -172,7 +172,7 @@ class Pipeline:
                 # Built out since it was captured (its frames got their source lines, the
                 # trace its lines): that counts in the batch in flight, and twice in a roll-up,
                 # whose key holds its nested parts again (as JSON).
-                size += _built_out(event)
+                size += built_out(event)
                 grown += size - entry.size
                 size *= 2
             if (
@@ -339,35 +339,3 @@ def _lift_marks(event: dict[str, Any], data: dict[str, Any]) -> None:
             tags.append(CRITICAL_TAG)
     if not data:
         del event["data"]
-
-
-def _built_out(event: dict[str, Any]) -> int:
-    """The bytes an error's event got on the worker, roughly: the source lines of its frames
-    and the lines of its trace log (the text; a walk of the whole event cost as much as a
-    third of building it)."""
-    total = 0
-    data = event.get("data")
-    error = event.get("@simple_error")
-    for holder in (data, error.get("data") if type(error) is dict else None):
-        if type(holder) is not dict:
-            continue
-        total += _lines_size(holder.get("@trace"))
-        frames = holder.get("@frames")
-        if type(frames) is not list:
-            continue
-        for frame in frames:
-            if type(frame) is dict:
-                line = frame.get("context_line")
-                total += 400 + (len(line) if type(line) is str else 0)
-                total += _lines_size(frame.get("pre_context"))
-                total += _lines_size(frame.get("post_context"))
-    return total
-
-
-def _lines_size(lines: Any) -> int:
-    if type(lines) is not list:
-        return 0
-    try:
-        return 72 * len(lines) + sum(map(len, lines))
-    except TypeError:  # not all text: counted by what is
-        return sum(72 + len(line) for line in lines if type(line) is str)
