@@ -1,7 +1,7 @@
 """A spool file's table, and what the disk says, for the spool: which errors mean "full" and
 which "corrupt", moving a corrupt file into the quarantine, keeping files readable by their
 owner only, the ``flock`` that makes a file one process's, writes in chunks that a full disk
-cuts short, and copying a file's rows into a new one.
+cuts short, copying a file's rows into a new one, and giving its free pages back.
 
 Each row is one event's JSON, and the captured events it stands for (``weight``: a roll-up's
 ``count``); a file of an earlier version has no ``weight`` column, and each of its rows is one
@@ -33,6 +33,10 @@ JOURNALS = ("-wal", "-shm")
 #: of one write, and keeps everything committed before.
 CHUNK_ROWS = 64
 CHUNK_BYTES = 64 * 1024
+#: Free pages one compaction gives back at most (128 MiB: about a third of a second), and per
+#: transaction.
+VACUUM_PAGES = 32_768
+VACUUM_CHUNK = 256
 
 # -- a spool file's table -------------------------------------------------------------------
 
@@ -200,6 +204,30 @@ def chunks(
         size += len(item[2])
     if chunk:
         yield chunk
+
+
+def free_pages(db: sqlite3.Connection) -> None:
+    """Give a file's free pages back to the file system, up to :data:`VACUUM_PAGES`. Python's
+    sqlite3 runs one step of ``PRAGMA incremental_vacuum`` per ``execute``, which frees one
+    page whatever the pragma's argument: so it is repeated while the free pages decrease, in
+    transactions of :data:`VACUUM_CHUNK` pages (the journal stays small)."""
+    free, left, chunk = db.execute("PRAGMA freelist_count").fetchone()[0], VACUUM_PAGES, 1
+    while free and left > 0:
+        steps = min(free, left, chunk)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for _ in range(steps):
+                db.execute("PRAGMA incremental_vacuum")
+            db.execute("COMMIT")
+        except BaseException:  # a full disk, say: the pages freed before stay freed
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+        left -= steps
+        before, free = free, db.execute("PRAGMA freelist_count").fetchone()[0]
+        if free >= before:  # a file without incremental vacuum (an earlier version's)
+            return
+        chunk = VACUUM_CHUNK
 
 
 def same_file(fd: int, path: Path) -> bool:

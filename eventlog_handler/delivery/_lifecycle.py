@@ -222,10 +222,21 @@ class Lifecycle:
     def _wait_for_worker(self, deadline: float, to_disk: bool) -> BaseException | None:
         """Wait (the lock held) until the worker is idle or the deadline, and for a request on
         the wire a moment more. A second Ctrl-C (or the program's own ``SIGTERM`` handler
-        calling ``sys.exit``) ends the wait: the exit then counts and says what is left."""
-        ledger, worker = self.ledger, self.worker
+        calling ``sys.exit``) ends the wait: the exit then counts and says what is left. While
+        the service is not failing, it waits for the replay of what ended processes left in the
+        spool too, as :meth:`flush` does (a short job that logs nothing still sends it)."""
+        ledger, worker, spooling = self.ledger, self.worker, self.spooling
+
+        def replaying() -> bool:
+            return (
+                spooling is not None
+                and spooling.replay_pending()
+                and not self.intake.retrying
+                and not self.state.retry_after(deadline)
+            )
+
         try:
-            while worker.thread is not None and (to_disk or not self.idle()):
+            while worker.thread is not None and (to_disk or not self.idle() or replaying()):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break

@@ -167,8 +167,9 @@ class Spool:
                 continue  # another project's events: left for its own program
             try:
                 fd = try_lock(Path(f"{path}.lock"))
-            except OSError:
-                continue  # a lock we may not open: another user's file
+            except OSError as exc:  # a lock we may not open: another user's file, say
+                self.unopenable(path, f"its lock can't be opened: {exc.strerror or exc}")
+                continue
             if fd is None:
                 continue  # its process is alive (or another process claimed it)
             if not path.exists():  # claimed and emptied by another process meanwhile

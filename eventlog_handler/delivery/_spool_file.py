@@ -55,6 +55,7 @@ from eventlog_handler.delivery._disk import (
     Row,
     chunks,
     copy_rows,
+    free_pages,
     is_corrupt,
     is_full,
     move_aside,
@@ -501,7 +502,7 @@ class SpoolFile:
                 return
             self._retry_gone()
             try:
-                db.execute("PRAGMA incremental_vacuum").fetchall()
+                free_pages(db)
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except (sqlite3.Error, OSError) as exc:
                 if is_full(exc):
@@ -514,7 +515,7 @@ class SpoolFile:
     def _vacuum(self) -> None:
         if self._db is not None:
             with contextlib.suppress(sqlite3.Error, OSError):
-                self._db.execute("PRAGMA incremental_vacuum").fetchall()
+                free_pages(self._db)
 
     # -- state --------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from eventlog_handler.delivery._batches import Part
 from eventlog_handler.delivery._buffer import Entry, entry_size
+from eventlog_handler.delivery._disk import is_full
 from eventlog_handler.delivery._intake import Intake
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS
@@ -94,6 +95,10 @@ class SpoolTraffic:
         self.due = math.inf
         self._full_until = 0.0
         self._full_said = False
+        #: The directory's size after an eviction that gave no byte back (0: none did).
+        self._no_gain = 0
+        #: Whether stderr said that the spool can't be written (for another reason than space).
+        self._failed_said = False
 
     @property
     def directory(self) -> Path:
@@ -295,7 +300,10 @@ class SpoolTraffic:
         except (OSError, sqlite3.Error) as exc:
             self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
             self._full_until = time.monotonic() + FULL_BACKOFF
+            if not is_full(exc):
+                self._unwritable(exc)
             return False
+        self._failed_said = False
         parts.clear()
         left = rows[written:]
         if left:  # no room on the disk: these stay in memory, in flight
@@ -329,6 +337,23 @@ class SpoolTraffic:
             except (OSError, sqlite3.Error) as exc:
                 ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
         return not left
+
+    def _unwritable(self, exc: OSError | sqlite3.Error) -> None:
+        """Say once (again only after a write succeeded) that the spool can't be written."""
+        if self._failed_said:
+            return
+        self._failed_said = True
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else safe_str(exc)
+        fate = (
+            "the events the exit could not send are not kept"
+            if self.state.closing
+            else f"events are kept in memory only until it can (tried again every "
+            f"{FULL_BACKOFF:g} s; past queue_size={self.settings.queue_size} the oldest logs "
+            f"are dropped as queue_full)"
+        )
+        say(
+            f"eventlog_handler: the spool {self.spool.directory} can't be written ({reason}); {fate}."
+        )
 
     def _disk_full(self, own: SpoolFile, unwritten: int) -> None:
         self._full_until = time.monotonic() + FULL_BACKOFF
@@ -398,16 +423,24 @@ class SpoolTraffic:
         return rows, dropped
 
     def _bound_disk(self, own: SpoolFile) -> None:
-        """After a write: if the files really take more than the bound, evict old logs in
-        proportion and give the space back to the file system."""
+        """After a write: if the files really take more than the bound, give their free pages
+        back to the file system; if that is not enough, evict old logs in proportion and give
+        their space back too. An eviction that gave nothing back (a file of an earlier version
+        keeps its pages) is not done again before the directory grows past what it left: it
+        would drop events for nothing."""
         limit = self.settings.spool_max_bytes
+        if self.spool.disk_bytes() <= limit:
+            return
+        own.compact()
         total = self.spool.disk_bytes()
-        if total <= limit:
+        if total <= max(limit, self._no_gain):
             return
         others = total - own.disk_bytes()
         share = max(0.0, (limit - others) / max(1, total - others))
         evicted = own.evict_oldest(int(own.bytes * share * 0.85))
         own.compact()
+        left = self.spool.disk_bytes()
+        self._no_gain = left if left >= total else 0
         with self.ledger.lock:
             self.ledger.spooled = max(0, self.ledger.spooled - sum(evicted))
             self.ledger.dropped["spool_full"] += sum(evicted)
