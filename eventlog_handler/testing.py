@@ -92,7 +92,7 @@ def eventlog(monkeypatch: pytest.MonkeyPatch) -> Iterator[EventRecorder]:
     before = configure.current()
     variables = (context._USER, context._TAGS, context._REQUEST, context._LAST_REFERENCE)
     values = [variable.get() for variable in variables]
-    tracelog._THREAD.ring.clear()  # what earlier tests logged on this thread
+    tracelog.clear()  # what earlier tests logged on this thread
     try:
         yield EventRecorder(collector)
     finally:
@@ -101,7 +101,7 @@ def eventlog(monkeypatch: pytest.MonkeyPatch) -> Iterator[EventRecorder]:
             installed.close(2.0)
         for variable, value in zip(variables, values, strict=True):
             variable.set(value)  # type: ignore[attr-defined]
-        tracelog._THREAD.ring.clear()
+        tracelog.clear()
         for handler in list(root.handlers):
             if handler not in handlers:
                 root.removeHandler(handler)

@@ -65,12 +65,22 @@ _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
 _size = 0
 
 
-class _ThreadRings(threading.local):
-    def __init__(self) -> None:
-        self.ring: deque[_Note] = deque(maxlen=_size or 1)
 
 
-_THREAD = _ThreadRings()
+def _in_thread() -> None:
+    """The ``task`` of a thread's own scope: called like a task's weak reference, it is no
+    task, so a task started from the thread makes a scope of its own."""
+    return None
+
+
+class _ThreadScopes(threading.local):
+    """The scope each thread made last: one copied from another thread (the main thread's,
+    in every context an asyncio task copies) is not this thread's, and is not used here."""
+
+    scope: _Scope | None = None
+
+
+_THREAD = _ThreadScopes()
 
 _get_running_loop: Any = None
 with contextlib.suppress(ImportError, AttributeError):  # without importing asyncio itself
@@ -85,9 +95,10 @@ def want(size: int) -> None:
     size = min(max(0, size), MAX_TRACE)
     if size > _size:
         _size = size
-        ring = _THREAD.ring
-        if ring.maxlen is not None and ring.maxlen < size:
-            _THREAD.ring = deque(ring, maxlen=size)
+        scope = _SCOPE.get()
+        ring = None if scope is None else scope.ring
+        if ring is not None and ring.maxlen is not None and ring.maxlen < size:
+            scope.ring = deque(ring, maxlen=size)  # type: ignore[union-attr]
 
 
 def enabled() -> bool:
@@ -100,10 +111,18 @@ def _ring() -> deque[_Note]:
     task = None
     if _get_running_loop is not None and _get_running_loop() is not None:
         task = sys.modules["asyncio"].current_task()  # a loop runs: asyncio is imported
-    if scope is None or (task is not None and scope.task is not None and scope.task() is not task):
+    if (
+        scope is None
+        or (task is not None and scope.task is not None and scope.task() is not task)
+        or (task is None and scope.task is _in_thread and scope is not _THREAD.scope)
+    ):
+        # A task's own (a child task copied its parent's context), or a thread's: made in the
+        # context the thread runs, so work run in a copy of another context (asyncio.to_thread,
+        # a pool's job) has its own, and not the ring of every job the thread ran before.
+        scope = _Scope(task)
         if task is None:
-            return _THREAD.ring
-        scope = _Scope(task)  # this task's own (a child task copied its parent's context)
+            scope.task = _in_thread
+            _THREAD.scope = scope
         _SCOPE.set(scope)
     ring = scope.ring
     if ring is None:
@@ -113,9 +132,15 @@ def _ring() -> deque[_Note]:
 
 def note(record: logging.LogRecord) -> None:
     """Remember ``record`` in the ring of the current thread or task (once per record)."""
-    if _SCOPE.get() is None and (_get_running_loop is None or _get_running_loop() is None):
-        ring = _THREAD.ring  # a plain thread: the common case, without a call
-    else:
+    scope = _SCOPE.get()
+    ring = None
+    if (
+        scope is not None
+        and scope is _THREAD.scope
+        and (_get_running_loop is None or _get_running_loop() is None)
+    ):
+        ring = scope.ring  # a plain thread's: the common case, without a call
+    if ring is None:
         ring = _ring()
     created = record.created
     if ring:
@@ -168,6 +193,13 @@ def lines(limit: int) -> list[str]:
         ring[index] = (item[0], item[1], line)
         found.append(line)
     return found
+
+
+def clear() -> None:
+    """Forget the lines of the current thread or task (a test's, before the next one)."""
+    scope = _SCOPE.get()
+    if scope is not None and scope.ring is not None:
+        scope.ring.clear()
 
 
 def new_scope_ring() -> contextvars.Token[_Scope | None]:

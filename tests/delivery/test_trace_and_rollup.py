@@ -209,3 +209,45 @@ def test_a_later_task_never_takes_the_trace_of_an_ended_one(
     failures = [event for event in server.accepted if event.get("type") == "error"]
     traces = [event.get("data", {}).get("@trace") for event in failures]
     assert traces == [None] * 20, traces[:3]
+
+
+TO_THREAD = """
+import asyncio, concurrent.futures, logging
+import eventlog_handler
+
+eventlog_handler.setup(rollup_window=0)
+log = logging.getLogger("app")
+log.info("the program starts")  # a line of the main thread, in every task's copied context
+
+def work(user, fail):
+    log.info("private line of %s", user)
+    if fail:
+        try:
+            raise ValueError(f"job of {user} failed")
+        except ValueError:
+            log.exception("job of %s failed", user)
+
+async def job(user, fail):  # logs nothing itself before it hands its work to a thread
+    await asyncio.to_thread(work, user, fail)
+
+async def main():
+    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(1))
+    for user in ("alice", "bob", "carol"):
+        await asyncio.create_task(job(user, user == "carol"))
+
+asyncio.run(main())
+"""
+
+
+def test_work_handed_to_a_thread_carries_its_own_lines_not_the_jobs_before(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """``asyncio.to_thread`` runs each job in a copy of its task's context on one pool thread:
+    the thread's ring was shared by every job it ran (and the main thread's by every job whose
+    task had not logged), so carol's error carried alice's and bob's private lines."""
+    code, stderr, _ = run_program(TO_THREAD, server.url, tmp_path)
+    assert code == 0, stderr
+    assert wait_until(lambda: any(e.get("type") == "error" for e in server.accepted), 10)
+    (failure,) = [event for event in server.accepted if event.get("type") == "error"]
+    trace = failure["data"]["@trace"]
+    assert [line.split(" ", 2)[2] for line in trace] == ["app: private line of carol"], trace
