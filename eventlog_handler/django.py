@@ -27,15 +27,19 @@ also sends a not-found event (``type: "404"``, ``source`` = the path, with ``@re
 the user agent is a crawler's by the service's ``@@UserAgentBotPatterns``.
 
 Placed first in ``MIDDLEWARE``, it also covers exceptions raised by the other middlewares. A
-streamed response (``StreamingHttpResponse``) is iterated after the middleware returned: what
-its generator logs carries no ``@request``.
+streamed response (``StreamingHttpResponse``) is iterated after the middleware returned: under
+WSGI the request's scope stays open until its body is done (or the response closed), so what
+its generator logs belongs to the request, and an exception raised there is reported with the
+request's ``@request`` and user (the server's own log of it is not sent again). Under ASGI the
+body may be made in another context (asgiref copies contexts), and what it logs carries no
+``@request``.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from eventlog_handler.capture._context import RequestScope
@@ -73,13 +77,20 @@ class EventLogMiddleware:
     def __call__(self, request: Any) -> Any:
         if self._async:
             return self._acall(request)
-        with RequestScope(request_info(request)):
+        scope = RequestScope(request_info(request))
+        try:
             server_loggers.ensure_attached()
             response = self.get_response(request)
             self._note(request, response)
-            return response
+        except BaseException:
+            scope.close()
+            raise
+        _close_after(response, scope)
+        return response
 
     async def _acall(self, request: Any) -> Any:
+        # Under ASGI the body may be made in another context than this one (asgiref copies
+        # contexts), where the scope could not be closed: it ends here.
         with RequestScope(request_info(request)):
             server_loggers.ensure_attached()
             pending: Awaitable[Any] = self.get_response(request)
@@ -90,6 +101,29 @@ class EventLogMiddleware:
     def _note(self, request: Any, response: Any) -> None:
         if self.report_not_found and getattr(response, "status_code", None) == 404:
             report_not_found(str(getattr(request, "path", "") or "/"))
+
+
+def _close_after(response: Any, scope: RequestScope) -> None:
+    """Close ``scope`` now, or, for a streamed response, once its body is done or the
+    response closed (Django closes what it streams; under WSGI in the same thread); an
+    exception raised while the body is made is reported in the request's scope."""
+    try:
+        if getattr(response, "streaming", False) is True and not getattr(response, "is_async", 0):
+            response.streaming_content = _scoped(response.streaming_content, scope)
+            return
+    except Exception:  # pragma: no cover - a response type of its own: closed now
+        pass
+    scope.close()
+
+
+def _scoped(content: Iterable[Any], scope: RequestScope) -> Iterator[Any]:
+    try:
+        yield from content
+    except Exception as exc:
+        report(exc)
+        raise
+    finally:
+        scope.close()
 
 
 def request_info(request: Any) -> dict[str, Any] | None:

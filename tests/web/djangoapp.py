@@ -72,6 +72,20 @@ def denied(request: Any) -> Any:
     raise PermissionDenied("not your order")
 
 
+def stream(request: Any) -> Any:
+    """A streamed body whose generator logs, and fails when asked (``?fail=1``)."""
+    from django.http import StreamingHttpResponse
+
+    def body() -> Any:
+        yield b"first part"
+        logging.getLogger("djangoapp.views").info("streaming for %s", get_user())
+        if request.GET.get("fail"):
+            raise RuntimeError("the stream broke")
+        yield b"last part"
+
+    return StreamingHttpResponse(body())
+
+
 def _urlpatterns() -> list[Any]:
     from django.urls import path
 
@@ -81,6 +95,7 @@ def _urlpatterns() -> list[Any]:
         path("hello", hello),
         path("missing", missing),
         path("denied", denied),
+        path("stream", stream),
     ]
 
 

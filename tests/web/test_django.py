@@ -138,6 +138,45 @@ def test_each_request_carries_its_own_user(setup_eventlog: Setup, server: Captur
     assert get_user() is None
 
 
+def test_a_streamed_body_logs_and_fails_in_its_own_request(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    """The body of a ``StreamingHttpResponse`` is made after the middleware returned: its
+    lines went to the thread's trace log, shared by every request the thread served, and its
+    failure (reported by the server) carried no user nor ``@request``, but the lines of the
+    requests before it."""
+    handle = setup_eventlog()
+    with override_settings(MIDDLEWARE=WIRED):
+        c = client()  # one thread serves every request
+        c.get("/missing", headers={"X-User": "alice"})
+        fine = c.get("/stream", headers={"X-User": "bob"})
+        assert b"".join(fine.streaming_content) == b"first partlast part"
+        fine.close()
+        broken = c.get("/stream?fail=1", headers={"X-User": "carol"})
+        with pytest.raises(RuntimeError, match="the stream broke"):
+            b"".join(broken.streaming_content)
+        broken.close()
+    assert get_user() is None  # every scope was closed
+    events = settle(handle, server, 4)
+    [failure] = errors(events)
+    assert failure["@simple_error"]["message"] == "the stream broke"
+    assert failure["@user"] == {"identity": "carol"}
+    request = failure["data"]["@request"]
+    assert (request["http_method"], request["path"], request["query_string"]) == (
+        "GET",
+        "/stream",
+        {"fail": "1"},
+    )
+    trace = [line.split(" ", 2)[2] for line in failure["data"]["@trace"]]
+    assert trace == ["djangoapp.views: streaming for {'identity': 'carol'}"], trace
+    logs = [event["message"] for event in events if event["type"] == "log"]
+    assert logs == [
+        "Not Found: /missing",
+        "streaming for {'identity': 'bob'}",
+        "streaming for {'identity': 'carol'}",
+    ]
+
+
 def test_without_the_middleware_the_user_leaks(
     setup_eventlog: Setup, server: CaptureServer
 ) -> None:
