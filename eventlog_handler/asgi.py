@@ -19,8 +19,10 @@ reports an exception that escapes the application as an error event (``@submissi
 uvicorn's ``Exception in ASGI application`` log stay as they were, and that log record is not
 sent a second time.
 
-It does not touch ``receive`` or ``send``: request bodies, streamed responses and websocket
-messages pass through as they are, and ``lifespan`` events go straight to the application. Its
+It does not change ``receive`` or ``send``: request bodies, streamed responses and websocket
+messages pass through as they are, and ``lifespan`` events go straight to the application. An
+exception of the application's startup or shutdown is reported as an error event
+(``unhandled_lifespan_exception``): uvicorn logs only its traceback's text, as a line. Its
 own work per request is a few microseconds on the event loop, with no I/O and no waiting (the
 report is queued; the delivery thread sends it). It also puts back the forwarding of
 ``uvicorn.error`` to the handler of :func:`~eventlog_handler.setup` when ``uvicorn.run``
@@ -34,6 +36,7 @@ crawler's by the service's ``@@UserAgentBotPatterns`` (:func:`~eventlog_handler.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -51,6 +54,7 @@ ASGIApplication = Callable[[Scope, Receive, Send], Awaitable[None]]
 __all__ = ["EventLogMiddleware"]
 
 _REQUEST_TYPES = ("http", "websocket")
+LIFESPAN_METHOD = "unhandled_lifespan_exception"
 
 
 class EventLogMiddleware:
@@ -66,7 +70,13 @@ class EventLogMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         server_loggers.ensure_attached()
         if scope.get("type") not in _REQUEST_TYPES:  # lifespan, and types to come
-            await self.app(scope, receive, send)
+            if scope.get("type") == "lifespan":
+                send = _reporting_failures(send)
+            try:
+                await self.app(scope, receive, send)
+            except Exception as exc:
+                report(exc, LIFESPAN_METHOD)
+                raise
             return
         # Each connection runs in a task of its own, with a copy of the server's context: no
         # earlier request can have left a user there, so the user and tags that code around
@@ -86,6 +96,21 @@ class EventLogMiddleware:
             raise
         finally:
             request.close()
+
+
+def _reporting_failures(send: Send) -> Send:
+    """``send`` of the lifespan: an application that says its startup or shutdown failed
+    (Starlette, in the ``except`` block of the failure, then raises it; uvicorn logs the
+    message's text and ends the exception there) has its exception reported first."""
+
+    async def reporting(message: Message) -> None:
+        if str(message.get("type", "")).endswith(".failed"):
+            failure = sys.exc_info()[1]
+            if failure is not None:
+                report(failure, LIFESPAN_METHOD)
+        await send(message)
+
+    return reporting
 
 
 def _noting_not_found(send: Send, scope: Scope) -> Send:

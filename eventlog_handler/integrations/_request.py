@@ -440,14 +440,14 @@ def active_exclusions() -> tuple[str, ...]:
     return settings.data_exclusions if settings is not None else DEFAULT_DATA_EXCLUSIONS
 
 
-def report(exc: BaseException) -> bool:
+def report(exc: BaseException, submission_method: str = SUBMISSION_METHOD) -> bool:
     """Report ``exc``, raised out of a request, as an error event (with the request's
     ``@request``, user and tags); once only. Never raises."""
     if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit, CancelledError
         return False
     try:
         return capture_exception(
-            exc, submission_method=SUBMISSION_METHOD, settings=active_settings()
+            exc, submission_method=submission_method, settings=active_settings()
         )
     except Exception:  # pragma: no cover - capture_exception never raises
         return False

@@ -27,6 +27,9 @@ log = logging.getLogger("asgiapp")
 def create_app(*, wired: bool) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if os.environ.get("WEB_TEST_STARTUP_FAILS") == "1":
+            log.info("connecting to the database")
+            raise ConnectionError("the database is down at startup")
         app.state.started = True
         app.state.release = asyncio.Event()
         yield

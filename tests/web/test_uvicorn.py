@@ -229,3 +229,27 @@ def test_uvicorn_without_log_config_sends_each_record_once(
     logged = [e for e in server.events if e.get("message") == "logged on uvicorn.error"]
     assert len(logged) == 1
     assert len(errors(server.events)) == 1
+
+
+def test_a_startup_that_fails_arrives_as_an_error(server: CaptureServer) -> None:
+    """uvicorn logs a failed lifespan startup as its traceback's text and ends the exception
+    there: it arrived as log lines only, with no exception type to group by."""
+    env = child_env(server.url, WEB_TEST_SETUP="1", WEB_TEST_MIDDLEWARE="1")
+    done = subprocess.run(
+        [sys.executable, *CLI],
+        env={**env, "WEB_TEST_STARTUP_FAILS": "1"},
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3, done.stderr  # uvicorn's exit for a failed startup, as before
+    assert "the database is down at startup" in done.stderr  # its console is unchanged
+    server.wait_for(1, timeout=10)
+    [failure] = errors(server.events)
+    assert failure["@simple_error"]["type"] == "ConnectionError"
+    assert failure["@simple_error"]["message"] == "the database is down at startup"
+    assert failure["data"]["@submission_method"] == "unhandled_lifespan_exception"
+    assert [line.split(" ", 2)[2] for line in failure["data"]["@trace"]] == [
+        "asgiapp: connecting to the database"
+    ]
