@@ -5,13 +5,10 @@ read back from the spool by the next start, at a loopback server."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.constants import REPO
 from tests.support.faultserver import FaultServer
-from tests.support.processes import child_env
+from tests.support.processes import run_to_end
 from tests.support.waits import dead_port
 
 # trace_size=0: each error stays small (with the trace log on, an error carries the 25 lines
@@ -47,28 +44,15 @@ print(json.dumps(handle.stats()["replayed"]))
 """
 
 
-def run(source: str, url: str, spool: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", source, str(spool), *args],
-        env=child_env(url),
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
-
-
 def test_a_full_spool_keeps_the_errors_and_the_newest_logs(tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     url = f"http://127.0.0.1:{dead_port()}"
-    first = run(PROGRAM, url, spool)
+    first = run_to_end(PROGRAM, url, spool)
     assert "did not fit in the spool" in first.stderr, first.stderr
     kept = re.search(r"(\d+) event\(s\) kept in the spool", first.stderr)
     assert kept, first.stderr
     with FaultServer() as server:
-        run(REPLAY, server.url, spool, kept.group(1))
+        run_to_end(REPLAY, server.url, spool, kept.group(1))
         messages = [event["message"] for event in server.accepted]
     errors = sorted(int(m.split()[1]) for m in messages if m.startswith("error"))
     logs = sorted(int(m.split()[1]) for m in messages if m.startswith("log"))
@@ -123,7 +107,7 @@ def test_the_files_of_a_full_spool_stay_within_its_bound_on_disk(tmp_path: Path)
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        finished = run(STEADY, url, spool)
+        finished = run_to_end(STEADY, url, spool)
     finally:
         done.set()
         watcher.join(5)

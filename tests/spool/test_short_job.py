@@ -5,15 +5,11 @@ short job that logs nothing still sends what the last run kept")."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 from eventlog_handler.delivery._spool import SUFFIX
-from tests.support.constants import REPO
 from tests.support.faultserver import FaultServer
-from tests.support.processes import child_env
+from tests.support.processes import run_to_end
 from tests.support.waits import dead_port
 
 FIRST = """
@@ -32,25 +28,12 @@ eventlog_handler.setup(spool_path=sys.argv[1])
 """
 
 
-def run(source: str, url: str, spool: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source), str(spool)],
-        env=child_env(url),
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
-
-
 def test_a_job_that_logs_nothing_sends_what_the_last_run_kept(tmp_path: Path) -> None:
     spool = tmp_path / "spool"
-    first = run(FIRST, f"http://127.0.0.1:{dead_port()}", spool)
+    first = run_to_end(FIRST, f"http://127.0.0.1:{dead_port()}", spool)
     assert "300 event(s) kept in the spool" in first.stderr, first.stderr
     with FaultServer() as server:
-        job = run(JOB, server.url, spool)
+        job = run_to_end(JOB, server.url, spool)
         messages = sorted(event["message"] for event in server.accepted)
     assert messages == sorted(f"kept {i}" for i in range(300)), (len(messages), job.stderr)
     assert server.duplicates == []

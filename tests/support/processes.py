@@ -133,3 +133,20 @@ def stop_with_ctrl_c(process: subprocess.Popen[str]) -> tuple[int, str]:
             process.kill()
     stderr = process.stderr.read() if process.stderr else ""
     return process.returncode, stderr
+
+
+def run_to_end(
+    source: str, url: str, *args: str | Path, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run a program (``python -c``, with ``args``) that sends to ``url`` to its end; it must
+    succeed. Its output is returned."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source), *map(str, args)],
+        env=child_env(url),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
