@@ -23,10 +23,10 @@ import contextlib
 import contextvars
 import logging
 import sys
-import threading
 import time
 import weakref
 from collections import deque
+from threading import get_ident
 from typing import Any
 
 from eventlog_handler.wire._jsonsafe import safe_str, truncate
@@ -51,10 +51,12 @@ class _Scope:
     the loop's executor) share the object, and so the ring, which is made on first use: most
     requests log little."""
 
-    __slots__ = ("ring", "task")
+    __slots__ = ("ring", "task", "thread")
 
     def __init__(self, task: Any = None) -> None:
         self.ring: deque[_Note] | None = None
+        #: A thread's own scope: the thread's ident (it is used in that thread only).
+        self.thread = 0
         #: The task's weak reference (its id would be a later task's too).
         self.task: Any = None if task is None else weakref.ref(task)
 
@@ -65,22 +67,11 @@ _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
 _size = 0
 
 
-
-
 def _in_thread() -> None:
     """The ``task`` of a thread's own scope: called like a task's weak reference, it is no
     task, so a task started from the thread makes a scope of its own."""
     return None
 
-
-class _ThreadScopes(threading.local):
-    """The scope each thread made last: one copied from another thread (the main thread's,
-    in every context an asyncio task copies) is not this thread's, and is not used here."""
-
-    scope: _Scope | None = None
-
-
-_THREAD = _ThreadScopes()
 
 _get_running_loop: Any = None
 with contextlib.suppress(ImportError, AttributeError):  # without importing asyncio itself
@@ -114,7 +105,7 @@ def _ring() -> deque[_Note]:
     if (
         scope is None
         or (task is not None and scope.task is not None and scope.task() is not task)
-        or (task is None and scope.task is _in_thread and scope is not _THREAD.scope)
+        or (task is None and scope.task is _in_thread and scope.thread != get_ident())
     ):
         # A task's own (a child task copied its parent's context), or a thread's: made in the
         # context the thread runs, so work run in a copy of another context (asyncio.to_thread,
@@ -122,7 +113,7 @@ def _ring() -> deque[_Note]:
         scope = _Scope(task)
         if task is None:
             scope.task = _in_thread
-            _THREAD.scope = scope
+            scope.thread = get_ident()
         _SCOPE.set(scope)
     ring = scope.ring
     if ring is None:
@@ -136,7 +127,7 @@ def note(record: logging.LogRecord) -> None:
     ring = None
     if (
         scope is not None
-        and scope is _THREAD.scope
+        and scope.thread == get_ident()
         and (_get_running_loop is None or _get_running_loop() is None)
     ):
         ring = scope.ring  # a plain thread's: the common case, without a call

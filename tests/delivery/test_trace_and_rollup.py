@@ -251,3 +251,57 @@ def test_work_handed_to_a_thread_carries_its_own_lines_not_the_jobs_before(
     (failure,) = [event for event in server.accepted if event.get("type") == "error"]
     trace = failure["data"]["@trace"]
     assert [line.split(" ", 2)[2] for line in trace] == ["app: private line of carol"], trace
+
+
+INTERLEAVED = """
+import contextvars, logging, threading
+import eventlog_handler
+
+eventlog_handler.setup(rollup_window=0)
+log = logging.getLogger("app")
+log.info("a line of the main thread")
+captured = contextvars.copy_context()  # the main thread's, as a callback registry keeps it
+
+def step(job, index, fail=False):
+    log.info("%s step %d", job, index)
+    if fail:
+        try:
+            raise ValueError(f"{job} failed")
+        except ValueError:
+            log.exception("%s failed", job)
+
+def worker():
+    log.info("worker starts")
+    job_a, job_b = contextvars.Context(), contextvars.Context()  # two jobs, interleaved
+    job_a.run(step, "A", 1)
+    job_b.run(step, "B", 1)
+    captured.run(log.info, "a callback in the main thread's context")
+    job_a.run(step, "A", 2, True)
+    step("worker", 3, True)
+
+thread = threading.Thread(target=worker)
+thread.start()
+thread.join()
+"""
+
+
+def test_contexts_that_take_turns_on_one_thread_keep_their_own_lines(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """A worker thread that runs the steps of several jobs, each in its own context, and a
+    callback in a copy of another thread's context: each job's error has its own steps, and the
+    thread's own error its own lines (a ring made last on the thread replaced the others)."""
+    code, stderr, _ = run_program(INTERLEAVED, server.url, tmp_path)
+    assert code == 0, stderr
+    assert wait_until(lambda: sum(e.get("type") == "error" for e in server.accepted) == 2, 10)
+    traces = {
+        event["@simple_error"]["message"]: [
+            line.split(" ", 2)[2] for line in event["data"]["@trace"]
+        ]
+        for event in server.accepted
+        if event.get("type") == "error"
+    }
+    assert traces == {
+        "A failed": ["app: A step 1", "app: A step 2"],
+        "worker failed": ["app: worker starts", "app: worker step 3"],
+    }
