@@ -48,6 +48,7 @@ from eventlog_handler.wire._cards import is_card_number, mask_card_numbers
 from eventlog_handler.wire._frames import copy_frame
 from eventlog_handler.wire._jsonsafe import ExclusionMatcher, exclusion_matcher
 from eventlog_handler.wire._spans import (
+    MAX_BRACKETED,
     bearer_tokens,
     mask_arguments,
     url_passwords,
@@ -177,6 +178,7 @@ class Scrubber:
         pieces: list[str] = []
         done = 0
         excluded = self._excluded
+        budget = [MAX_BRACKETED]  # for all the bracketed values of the text together
         colon, equals = text.find(":"), text.find("=")
         while colon >= 0 or equals >= 0:  # each separator, left to right (str.find is fast)
             if equals < 0 or 0 <= colon < equals:
@@ -198,7 +200,7 @@ class Scrubber:
                 start -= 1
             if start == end or not excluded(text[start:end]):
                 continue
-            span = value_span(text, after)
+            span = value_span(text, after, budget)
             if span is None:
                 continue
             if text[at] == ":" and text[start:end].lower() in _COOKIE_HEADERS:
@@ -562,10 +564,11 @@ _COOKIE_HEADERS = frozenset({"cookie", "set-cookie"})
 
 
 def _cookie_line(text: str, span: tuple[int, int]) -> tuple[int, int]:
-    """The span of a ``Cookie:`` header's value: a bare one runs to the end of its line
-    (``a=1; b=2``: every cookie), a quoted or bracketed one is as :func:`value_span` found it."""
+    """The span of a ``Cookie:`` header's value: a bare ``name=value`` runs to the end of its
+    line (``a=1; b=2``: every cookie); anything else (quoted, bracketed, prose) is as
+    :func:`value_span` found it."""
     start = span[0]
-    if text[start - 1] in "\"'" or text[start] in "[{(":
+    if text[start - 1] in "\"'" or "=" not in text[start : span[1]]:
         return span
     end = text.find("\n", start)
     return (start, len(text) if end < 0 else end)

@@ -23,8 +23,11 @@ _SINGLE_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.)*)'")
 _BARE = re.compile(r"[^\s\"'&;,<>)\]}]+")
 #: A string literal's prefix before its quote (``b'...'``, ``rb"..."``): a bytes or raw value.
 _PREFIX = re.compile(r"(?i:[bfru]{1,2})(?=[\"'])")
-#: Characters a bracketed value (``[...]``, ``{...}``) is searched for its end in, at most.
-_MAX_BRACKETED = 20_000
+#: Characters the bracketed values (``[...]``, ``{...}``, ``(...)``) of one text are searched
+#: for their ends in, at most, all together.
+MAX_BRACKETED = 20_000
+#: What a single quote that opens a string follows.
+_OPENS_QUOTE = frozenset("([{,:= \t\n")
 #: A lone ``Bearer <token>``.
 _BEARER = re.compile(r"(?<![\w\-])(?P<scheme>[Bb]earer|BEARER)[ \t]+(?P<token>[\w\-.~+/]{8,}=*)")
 
@@ -48,10 +51,12 @@ def url_passwords(text: str) -> str:
     return "".join(pieces)
 
 
-def value_span(text: str, at: int) -> tuple[int, int] | None:
+def value_span(text: str, at: int, budget: list[int] | None = None) -> tuple[int, int] | None:
     """Where the value after a separator at ``at`` is (what to mask), or ``None`` when there is
     no value or it is masked already. A quoted value is its content; a bracketed one runs to
-    its closing bracket (or, unbalanced, to the end of the line); a bare one to a terminator."""
+    its closing bracket (or, unbalanced, to the end of the line); a bare one to a terminator.
+    ``budget``: characters the search for closing brackets may still look at in ``text`` (the
+    caller's, for all its values: a text of many unbalanced brackets costs one pass)."""
     lead = _LEAD.match(text, at)
     start = at if lead is None else lead.end()
     first = text[start : start + 1]
@@ -68,7 +73,7 @@ def value_span(text: str, at: int) -> tuple[int, int] | None:
     elif first == "[" or first == "{" or first == "(":  # a list, a dict, a tuple (a repr)
         if text.startswith(MASK, start):
             return None
-        span = (start, _closing_bracket(text, start))
+        span = (start, _closing_bracket(text, start, budget or [MAX_BRACKETED]))
     else:
         bare = _BARE.match(text, start)
         if bare is None:
@@ -79,13 +84,16 @@ def value_span(text: str, at: int) -> tuple[int, int] | None:
     return span
 
 
-def _closing_bracket(text: str, start: int) -> int:
-    """The end of the bracketed value at ``start`` (brackets inside quotes, double or single,
-    don't count), or of its line."""
+def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
+    """The end of the bracketed value at ``start``, or, unbalanced or past ``budget``, of its
+    line. Brackets inside quotes don't count: double quotes, and single quotes that open a
+    string (after a bracket, a comma, a colon, ``=`` or a blank: not the apostrophe of
+    ``can't``)."""
     depth = 0
     quote = ""
     index = start
-    limit = min(len(text), start + _MAX_BRACKETED)
+    limit = min(len(text), start + max(0, budget[0]))
+    budget[0] -= limit - start
     while index < limit:
         char = text[index]
         if quote:
@@ -93,7 +101,7 @@ def _closing_bracket(text: str, start: int) -> int:
                 index += 1
             elif char == quote:
                 quote = ""
-        elif char == '"' or char == "'":
+        elif char == '"' or (char == "'" and text[index - 1] in _OPENS_QUOTE):
             quote = char
         elif char == "[" or char == "{" or char == "(":
             depth += 1
@@ -102,6 +110,7 @@ def _closing_bracket(text: str, start: int) -> int:
             if depth == 0:
                 return index + 1
         index += 1
+    budget[0] += limit - index  # what was not looked at
     end = text.find("\n", start)
     return len(text) if end < 0 else end
 
