@@ -85,7 +85,7 @@ class EventLogMiddleware:
         except BaseException:
             scope.close()
             raise
-        _close_after(response, scope)
+        _close_after(request, response, scope)
         return response
 
     async def _acall(self, request: Any) -> Any:
@@ -103,27 +103,57 @@ class EventLogMiddleware:
             report_not_found(str(getattr(request, "path", "") or "/"))
 
 
-def _close_after(response: Any, scope: RequestScope) -> None:
-    """Close ``scope`` now, or, for a streamed response, once its body is done or the
-    response closed (Django closes what it streams; under WSGI in the same thread); an
-    exception raised while the body is made is reported in the request's scope."""
+def _close_after(request: Any, response: Any, scope: RequestScope) -> None:
+    """Close ``scope`` now, or, for a streamed body made by the application's code, once it is
+    done or the response closed (a WSGI server closes what it sends, in the same thread); an
+    exception raised while the body is made is reported in the request's scope. A file is
+    sent by the server itself (``wsgi.file_wrapper``), and a HEAD request or a status
+    without a body makes none: closed now."""
     try:
-        if getattr(response, "streaming", False) is True and not getattr(response, "is_async", 0):
-            response.streaming_content = _scoped(response.streaming_content, scope)
+        if (
+            getattr(response, "streaming", False) is True
+            and not getattr(response, "is_async", False)
+            and getattr(response, "file_to_stream", None) is None
+            and getattr(request, "method", "") != "HEAD"
+            and getattr(response, "status_code", 200) not in _NO_BODY
+        ):
+            response.streaming_content = _Scoped(response.streaming_content, scope)
             return
     except Exception:  # pragma: no cover - a response type of its own: closed now
         pass
     scope.close()
 
 
-def _scoped(content: Iterable[Any], scope: RequestScope) -> Iterator[Any]:
-    try:
-        yield from content
-    except Exception as exc:
-        report(exc)
-        raise
-    finally:
-        scope.close()
+#: Statuses whose answer has no body (Django drops a streamed one).
+_NO_BODY = frozenset((204, 304))
+
+
+class _Scoped:
+    """A streamed body that closes its request's scope when it ends or is closed (Django
+    closes it with the response, started or not), reporting what its making raised."""
+
+    __slots__ = ("_content", "_scope")
+
+    def __init__(self, content: Iterable[Any], scope: RequestScope) -> None:
+        self._content: Iterator[Any] = iter(content)
+        self._scope = scope
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._content)
+        except StopIteration:
+            self._scope.close()
+            raise
+        except Exception as exc:
+            report(exc)
+            self._scope.close()
+            raise
+
+    def close(self) -> None:
+        self._scope.close()
 
 
 def request_info(request: Any) -> dict[str, Any] | None:

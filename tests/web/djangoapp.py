@@ -86,6 +86,13 @@ def stream(request: Any) -> Any:
     return StreamingHttpResponse(body())
 
 
+def download(request: Any) -> Any:
+    """A file, which a WSGI server sends with its ``wsgi.file_wrapper``."""
+    from django.http import FileResponse
+
+    return FileResponse(open(__file__, "rb"))  # the response closes it
+
+
 def _urlpatterns() -> list[Any]:
     from django.urls import path
 
@@ -96,6 +103,7 @@ def _urlpatterns() -> list[Any]:
         path("missing", missing),
         path("denied", denied),
         path("stream", stream),
+        path("download", download),
     ]
 
 

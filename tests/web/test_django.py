@@ -5,6 +5,7 @@ request."""
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 from typing import Any
 
@@ -175,6 +176,45 @@ def test_a_streamed_body_logs_and_fails_in_its_own_request(
         "streaming for {'identity': 'bob'}",
         "streaming for {'identity': 'carol'}",
     ]
+
+
+def test_a_streamed_body_never_made_leaves_no_scope_open(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    """A HEAD request gets no body: Django drops the streamed one unread, and the request's
+    user stayed on the thread, on every event logged after it outside a request."""
+    setup_eventlog()
+    with override_settings(MIDDLEWARE=WIRED):
+        response = client().head("/stream", headers={"X-User": "alice"})
+        response.close()
+    assert get_user() is None
+
+
+def test_a_file_is_still_sent_by_the_servers_file_wrapper(setup_eventlog: Setup) -> None:
+    """``FileResponse`` under WSGI goes out through ``wsgi.file_wrapper`` (``sendfile``), not
+    chunk by chunk through Python."""
+    from wsgiref.util import FileWrapper
+
+    from django.core.handlers.wsgi import WSGIHandler
+
+    setup_eventlog()
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/download",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80",
+        "wsgi.input": io.BytesIO(),
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": io.StringIO(),
+        "wsgi.file_wrapper": FileWrapper,
+    }
+    with override_settings(MIDDLEWARE=WIRED):
+        result = WSGIHandler()(environ, lambda status, headers, exc_info=None: None)
+        try:
+            assert type(result) is FileWrapper
+        finally:
+            result.close()
+    assert get_user() is None
 
 
 def test_without_the_middleware_the_user_leaks(
