@@ -69,14 +69,11 @@ class EventLogMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         server_loggers.ensure_attached()
-        if scope.get("type") not in _REQUEST_TYPES:  # lifespan, and types to come
-            if scope.get("type") == "lifespan":
-                send = _reporting_failures(send)
-            try:
-                await self.app(scope, receive, send)
-            except Exception as exc:
-                report(exc, LIFESPAN_METHOD)
-                raise
+        if scope.get("type") == "lifespan":
+            await _lifespan(self.app, scope, receive, send)
+            return
+        if scope.get("type") not in _REQUEST_TYPES:  # types to come
+            await self.app(scope, receive, send)
             return
         # Each connection runs in a task of its own, with a copy of the server's context: no
         # earlier request can have left a user there, so the user and tags that code around
@@ -98,19 +95,32 @@ class EventLogMiddleware:
             request.close()
 
 
-def _reporting_failures(send: Send) -> Send:
-    """``send`` of the lifespan: an application that says its startup or shutdown failed
-    (Starlette, in the ``except`` block of the failure, then raises it; uvicorn logs the
-    message's text and ends the exception there) has its exception reported first."""
+async def _lifespan(app: ASGIApplication, scope: Scope, receive: Receive, send: Send) -> None:
+    """Run the application's lifespan, reporting the exception of a startup or shutdown that
+    failed. An application that raises before it took a lifespan message does not support the
+    protocol (Django's, a bare one): the server goes on without it, and nothing is reported.
+    Starlette says the failure in a message, from the ``except`` block of it, then raises it:
+    reported there, before the server logs the message's text (uvicorn ends the exception)."""
+    began = False
 
-    async def reporting(message: Message) -> None:
+    async def receiving() -> Message:
+        nonlocal began
+        began = True
+        return await receive()
+
+    async def sending(message: Message) -> None:
         if str(message.get("type", "")).endswith(".failed"):
             failure = sys.exc_info()[1]
             if failure is not None:
                 report(failure, LIFESPAN_METHOD)
         await send(message)
 
-    return reporting
+    try:
+        await app(scope, receiving, sending)
+    except Exception as exc:
+        if began:
+            report(exc, LIFESPAN_METHOD)
+        raise
 
 
 def _noting_not_found(send: Send, scope: Scope) -> Send:

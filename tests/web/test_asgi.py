@@ -5,6 +5,7 @@ request, streaming, websockets and lifespan untouched."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -215,3 +216,44 @@ def test_an_exception_handler_of_the_app_shows_the_reference_of_its_error(
     assert page.status_code == 500
     [event] = errors(settle(handle, server, 2))
     assert page.text == f"quote {event['reference_id']}"
+
+
+def _run_lifespan(app: Any) -> list[str]:
+    """Run ``app``'s lifespan startup through the middleware as a server does; what it sent."""
+    sent: list[str] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["type"])
+
+    async def run() -> None:
+        # A server takes the exception as "lifespan unsupported", or a failed startup.
+        with contextlib.suppress(Exception):
+            await EventLogMiddleware(app)({"type": "lifespan"}, receive, send)
+
+    asyncio.run(run())
+    return sent
+
+
+def test_an_app_without_lifespan_support_reports_nothing(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    """Django's ASGI handler, or a bare app, raises at once on a lifespan scope: uvicorn's
+    default (``lifespan="auto"``) goes on without it. That is not an error of the program."""
+    handle = setup_eventlog()
+
+    async def http_only(scope: Any, receive: Any, send: Any) -> None:
+        raise ValueError("can only handle ASGI/HTTP connections, not lifespan")
+
+    async def failing_startup(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        raise ConnectionError("the database is down at startup")
+
+    assert _run_lifespan(http_only) == []
+    assert _run_lifespan(failing_startup) == []
+    events = settle(handle, server, 1)
+    assert [(e["@simple_error"]["type"], e["data"]["@submission_method"]) for e in events] == [
+        ("ConnectionError", "unhandled_lifespan_exception")
+    ]
