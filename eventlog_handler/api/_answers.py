@@ -18,6 +18,7 @@ import urllib3
 
 from eventlog_handler.api import _errors as errors
 from eventlog_handler.settings import MASK, mask_secret
+from eventlog_handler.wire._scrub import MIN_SECRET_LENGTH
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +135,7 @@ def _without(text: str, secrets: tuple[str | None, ...]) -> str:
     """``text`` with each of ``secrets`` masked: as it is, and as JSON writes it, once or twice
     (a JSON answer that quotes the JSON body of the request)."""
     for index, secret in enumerate(secrets):
-        if secret:
+        if secret and len(secret) >= MIN_SECRET_LENGTH:  # a shorter one would mask words
             masked = mask_secret(secret) if index == 0 else MASK
             once = json.dumps(secret)[1:-1]
             for form in sorted({secret, once, json.dumps(once)[1:-1]}, key=len, reverse=True):

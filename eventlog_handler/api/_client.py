@@ -121,7 +121,7 @@ class Client:
         server_url: str,
         token: str | None = None,
         *,
-        timeout: float | tuple[float, float] = 10.0,
+        timeout: float | tuple[float | None, float | None] | None = 10.0,
         verify: bool | str = True,
         session: requests.Session | None = None,
         warn_insecure: bool = True,
@@ -530,8 +530,9 @@ def _project_path(project_id: Any) -> str:
     return f"{PROJECTS_PATH}/{quote(project_id, safe='')}"
 
 
-def _timeout(timeout: Any) -> float | tuple[float, float]:
-    """Seconds to connect and to read (a number), or ``(connect, read)``."""
+def _timeout(timeout: Any) -> float | tuple[float | None, float | None] | None:
+    """Seconds to connect and to read (a number), or ``(connect, read)``; ``None``: no limit,
+    as in requests."""
     if not isinstance(timeout, tuple):
         return _seconds(timeout)
     if len(timeout) != 2:
@@ -542,7 +543,9 @@ def _timeout(timeout: Any) -> float | tuple[float, float]:
     return (_seconds(timeout[0]), _seconds(timeout[1]))
 
 
-def _seconds(value: Any) -> float:
+def _seconds(value: Any) -> float | None:
+    if value is None:
+        return None
     return checks.seconds("timeout", value, minimum=0.001)  # as the setting of the handler
 
 

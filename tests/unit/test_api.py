@@ -669,9 +669,24 @@ def test_a_bad_argument_is_named_without_a_request(mocked, client, call, named):
     assert len(mocked.calls) == 0
 
 
-def test_a_timeout_may_be_a_pair_or_a_text():
+def test_a_timeout_may_be_a_pair_a_text_or_none():
     assert api.Client(SERVER, TOKEN, timeout=(3, 10)).timeout == (3.0, 10.0)
     assert api.Client(SERVER, TOKEN, timeout="5").timeout == 5.0
+    assert api.Client(SERVER, TOKEN, timeout=None).timeout is None  # no limit, as in requests
+    assert api.Client(SERVER, TOKEN, timeout=(3, None)).timeout == (3.0, None)
+
+
+@pytest.mark.parametrize("password", ["a", "e", "{", "pw12"])
+def test_a_short_password_is_not_masked_inside_the_words_of_an_answer(mocked, password):
+    """A refused login with a one-letter password read ``401 Un[excluded]uthorized``."""
+    mocked.add(
+        responses.POST,
+        f"{SERVER}/api/v2/auth/login",
+        status=401,
+        json={"title": "Unauthorized", "status": 401},
+    )
+    with pytest.raises(errors.AuthenticationError, match=r"^401 Unauthorized from "):
+        api.Client(SERVER).login("ann@example.com", password)
 
 
 def test_create_token_invalid_scope(mocked, client):
