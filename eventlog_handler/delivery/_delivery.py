@@ -78,7 +78,8 @@ class Delivery:
         self.refused_at_exit = refused_at_exit
         #: In-memory parts being delivered (what the exit path may still save to the spool).
         self.current: deque[Part] = deque()
-        self._refused_said = False
+        #: When the service began refusing the events (said once), until it takes them again.
+        self._refused_since: float | None = None
         #: The reasons (``too_large``, ``rejected``) whose drops were said on stderr.
         self._drops_said: set[str] = set()
         #: The smallest request (bytes as sent) answered 413, until when that is remembered,
@@ -86,6 +87,10 @@ class Delivery:
         self._too_large_at: int | None = None
         self._too_large_until = 0.0
         self._too_large_answer = ""
+        #: When a request as large is tried again (a probe), and whether a probe was answered
+        #: 413 too (then such requests are not sent until the 413 is forgotten).
+        self._probe_at = 0.0
+        self._too_large_confirmed = False
         self._failing_since: float | None = None
         self._outage_said_at: float | None = None
         self._failures = 0
@@ -140,6 +145,7 @@ class Delivery:
         :meth:`send_events`)."""
         client = client or self.client(None)
         attempt = 0
+        retried: Part | None = None  # a shrunk copy sent again after its own 413: no probe
         while parts:
             if (self.intake.finished and not after_exit) or self.state.over(time.monotonic()):
                 # Past the exit's deadline the exiting thread writes the parts not yet posted
@@ -147,7 +153,7 @@ class Delivery:
                 return False
             part = parts[0]
             payload, gzipped = compress(part.body())
-            refused = self._known_too_large(len(payload))
+            refused = part is not retried and self._known_too_large(len(payload))
             if len(part) > 1 and (refused or len(payload) > self.settings.max_batch_bytes):
                 parts.popleft()
                 parts.extendleft(reversed(part.halves()))
@@ -156,10 +162,19 @@ class Delivery:
                 if not part.shrunk:
                     parts[0] = part.shrunk_copy()
                     continue
-                parts.popleft()
-                self._say_dropped("too_large", self._too_large_answer, part.weight())
-                self.settle_part(part, "too_large", held=True)
-                continue
+                wait = self._probe_at - time.monotonic()
+                if self._too_large_confirmed or (wait > 0 and self.state.closing):
+                    parts.popleft()
+                    self._say_dropped("too_large", self._too_large_answer, part.weight())
+                    self.settle_part(part, "too_large", held=True)
+                    continue
+                if wait > 0:
+                    # Sent as a probe when it is due: a first 413 may be a moment's (a proxy
+                    # restarting), and what is logged then must not be dropped untried.
+                    self.intake.retrying = True
+                    if not self.pause(wait):
+                        return False
+                    continue
             try:
                 result = self._post(client, part, payload, gzipped)
             except errors.EventLogError as error:
@@ -168,7 +183,7 @@ class Delivery:
                         self.ledger.uncertain = part.weight()
                 decision = self.policy.decide(error, attempt, len(part))
                 if isinstance(error, errors.PayloadTooLargeError):  # not 422's bisection
-                    self._learn_too_large(len(payload), error)
+                    self._learn_too_large(len(payload), error, probe=refused)
                 self.ledger.last_error = self.redact(f"{decision.reason}: {safe_str(error)}")
                 if decision.action in (Action.RETRY, Action.REFUSED):
                     if decision.action is Action.REFUSED:
@@ -207,7 +222,7 @@ class Delivery:
                     parts.popleft()
                     parts.extendleft(reversed(part.halves()))
                 elif decision.action is Action.SHRINK and not part.shrunk:
-                    parts[0] = part.shrunk_copy()
+                    parts[0] = retried = part.shrunk_copy()
                 else:
                     parts.popleft()
                     reason = "rejected" if decision.action is Action.DROP else "too_large"
@@ -222,6 +237,8 @@ class Delivery:
             parts.popleft()
             attempt = 0
             self.ledger.uncertain = 0
+            if self._too_large_at is not None and len(payload) >= self._too_large_at:
+                self._too_large_at = None  # as large a request is taken again
             self._succeeded()
             with self.ledger.lock:
                 self.ledger.batches += 1
@@ -398,9 +415,9 @@ class Delivery:
 
     def _say_refused(self, error: errors.EventLogError) -> None:
         """Say once, naming the real cause, why the service keeps refusing the events."""
-        if self._refused_said:
+        if self._refused_since is not None:
             return
-        self._refused_said = True
+        self._refused_since = time.monotonic()
         status = getattr(error, "status", "?")
         settings = self.settings
         url = settings.shown_url
@@ -446,22 +463,31 @@ class Delivery:
 
     def _known_too_large(self, size: int) -> bool:
         """Whether the service answered 413 to a request of ``size`` bytes or fewer within
-        :data:`TOO_LARGE_KEPT` seconds (it is not sent again: a proxy that answers 413 to
-        every request cost three requests an event, split, alone and shrunk)."""
+        :data:`TOO_LARGE_KEPT` seconds. Such a request is sent alone and shrunk, once, as a
+        probe, ``retry_initial`` seconds after that 413: a 413 of a moment (a proxy
+        restarting) had every event of the minute after dropped untried. When the probe is
+        answered 413 too, such requests are not sent for the rest of the time (a proxy that
+        answers 413 to every request cost three requests an event, split, alone and shrunk)."""
         smallest = self._too_large_at
         if smallest is None or size < smallest:
             return False
         if time.monotonic() > self._too_large_until:
             self._too_large_at = None
+            self._too_large_confirmed = False
             return False
         return True
 
-    def _learn_too_large(self, size: int, error: errors.EventLogError) -> None:
-        """The service answered 413 to a request of ``size`` bytes."""
+    def _learn_too_large(self, size: int, error: errors.EventLogError, probe: bool) -> None:
+        """The service answered 413 to a request of ``size`` bytes (``probe``: to one sent
+        as large as one it answered 413 to before: the limit is the service's)."""
         if self._too_large_at is None or size < self._too_large_at:
             self._too_large_at = size
             self._too_large_answer = self.redact(safe_str(error))
         self._too_large_until = time.monotonic() + TOO_LARGE_KEPT
+        if probe:
+            self._too_large_confirmed = True
+        else:
+            self._probe_at = time.monotonic() + self.settings.retry_initial
 
     def _say_dropped(self, reason: str, answer: str, count: int) -> None:
         """Events the service refused for good: said once per reason, with its answer."""
@@ -523,7 +549,12 @@ class Delivery:
     def _succeeded(self) -> None:
         since = self._failing_since
         self.intake.retrying = False
-        self._refused_said = False
+        refused, self._refused_since = self._refused_since, None
+        if refused is not None:
+            say(
+                f"eventlog_handler: {self.settings.shown_url} takes the events again, after "
+                f"refusing them for {time.monotonic() - refused:.0f} s."
+            )
         if since is None:
             return
         if self._outage_said_at is not None:

@@ -99,6 +99,10 @@ def test_refused_key_is_said_once_and_events_are_kept(server, make_engine, capsy
     assert "test-api-key-0123456789abcdef" not in err  # the key is masked
     assert sorted(server.accepted_ids()) == sorted(refs)
     assert stats["retries"] >= 4
+    # ... and when the service takes them again, that is said too (the refusal was the last
+    # word on stderr, long after the key was enabled again).
+    assert err.count("takes the events again") == 1, err
+    assert err.index(said) < err.index("takes the events again")
 
 
 @pytest.mark.parametrize("status", [422])
@@ -372,6 +376,24 @@ def test_requests_as_large_as_one_refused_with_413_are_not_sent_again(server, ma
     assert stats["dropped"]["too_large"] == 300
     assert len(server.requests) < 60, len(server.requests)
     assert capsys.readouterr().err.count("refused") == 1
+
+
+def test_a_413_of_a_moment_drops_only_what_it_was_answered_to(server, make_engine) -> None:
+    """A proxy that answers 413 five times in a row (restarting), then takes everything: the
+    smallest request answered 413 was remembered for a minute, and every event logged in that
+    minute was dropped as too large without being sent."""
+    server.script.extend([413] * 5)
+    engine = make_engine()
+    refs = capture(engine, 40)
+    assert engine.flush(10.0), engine.stats()
+    # At most the event answered 413 alone and shrunk (the fifth answer) is dropped.
+    dropped = engine.stats()["dropped"]["too_large"]
+    assert dropped <= 1
+    later = capture(engine, 30, prefix="later")  # logged within the minute after
+    stats = settled(engine, server, 70 - dropped)
+    assert stats["dropped"]["too_large"] == dropped
+    assert len(set(refs) - set(server.accepted_ids())) == dropped
+    assert set(later) <= set(server.accepted_ids())
 
 
 def test_the_exit_ends_once_its_next_try_would_come_after_its_deadline(server) -> None:
