@@ -23,10 +23,10 @@ import contextlib
 import contextvars
 import logging
 import sys
+import threading
 import time
 import weakref
 from collections import deque
-from threading import get_ident
 from typing import Any
 
 from eventlog_handler.wire._jsonsafe import safe_str, truncate
@@ -55,8 +55,8 @@ class _Scope:
 
     def __init__(self, task: Any = None) -> None:
         self.ring: deque[_Note] | None = None
-        #: A thread's own scope: the thread's ident (it is used in that thread only).
-        self.thread = 0
+        #: A thread's own scope: the thread's token (it is used in that thread only).
+        self.thread: object = None
         #: The task's weak reference (its id would be a later task's too).
         self.task: Any = None if task is None else weakref.ref(task)
 
@@ -65,6 +65,16 @@ _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
     "eventlog_handler_trace", default=None
 )
 _size = 0
+
+
+class _Threads(threading.local):
+    """A token per thread: unlike its ident, never the token of a thread that ended."""
+
+    def __init__(self) -> None:
+        self.token = object()
+
+
+_THREADS = _Threads()
 
 
 def _in_thread() -> None:
@@ -105,7 +115,7 @@ def _ring() -> deque[_Note]:
     if (
         scope is None
         or (task is not None and scope.task is not None and scope.task() is not task)
-        or (task is None and scope.task is _in_thread and scope.thread != get_ident())
+        or (task is None and scope.task is _in_thread and scope.thread is not _THREADS.token)
     ):
         # A task's own (a child task copied its parent's context), or a thread's: made in the
         # context the thread runs, so work run in a copy of another context (asyncio.to_thread,
@@ -113,7 +123,7 @@ def _ring() -> deque[_Note]:
         scope = _Scope(task)
         if task is None:
             scope.task = _in_thread
-            scope.thread = get_ident()
+            scope.thread = _THREADS.token
         _SCOPE.set(scope)
     ring = scope.ring
     if ring is None:
@@ -127,7 +137,7 @@ def note(record: logging.LogRecord) -> None:
     ring = None
     if (
         scope is not None
-        and scope.thread == get_ident()
+        and scope.thread is _THREADS.token
         and (_get_running_loop is None or _get_running_loop() is None)
     ):
         ring = scope.ring  # a plain thread's: the common case, without a call

@@ -108,6 +108,7 @@ def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
         elif char == "]" or char == "}" or char == ")":
             depth -= 1
             if depth == 0:
+                budget[0] += limit - index - 1  # what was not looked at
                 return index + 1
         index += 1
     budget[0] += limit - index  # what was not looked at

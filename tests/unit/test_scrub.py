@@ -278,6 +278,13 @@ def test_many_unbalanced_brackets_are_looked_at_once(scrub: Scrubber) -> None:
     assert result == f"DEBUG app: token: {MASK}\n" * 4500
 
 
+def test_a_long_text_masks_each_bracketed_value_to_its_bracket(scrub: Scrubber) -> None:
+    """A bracket found early was charged all the characters it could have looked at: the
+    budget was gone, and a later value was masked to the end of its line."""
+    text = "password=[1, 2] " + "x" * 25_000 + " then token=[1, 2] order=42 status=shipped"
+    assert scrub.text(text).endswith(f" then token={MASK} order=42 status=shipped")
+
+
 def test_long_runs_without_separators_stay_fast(scrub: Scrubber) -> None:
     # Linear scanning: a pathological 200,000-character value is scrubbed in one pass.
     text = "a" * 100_000 + ":" + "b" * 50_000 + "=" + "c" * 50_000 + "://" + "d@" * 10
