@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
@@ -50,6 +51,9 @@ from eventlog_handler.integrations._request import active_exclusions, from_envir
 __all__ = ["EventLogMiddleware"]
 
 _DISPATCH_UID = "eventlog_handler.django.got_request_exception"
+_FINISHED_UID = "eventlog_handler.django.request_finished"
+#: Scopes kept open for a streamed body, per thread, until Django closes the response.
+_OPEN = threading.local()
 
 
 class EventLogMiddleware:
@@ -69,6 +73,9 @@ class EventLogMiddleware:
         signals = importlib.import_module("django.core.signals")
         signals.got_request_exception.connect(
             _on_request_exception, weak=False, dispatch_uid=_DISPATCH_UID
+        )
+        signals.request_finished.connect(
+            _on_request_finished, weak=False, dispatch_uid=_FINISHED_UID
         )
 
     def __repr__(self) -> str:
@@ -118,6 +125,7 @@ def _close_after(request: Any, response: Any, scope: RequestScope) -> None:
             and getattr(response, "status_code", 200) not in _NO_BODY
         ):
             response.streaming_content = _Scoped(response.streaming_content, scope)
+            _OPEN.scopes = [*getattr(_OPEN, "scopes", ()), scope]
             return
     except Exception:  # pragma: no cover - a response type of its own: closed now
         pass
@@ -170,6 +178,17 @@ def request_info(request: Any) -> dict[str, Any] | None:
         return from_environ(request.META, active_exclusions(), scheme=scheme, path=path)
     except Exception:
         return None
+
+
+def _on_request_finished(sender: Any, **kwargs: Any) -> None:
+    """``request_finished``: Django sends it when it closes a response, also one that replaced
+    a streamed response unread (``ConditionalGetMiddleware`` placed before this one answers
+    304 without closing the response it drops): the scopes still open on the thread end."""
+    scopes = getattr(_OPEN, "scopes", None)
+    if scopes:
+        _OPEN.scopes = []
+        for scope in reversed(scopes):
+            scope.close()
 
 
 def _on_request_exception(sender: Any, request: Any = None, **kwargs: Any) -> None:

@@ -83,7 +83,9 @@ def stream(request: Any) -> Any:
             raise RuntimeError("the stream broke")
         yield b"last part"
 
-    return StreamingHttpResponse(body())
+    response = StreamingHttpResponse(body())
+    response["ETag"] = '"v1"'
+    return response
 
 
 def download(request: Any) -> Any:

@@ -190,6 +190,20 @@ def test_a_streamed_body_never_made_leaves_no_scope_open(
     assert get_user() is None
 
 
+def test_a_streamed_body_dropped_by_an_outer_middleware_leaves_no_scope_open(
+    setup_eventlog: Setup, server: CaptureServer
+) -> None:
+    """``ConditionalGetMiddleware`` listed before this one answers 304 to a matching
+    ``If-None-Match`` with a new response, and never closes the streamed one it drops: the
+    request's user stayed on the thread for every request after it."""
+    setup_eventlog()
+    outer = ["django.middleware.http.ConditionalGetMiddleware", *WIRED]
+    with override_settings(MIDDLEWARE=outer):
+        response = client().get("/stream", headers={"X-User": "alice", "If-None-Match": '"v1"'})
+        assert response.status_code == 304
+    assert get_user() is None
+
+
 def test_a_file_is_still_sent_by_the_servers_file_wrapper(setup_eventlog: Setup) -> None:
     """``FileResponse`` under WSGI goes out through ``wsgi.file_wrapper`` (``sendfile``), not
     chunk by chunk through Python."""
