@@ -163,7 +163,7 @@ class Delivery:
                     parts[0] = part.shrunk_copy()
                     continue
                 wait = self._probe_at - time.monotonic()
-                if self._too_large_confirmed or (wait > 0 and self.state.closing):
+                if self._too_large_confirmed:
                     parts.popleft()
                     self._say_dropped("too_large", self._too_large_answer, part.weight())
                     self.settle_part(part, "too_large", held=True)
@@ -171,6 +171,10 @@ class Delivery:
                 if wait > 0:
                     # Sent as a probe when it is due: a first 413 may be a moment's (a proxy
                     # restarting), and what is logged then must not be dropped untried.
+                    if self.state.closing and self.state.over(self._probe_at):
+                        with self.ledger.lock:  # due after the exit: what is left is spooled
+                            self._end_exit_sending()  # or counted, as the exit does
+                        continue
                     self.intake.retrying = True
                     if not self.pause(wait):
                         return False
@@ -239,6 +243,7 @@ class Delivery:
             self.ledger.uncertain = 0
             if self._too_large_at is not None and len(payload) >= self._too_large_at:
                 self._too_large_at = None  # as large a request is taken again
+                self._too_large_confirmed = False
             self._succeeded()
             with self.ledger.lock:
                 self.ledger.batches += 1

@@ -48,7 +48,7 @@ from eventlog_handler.wire._cards import is_card_number, mask_card_numbers
 from eventlog_handler.wire._frames import copy_frame
 from eventlog_handler.wire._jsonsafe import ExclusionMatcher, exclusion_matcher
 from eventlog_handler.wire._spans import (
-    MAX_BRACKETED,
+    MAX_BRACKETED_TEXT,
     bearer_tokens,
     mask_arguments,
     url_passwords,
@@ -178,7 +178,7 @@ class Scrubber:
         pieces: list[str] = []
         done = 0
         excluded = self._excluded
-        budget = [MAX_BRACKETED]  # for all the bracketed values of the text together
+        budget = [MAX_BRACKETED_TEXT]  # for all the bracketed values of the text together
         colon, equals = text.find(":"), text.find("=")
         while colon >= 0 or equals >= 0:  # each separator, left to right (str.find is fast)
             if equals < 0 or 0 <= colon < equals:

@@ -23,9 +23,12 @@ _SINGLE_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.)*)'")
 _BARE = re.compile(r"[^\s\"'&;,<>)\]}]+")
 #: A string literal's prefix before its quote (``b'...'``, ``rb"..."``): a bytes or raw value.
 _PREFIX = re.compile(r"(?i:[bfru]{1,2})(?=[\"'])")
-#: Characters the bracketed values (``[...]``, ``{...}``, ``(...)``) of one text are searched
-#: for their ends in, at most, all together.
+#: Characters a bracketed value (``[...]``, ``{...}``, ``(...)``) is searched for its end in,
+#: at most, and all the values of one text together (:data:`MAX_BRACKETED_TEXT`).
 MAX_BRACKETED = 20_000
+MAX_BRACKETED_TEXT = 200_000
+#: The opening bracket of each closing one.
+_OPENER = {"]": "[", "}": "{", ")": "("}
 #: What a single quote that opens a string follows.
 _OPENS_QUOTE = frozenset("([{,:= \t\n")
 #: A lone ``Bearer <token>``.
@@ -73,7 +76,7 @@ def value_span(text: str, at: int, budget: list[int] | None = None) -> tuple[int
     elif first == "[" or first == "{" or first == "(":  # a list, a dict, a tuple (a repr)
         if text.startswith(MASK, start):
             return None
-        span = (start, _closing_bracket(text, start, budget or [MAX_BRACKETED]))
+        span = (start, _closing_bracket(text, start, budget or [MAX_BRACKETED_TEXT]))
     else:
         bare = _BARE.match(text, start)
         if bare is None:
@@ -85,14 +88,20 @@ def value_span(text: str, at: int, budget: list[int] | None = None) -> tuple[int
 
 
 def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
-    """The end of the bracketed value at ``start``, or, unbalanced or past ``budget``, of its
-    line. Brackets inside quotes don't count: double quotes, and single quotes that open a
-    string (after a bracket, a comma, a colon, ``=`` or a blank: not the apostrophe of
-    ``can't``)."""
-    depth = 0
+    """The end of the bracketed value at ``start``: its matching closing bracket (of the same
+    kind: a ``)`` in ``[1) a, 2) b]`` closes nothing), or, unbalanced within
+    :data:`MAX_BRACKETED` characters, the end of its line. Brackets inside quotes don't count:
+    double quotes, and single quotes that open a string (after a bracket, a comma, a colon,
+    ``=`` or a blank: not the apostrophe of ``can't``). ``budget``: characters left to look at
+    in the text; once it is spent, the value runs to the end of the text (what is not looked
+    at is masked, not shown)."""
+    if budget[0] <= 0:
+        return len(text)
+    opened: list[str] = []
     quote = ""
     index = start
-    limit = min(len(text), start + max(0, budget[0]))
+    own = min(len(text), start + MAX_BRACKETED)
+    limit = min(own, start + budget[0])
     budget[0] -= limit - start
     while index < limit:
         char = text[index]
@@ -103,15 +112,17 @@ def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
                 quote = ""
         elif char == '"' or (char == "'" and text[index - 1] in _OPENS_QUOTE):
             quote = char
-        elif char == "[" or char == "{" or char == "(":
-            depth += 1
-        elif char == "]" or char == "}" or char == ")":
-            depth -= 1
-            if depth == 0:
+        elif char in "[{(":
+            opened.append(char)
+        elif char in "]})" and opened and opened[-1] == _OPENER[char]:
+            opened.pop()
+            if not opened:
                 budget[0] += limit - index - 1  # what was not looked at
                 return index + 1
         index += 1
-    budget[0] += limit - index  # what was not looked at
+    budget[0] += limit - index
+    if limit < own:  # the text's budget ran out first: the rest is masked
+        return len(text)
     end = text.find("\n", start)
     return len(text) if end < 0 else end
 

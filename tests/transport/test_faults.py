@@ -396,6 +396,32 @@ def test_a_413_of_a_moment_drops_only_what_it_was_answered_to(server, make_engin
     assert set(later) <= set(server.accepted_ids())
 
 
+@pytest.mark.parametrize("retry_initial", [0.2, 30.0])
+def test_a_413_of_a_moment_during_the_exit_drops_nothing_else(server, retry_initial) -> None:
+    """The exit flush dropped every event left untried after a 413 of a moment. The probe
+    now comes within the exit when it can; when it would come after the deadline, what is
+    left is counted as the exit counts what it could not send (``shutdown``)."""
+    from eventlog_handler.delivery import _engine as transport
+    from eventlog_handler.settings import Settings
+    from tests.support.constants import TRANSPORT_API_KEY
+
+    server.script.extend([413] * 5)
+    options = {"shutdown_timeout": 3.0, "retry_initial": retry_initial, "flush_interval": 60}
+    settings = Settings.from_options(
+        {"server_url": server.url, "api_key": TRANSPORT_API_KEY, **options}, environ={}
+    )
+    engine = transport.Engine(settings)
+    capture(engine, 40)
+    started = time.monotonic()
+    engine.shutdown(3.0)
+    assert time.monotonic() - started < 3.5
+    stats = engine.stats()
+    assert stats["dropped"]["too_large"] <= 1, stats
+    assert stats["captured"] == accounted(stats) == 40
+    if retry_initial < 1:
+        assert stats["delivered"] >= 39, stats
+
+
 def test_the_exit_ends_once_its_next_try_would_come_after_its_deadline(server) -> None:
     """402 at exit: the next try is the next 5-minute usage bucket, after the exit's deadline;
     the exit waited out all of ``shutdown_timeout`` for nothing."""
