@@ -26,7 +26,7 @@ _PREFIX = re.compile(r"(?i:[bfru]{1,2})(?=[\"'])")
 #: Characters a bracketed value (``[...]``, ``{...}``, ``(...)``) is searched for its end in,
 #: at most, and all the values of one text together (:data:`MAX_BRACKETED_TEXT`).
 MAX_BRACKETED = 20_000
-MAX_BRACKETED_TEXT = 200_000
+MAX_BRACKETED_TEXT = 1_000_000
 #: The opening bracket of each closing one.
 _OPENER = {"]": "[", "}": "{", ")": "("}
 #: What a single quote that opens a string follows.
@@ -92,9 +92,10 @@ def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
     kind: a ``)`` in ``[1) a, 2) b]`` closes nothing), or, unbalanced within
     :data:`MAX_BRACKETED` characters, the end of its line. Brackets inside quotes don't count:
     double quotes, and single quotes that open a string (after a bracket, a comma, a colon,
-    ``=`` or a blank: not the apostrophe of ``can't``). ``budget``: characters left to look at
-    in the text; once it is spent, the value runs to the end of the text (what is not looked
-    at is masked, not shown)."""
+    ``=`` or a blank: not the apostrophe of ``can't``). ``budget``: characters the searches of
+    the text's unbalanced values may still look at (each looks 20,000 characters ahead, so
+    many of them would take long); once it is spent, the value runs to the end of the text
+    (what is not looked at is masked, not shown)."""
     if budget[0] <= 0:
         return len(text)
     opened: list[str] = []
@@ -102,7 +103,6 @@ def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
     index = start
     own = min(len(text), start + MAX_BRACKETED)
     limit = min(own, start + budget[0])
-    budget[0] -= limit - start
     while index < limit:
         char = text[index]
         if quote:
@@ -117,10 +117,9 @@ def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
         elif char in "]})" and opened and opened[-1] == _OPENER[char]:
             opened.pop()
             if not opened:
-                budget[0] += limit - index - 1  # what was not looked at
-                return index + 1
+                return index + 1  # (values found whole don't overlap: a pass in all)
         index += 1
-    budget[0] += limit - index
+    budget[0] -= index - start  # unbalanced: the next values may look at this text again
     if limit < own:  # the text's budget ran out first: the rest is masked
         return len(text)
     end = text.find("\n", start)

@@ -271,7 +271,7 @@ def test_hand_made_deep_and_cyclic_values_do_not_raise(scrub: Scrubber) -> None:
 def test_many_unbalanced_brackets_are_looked_at_once(scrub: Scrubber) -> None:
     """Each unclosed bracket after a secret name was searched for its end over the next
     20,000 characters: 100 KB of such lines took 16 s of the delivery worker's time. The
-    search of one text now stops after 200,000 characters, and what it did not look at is
+    search of one text now stops after 1,000,000 characters, and what it did not look at is
     masked (not shown)."""
     text = "DEBUG app: token: (n/a\n" * 4500
     started = time.perf_counter()
