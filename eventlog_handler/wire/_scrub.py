@@ -38,6 +38,7 @@ text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -559,19 +560,21 @@ def _is_plain_frame(frame: dict[Any, Any]) -> bool:
 _FRAME_SCALARS = frozenset({str, int, bool, float, type(None)})
 
 
-#: Header names whose bare value is a list of ``name=value`` pairs, all secret, to the line's end.
+#: Header names whose bare value is a list of ``name=value`` pairs, all secret.
 _COOKIE_HEADERS = frozenset({"cookie", "set-cookie"})
+#: The pairs after a cookie header's first one: ``; name=value`` (``; HttpOnly`` ends them).
+_COOKIE_PAIRS = re.compile(r"(?:;[ \t]*[^\s;=]+=[^\s;]*)*")
 
 
 def _cookie_line(text: str, span: tuple[int, int]) -> tuple[int, int]:
-    """The span of a ``Cookie:`` header's value: a bare ``name=value`` runs to the end of its
-    line (``a=1; b=2``: every cookie); anything else (quoted, bracketed, prose) is as
+    """The span of a ``Cookie:`` header's value: a bare ``name=value`` and the ``; name=value``
+    pairs after it (every cookie); anything else (quoted, bracketed, prose) is as
     :func:`value_span` found it."""
-    start = span[0]
-    if text[start - 1] in "\"'" or "=" not in text[start : span[1]]:
+    start, end = span
+    if text[start - 1] in "\"'" or text[start] in "[{(" or "=" not in text[start:end]:
         return span
-    end = text.find("\n", start)
-    return (start, len(text) if end < 0 else end)
+    found = _COOKIE_PAIRS.match(text, end)
+    return (start, end if found is None else found.end())
 
 
 def _few_digits(text: str) -> bool:

@@ -30,7 +30,7 @@ MAX_BRACKETED_TEXT = 1_000_000
 #: The opening bracket of each closing one.
 _OPENER = {"]": "[", "}": "{", ")": "("}
 #: What a single quote that opens a string follows.
-_OPENS_QUOTE = frozenset("([{,:= \t\n")
+_OPENS_QUOTE = frozenset("([{,:=> \t\n")
 #: A lone ``Bearer <token>``.
 _BEARER = re.compile(r"(?<![\w\-])(?P<scheme>[Bb]earer|BEARER)[ \t]+(?P<token>[\w\-.~+/]{8,}=*)")
 
@@ -88,21 +88,50 @@ def value_span(text: str, at: int, budget: list[int] | None = None) -> tuple[int
 
 
 def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
-    """The end of the bracketed value at ``start``: its matching closing bracket (of the same
-    kind: a ``)`` in ``[1) a, 2) b]`` closes nothing), or, unbalanced within
-    :data:`MAX_BRACKETED` characters, the end of its line. Brackets inside quotes don't count:
-    double quotes, and single quotes that open a string (after a bracket, a comma, a colon,
-    ``=`` or a blank: not the apostrophe of ``can't``). ``budget``: characters the searches of
-    the text's unbalanced values may still look at (each looks 20,000 characters ahead, so
-    many of them would take long); once it is spent, the value runs to the end of the text
-    (what is not looked at is masked, not shown)."""
+    """The end of the bracketed value at ``start``.
+
+    A list or a dict (``[``, ``{``) ends at the later of two closings, looked for within
+    :data:`MAX_BRACKETED` characters: the bracket that matches it in kind, out of quotes
+    (:func:`_matching`), and the first ``]`` or ``}`` that brings the count of ``[`` and ``{``
+    back to none, out of double quotes (:func:`_balanced`). Each misses some values that the
+    other finds whole; the later end never shows what either would mask. Unbalanced, it runs
+    to the end of its line. A tuple (``(``) ends at its matching ``)`` within its line, or at
+    the line's end (an emoticon's ``:(`` opens nothing for lines further on).
+
+    ``budget``: characters the searches of the text's unbalanced values may still look at
+    (each looks 20,000 characters ahead, so many of them would take long); once it is spent,
+    the value runs to the end of the text (what is not looked at is masked, not shown)."""
     if budget[0] <= 0:
         return len(text)
+    line_end = text.find("\n", start)
+    if line_end < 0:
+        line_end = len(text)
+    tuple_ = text[start] == "("
+    own = min(line_end if tuple_ else len(text), start + MAX_BRACKETED)
+    limit = min(own, start + budget[0])
+    end, looked = _matching(text, start, limit)
+    ends = [line_end if end is None else end]
+    if not tuple_:
+        other, also = _balanced(text, start, limit)
+        ends.append(line_end if other is None else other)
+        end = None if other is None else end
+        looked = max(looked, also)
+    if end is None:
+        budget[0] -= looked  # unbalanced: the next values may look at this text again
+        if limit < own:  # the text's budget ran out first: the rest is masked
+            return len(text)
+    return max(ends)  # (values found whole don't overlap: one pass in all)
+
+
+def _matching(text: str, start: int, limit: int) -> tuple[int | None, int]:
+    """The end of the bracket at ``start`` matched in kind (a ``)`` in ``[1) a, 2) b]`` closes
+    nothing), quotes respected: double ones, and single ones that open a string (after a
+    bracket, a comma, a colon, ``=``, ``>``, a blank, or a string prefix after one of them:
+    ``b'('``; not the apostrophe of ``can't``); ``None`` if not found before ``limit``. And
+    the characters looked at."""
     opened: list[str] = []
     quote = ""
     index = start
-    own = min(len(text), start + MAX_BRACKETED)
-    limit = min(own, start + budget[0])
     while index < limit:
         char = text[index]
         if quote:
@@ -110,20 +139,47 @@ def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
                 index += 1
             elif char == quote:
                 quote = ""
-        elif char == '"' or (char == "'" and text[index - 1] in _OPENS_QUOTE):
+        elif char == '"' or (char == "'" and _opens_string(text, index)):
             quote = char
         elif char in "[{(":
             opened.append(char)
         elif char in "]})" and opened and opened[-1] == _OPENER[char]:
             opened.pop()
             if not opened:
-                return index + 1  # (values found whole don't overlap: a pass in all)
+                return index + 1, index + 1 - start
         index += 1
-    budget[0] -= index - start  # unbalanced: the next values may look at this text again
-    if limit < own:  # the text's budget ran out first: the rest is masked
-        return len(text)
-    end = text.find("\n", start)
-    return len(text) if end < 0 else end
+    return None, index - start
+
+
+def _opens_string(text: str, index: int) -> bool:
+    before = text[index - 1]
+    return before in _OPENS_QUOTE or (before in "bBuUrRfF" and text[index - 2] in _OPENS_QUOTE)
+
+
+def _balanced(text: str, start: int, limit: int) -> tuple[int | None, int]:
+    """The end of the bracket at ``start`` counting ``[`` and ``{`` against ``]`` and ``}``
+    alike, double quotes respected; ``None`` if not found before ``limit``. And the characters
+    looked at."""
+    depth = 0
+    quote = False
+    index = start
+    while index < limit:
+        char = text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quote = False
+        elif char == '"':
+            quote = True
+        elif char == "[" or char == "{":
+            depth += 1
+        elif char == "]" or char == "}":
+            depth -= 1
+            if depth == 0:
+                return index + 1, index + 1 - start
+        index += 1
+    return None, index - start
 
 
 def bearer_tokens(text: str) -> str:

@@ -292,12 +292,24 @@ def test_many_unbalanced_brackets_are_looked_at_once(scrub: Scrubber) -> None:
         "reset credentials=[1) hunter2, 2) swordfish] for bob",
         "password={a) correct-horse-battery}",
         "token=[smile :) s3cr3t-value]",
+        # pprint of a dict with bytes that hold a bracket; a bracket of the wrong kind
+        "session={'hash': 'h-hunter2',\n 'pin': '4711',\n 'state': b'\\x80(K.',\n 'user': 'bob\"'}",
+        "credentials={'user': 'x',\n 'password': 'swordfish', 'note': b'(', 'key': 'battery'}",
+        "auth={\ns3cr3t]",
+        # a cookie header whose value spans lines, and a Perl-like pair
+        "cookie: [a=1,\n s3cr3t]",
+        "auth=(perl, password=>'hunter2 ) swordfish')",
     ],
 )
 def test_a_bracketed_value_is_masked_whole(scrub: Scrubber, text: str) -> None:
     result = scrub.text(text)
     for secret in ("4711", 'bob"', "hunter2", "swordfish", "battery", "s3cr3t"):
         assert secret not in result, result[-200:]
+
+
+def test_an_emoticon_opens_nothing_for_the_lines_after_it(scrub: Scrubber) -> None:
+    text = "bob typed the wrong password :(\nuser=bob retried at 10:01\nbob: works now :)"
+    assert scrub.text(text) == text.replace(":(", f":{MASK}")
 
 
 def test_a_long_text_masks_each_bracketed_value_to_its_bracket(scrub: Scrubber) -> None:
