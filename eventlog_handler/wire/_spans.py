@@ -93,7 +93,7 @@ def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
     A list or a dict (``[``, ``{``) ends at the later of two closings, looked for within
     :data:`MAX_BRACKETED` characters: the bracket that matches it in kind, out of quotes
     (:func:`_matching`), and the first ``]`` or ``}`` that brings the count of ``[`` and ``{``
-    back to none, out of double quotes (:func:`_balanced`). Each misses some values that the
+    back to none, out of double quotes (the previous release's rule). Each misses some values that the
     other finds whole; the later end never shows what either would mask. Unbalanced, it runs
     to the end of its line. A tuple (``(``) ends at its matching ``)`` within its line, or at
     the line's end (an emoticon's ``:(`` opens nothing for lines further on).
@@ -112,7 +112,7 @@ def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
     end, looked = _matching(text, start, limit)
     ends = [line_end if end is None else end]
     if not tuple_:
-        other, also = _balanced(text, start, limit)
+        other, also = _matching(text, start, limit, by_kind=False)
         ends.append(line_end if other is None else other)
         end = None if other is None else end
         looked = max(looked, also)
@@ -123,12 +123,15 @@ def _closing_bracket(text: str, start: int, budget: list[int]) -> int:
     return max(ends)  # (values found whole don't overlap: one pass in all)
 
 
-def _matching(text: str, start: int, limit: int) -> tuple[int | None, int]:
-    """The end of the bracket at ``start`` matched in kind (a ``)`` in ``[1) a, 2) b]`` closes
-    nothing), quotes respected: double ones, and single ones that open a string (after a
-    bracket, a comma, a colon, ``=``, ``>``, a blank, or a string prefix after one of them:
-    ``b'('``; not the apostrophe of ``can't``); ``None`` if not found before ``limit``. And
-    the characters looked at."""
+def _matching(text: str, start: int, limit: int, by_kind: bool = True) -> tuple[int | None, int]:
+    """The end of the bracket at ``start``, or ``None`` if not found before ``limit``; and the
+    characters looked at. ``by_kind``: a bracket closes only its own kind (a ``)`` in ``[1) a,
+    2) b]`` closes nothing), and single quotes that open a string count too (after a bracket,
+    a comma, a colon, ``=``, ``>``, a blank, or a string prefix after one of them: ``b'('``;
+    not the apostrophe of ``can't``). Otherwise (the previous release's rule, for
+    :func:`_closing_bracket`'s second look) ``[`` and ``{`` count against ``]`` and ``}``
+    alike, and only double quotes."""
+    opens, closes = ("[{(", "]})") if by_kind else ("[{", "]}")
     opened: list[str] = []
     quote = ""
     index = start
@@ -139,11 +142,11 @@ def _matching(text: str, start: int, limit: int) -> tuple[int | None, int]:
                 index += 1
             elif char == quote:
                 quote = ""
-        elif char == '"' or (char == "'" and _opens_string(text, index)):
+        elif char == '"' or (by_kind and char == "'" and _opens_string(text, index)):
             quote = char
-        elif char in "[{(":
+        elif char in opens:
             opened.append(char)
-        elif char in "]})" and opened and opened[-1] == _OPENER[char]:
+        elif char in closes and opened and (not by_kind or opened[-1] == _OPENER[char]):
             opened.pop()
             if not opened:
                 return index + 1, index + 1 - start
@@ -154,32 +157,6 @@ def _matching(text: str, start: int, limit: int) -> tuple[int | None, int]:
 def _opens_string(text: str, index: int) -> bool:
     before = text[index - 1]
     return before in _OPENS_QUOTE or (before in "bBuUrRfF" and text[index - 2] in _OPENS_QUOTE)
-
-
-def _balanced(text: str, start: int, limit: int) -> tuple[int | None, int]:
-    """The end of the bracket at ``start`` counting ``[`` and ``{`` against ``]`` and ``}``
-    alike, double quotes respected; ``None`` if not found before ``limit``. And the characters
-    looked at."""
-    depth = 0
-    quote = False
-    index = start
-    while index < limit:
-        char = text[index]
-        if quote:
-            if char == "\\":
-                index += 1
-            elif char == '"':
-                quote = False
-        elif char == '"':
-            quote = True
-        elif char == "[" or char == "{":
-            depth += 1
-        elif char == "]" or char == "}":
-            depth -= 1
-            if depth == 0:
-                return index + 1, index + 1 - start
-        index += 1
-    return None, index - start
 
 
 def bearer_tokens(text: str) -> str:
