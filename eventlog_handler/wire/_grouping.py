@@ -55,11 +55,14 @@ from typing import Any
 #: Characters kept of a signature value and of a title.
 MAX_VALUE = 2_000
 MAX_TITLE = 1_000
-#: What varies from one call to the next in a message formatted before the call: a UUID, a
-#: hex id (8 or more hex digits, a digit and a letter among them), a number.
+#: What varies from one call to the next in a message formatted before the call: an address
+#: or other ``0x`` number (an object's default repr), a UUID, a hex id (8 or more hex digits, a
+#: digit and a letter among them, between characters that are neither: ``req_9f3a...``), a
+#: number.
 _VARYING = re.compile(
-    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
-    r"|\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b|[0-9]+",
+    r"0x[0-9a-f]+"
+    r"|(?<![0-9a-z])[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![0-9a-z])"
+    r"|(?<![0-9a-z])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}(?![0-9a-z])|[0-9]+",
     re.IGNORECASE,
 )
 

@@ -126,6 +126,45 @@ def test_log_error_with_a_message_formatted_before_the_call_is_one_stack(make_ha
     )
 
 
+class Job:
+    """An object with the default repr: ``<...Job object at 0x7f...>``, another address each."""
+
+
+def test_addresses_and_hex_ids_joined_to_words_are_one_stack(make_handler, server):
+    """An object's default repr, a hex id after ``_`` and an upper-case ``0x`` number in a
+    message formatted before the call: another value is the same stack. Only their digits
+    were left out, and each run of a program opened a stack of its own."""
+    logger, handler = make_handler()
+    values = (
+        Job(),
+        Job(),
+        "req_9faf3ca1b2a4b",
+        "req_a4c1b9b0e2",
+        "0xA1DD2",
+        "0xACDC7A",
+        "lost_one",
+    )
+    for value in values:
+        fail_order(logger, value)
+    handler.engine.flush(5)
+    events = server.wait_for(len(values))
+    assert events[0]["message"] != events[1]["message"]  # two addresses
+    signatures = [server_signature(event) for event in events]
+    messages = [event["data"]["@stack"]["signature_data"]["message"] for event in events]
+    assert messages[:6] == [
+        f"order <{__name__}.Job object at #> failed",
+        f"order <{__name__}.Job object at #> failed",
+        "order req_# failed",
+        "order req_# failed",
+        "order # failed",
+        "order # failed",
+    ]
+    assert signatures[0] == signatures[1]
+    assert signatures[2] == signatures[3] != signatures[0]
+    assert signatures[4] == signatures[5] != signatures[2]
+    assert messages[6] == "order lost_one failed"
+
+
 def test_in_app_rules_and_options(tmp_path):
     import json
 
