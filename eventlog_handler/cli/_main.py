@@ -53,6 +53,8 @@ from eventlog_handler.wire._scrub import Scrubber
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+#: As a tool killed by SIGPIPE when its reader went away (128 + 13).
+EXIT_BROKEN_PIPE = 141
 
 
 class CommandError(Exception):
@@ -349,6 +351,18 @@ def _timeout(text: str) -> float:
     return value
 
 
+def _last(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and 1000 (the events the service's paging reaches), got {text!r}"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eventlog", description="Send and inspect events of an event collection service."
@@ -387,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     projects.set_defaults(func=cmd_projects)
 
     token = sub.add_parser("token", help="project tokens (API keys)")
-    token_sub = token.add_subparsers(dest="token_command", metavar="ACTION")
+    token_sub = token.add_subparsers(dest="token_command", metavar="{create}", required=True)
     create = token_sub.add_parser("create", parents=[common], help="generate a project token")
     create.add_argument("project_id")
     create.add_argument("--scope", choices=("client", "user"), default="client")
@@ -402,7 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=SETTINGS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    settings_sub = settings.add_subparsers(dest="settings_command", metavar="ACTION")
+    settings_sub = settings.add_subparsers(
+        dest="settings_command", metavar="{get,set,delete}", required=True
+    )
     get = settings_sub.add_parser(
         "get",
         parents=[common],
@@ -462,7 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--errors", action="store_true", help="error events only")
     tail.add_argument("--filter", help="the service's filter syntax, e.g. 'source:shop.*'")
     tail.add_argument("--interval", type=_timeout, default=1.0, help="seconds between polls")
-    tail.add_argument("--last", type=int, default=10, help="events shown at start (10)")
+    tail.add_argument(
+        "--last", type=_last, default=10, help="events shown at start (10; at most 1000)"
+    )
     tail.set_defaults(func=cmd_tail)
 
     demo = sub.add_parser("demo", help="see the package work against a local collector")
@@ -483,6 +501,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``eventlog tail | head -1``): stop as a tool killed by
+        # SIGPIPE would, without a traceback, and without a second error when Python flushes
+        # stdout at exit.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_BROKEN_PIPE
     except (CommandError, errors.EventLogError, ValueError) as exc:
         print(f"eventlog: error: {_describe(exc)}", file=sys.stderr)
         return EXIT_ERROR

@@ -3,8 +3,10 @@
 It polls ``GET /api/v2/events`` (newest first, with a user token) every ``--interval`` seconds
 and prints each event it has not printed yet, oldest first: its time, level, source, message
 and a link to its stack. ``--errors`` keeps error events only; ``--filter`` passes the service's
-filter syntax (``level:warn source:shop.*``). It starts with the last ``--last`` events. A
-server that can't be reached is said once on stderr and tried again; Ctrl-C ends it (exit 0).
+filter syntax (``level:warn source:shop.*``). It starts with the last ``--last`` events (up to
+1,000, page by page). A server that can't be reached, or answers 429 or 5xx for a while (a
+proxy during a deploy), is said once on stderr and tried again (after its ``Retry-After``
+when it gives one); Ctrl-C ends it (exit 0).
 
 A burst (a batch of 500 from one program) is read page by page, back to the events already
 printed, up to the 1,000 the service's paging reaches; past that, how many were skipped is said
@@ -33,6 +35,8 @@ _SEEN = 10_000
 #: skip of 1,000).
 _PAGE = 100
 _PAGES = 10
+#: The longest wait a ``Retry-After`` gets tail to make between two looks.
+_LONGEST_WAIT = 60.0
 
 
 def _clean(value: Any, longest: int) -> str:
@@ -65,6 +69,23 @@ def _line(event: dict[str, Any], base: str) -> str:
     link = f"{base}/stacks/{stack}" if stack else ""
     source = _clean(event.get("source") or "-", 60)
     return f"{_clean(when, 30)}  {_clean(level, 20):<5}  {source}  {message}  {link}".rstrip()
+
+
+def _last_events(client: Client, query: str | None, last: int) -> list[dict[str, Any]]:
+    """The newest events, newest first: at least ``last`` of them when there are so many
+    (one page, or as many as ``last`` needs)."""
+    found: list[dict[str, Any]] = []
+    taken: set[str] = set()
+    for page in range(1, _PAGES + 1):
+        events = client.list_events(query, limit=_PAGE, page=page)
+        for event in events:
+            ident = str(event.get("id"))
+            if ident not in taken:
+                taken.add(ident)
+                found.append(event)
+        if len(found) >= last or len(events) < _PAGE:
+            break
+    return found
 
 
 def _new_events(
@@ -117,14 +138,20 @@ def run_tail(
         while True:
             try:
                 if first:
-                    found = client.list_events(query or None, limit=_PAGE)
+                    found = _last_events(client, query or None, last)
                 else:
                     found = _new_events(client, query or None, seen, err)
-            except errors.TransportError as exc:
+            except (
+                errors.TransportError,
+                errors.RateLimitedError,
+                errors.ServerError,
+            ) as exc:
+                wait = getattr(exc, "retry_after", None) or interval
+                wait = max(interval, min(float(wait), _LONGEST_WAIT))
                 if not failing:
-                    print(f"eventlog tail: {exc}; trying again every {interval:g} s", file=err)
+                    print(f"eventlog tail: {exc}; trying again every {wait:g} s", file=err)
                     failing = True
-                time.sleep(interval)
+                time.sleep(wait)
                 continue
             if failing:
                 print("eventlog tail: connected again", file=err)

@@ -237,12 +237,19 @@ def test_no_command_prints_usage(run: Run) -> None:
         assert command in result.err
 
 
-def test_token_without_action_is_a_usage_error(run: Run) -> None:
-    result = run("token")
+@pytest.mark.parametrize(
+    ("command", "actions"), [("token", ("create",)), ("settings", ("get", "set", "delete"))]
+)
+def test_a_command_without_its_action_is_a_usage_error_naming_the_actions(
+    run: Run, command: str, actions: tuple[str, ...]
+) -> None:
+    """``eventlog token`` printed the top-level help, which names none of its actions."""
+    result = run(command)
 
     assert result.code == 2
     assert result.out == ""
-    assert "usage:" in result.err
+    assert result.err.startswith(f"usage: eventlog {command}"), result.err
+    assert f"required: {{{','.join(actions)}}}" in result.err, result.err
 
 
 @pytest.mark.parametrize(

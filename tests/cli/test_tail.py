@@ -4,10 +4,13 @@ line each, as they arrive; ``--errors``; a server that goes away said once; Ctrl
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import queue
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -132,3 +135,113 @@ def test_under_a_steady_stream_each_event_is_printed_once(collector: Collector) 
         _nothing_more(lines)
     messages = sorted(int(line.split(" S-")[1].split()[0]) for line in printed)
     assert messages == list(range(posted))
+
+
+def test_a_reader_that_goes_away_ends_tail_without_a_traceback(collector: Collector) -> None:
+    """``eventlog tail | head -1``: the next line tail printed after ``head`` had gone raised
+    ``BrokenPipeError`` into a traceback. It ends as a tool killed by SIGPIPE: status 141."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["EVENTLOG_USER_TOKEN"] = collector.user_token
+    command = [sys.executable, "-m", "eventlog_handler.cli", "tail", "--server-url", collector.url]
+    http = Client(collector)
+    http.post_events({"message": "first", "source": "shop.pipe"})
+    process = subprocess.Popen(
+        [*command, "--interval", "0.2", "--filter", "source:shop.pipe"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert "first" in process.stdout.readline()
+        process.stdout.close()  # as head -1 does after its line
+        for index in range(20):  # lines for tail to print, until it finds the pipe closed
+            http.post_events({"message": f"more {index}", "source": "shop.pipe"})
+            time.sleep(0.3)
+            if process.poll() is not None:
+                break
+        code = process.wait(timeout=15)
+    finally:
+        http.close()
+        if process.poll() is None:
+            process.kill()
+    stderr = process.stderr.read() if process.stderr else ""
+    assert code == 141, (code, stderr)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+class _Deploying(http.server.BaseHTTPRequestHandler):
+    """A proxy in front of a server being deployed: its first ``failures`` answers are 503
+    with ``Retry-After: 1``, then the server lists one event."""
+
+    failures = 3
+    seen: list[float] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(time.monotonic())
+        if len(self.seen) <= self.failures:
+            body = b"<html>503 Service Temporarily Unavailable</html>"
+            self.send_response(503)
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Type", "text/html")
+        else:
+            event = {"id": "e" * 24, "message": "after the deploy", "source": "shop.deploy",
+                     "date": "2026-11-29T10:00:00+00:00", "data": {"@level": "Warn"}}  # fmt: skip
+            body = json.dumps([event]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_server_answering_503_for_a_while_is_waited_for() -> None:
+    """A proxy answers 503 while the server behind it restarts: tail quit with an error. It
+    says so once, waits the ``Retry-After``, and prints the events once the server is back."""
+    _Deploying.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Deploying)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        process, lines = with_lines(
+            [sys.executable, "-m", "eventlog_handler.cli", "tail", "--server-url", url,
+             "--token", "t" * 40, "--interval", "0.1"],
+            env,
+        )  # fmt: skip
+        line = _next(lines)
+        code, stderr = stop_with_ctrl_c(process)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "after the deploy" in line and "shop.deploy" in line
+    assert code == 0, stderr
+    assert stderr.count("trying again") == 1 and "503" in stderr, stderr
+    gaps = [later - earlier for earlier, later in zip(_Deploying.seen, _Deploying.seen[1:])]
+    assert min(gaps[:3]) >= 0.9, gaps  # the Retry-After, not the 0.1 s interval
+
+
+def test_last_reads_as_many_pages_as_it_needs_and_is_checked(collector: Collector) -> None:
+    """``--last 250`` printed the newest 100 (one page) without a word; ``--last -5`` was
+    taken and printed nothing."""
+    http = Client(collector)
+    http.post_events([{"message": f"L-{i}", "source": "shop.last"} for i in range(300)])
+    http.close()
+    with _tailing(collector, "--filter", "source:shop.last", "--last", "250") as (lines, _):
+        printed = [_next(lines) for _ in range(250)]
+        _nothing_more(lines)
+    numbers = [int(line.split(" L-")[1].split()[0]) for line in printed]
+    assert numbers == list(range(50, 300))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    for bad in ("-5", "1001", "many"):
+        done = subprocess.run(
+            [sys.executable, "-m", "eventlog_handler.cli", "tail", "--server-url", collector.url,
+             "--token", "t" * 40, "--last", bad],
+            env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert done.returncode == 2, done
+        assert "--last" in done.stderr and bad in done.stderr, done.stderr
