@@ -53,8 +53,13 @@ def capture_exception(
     source: str | None = None,
     data: dict[str, Any] | None = None,
     settings: Settings | None = None,
+    stack: dict[str, Any] | None = None,
 ) -> bool:
-    """Queue ``exc`` as an error event; ``True`` when it was queued. Never raises."""
+    """Queue ``exc`` as an error event; ``True`` when it was queued. Never raises.
+
+    ``stack``: a manual stack for it (the value of
+    :func:`~eventlog_handler.wire._stacking.manual_stack`), for an exception that was raised
+    nowhere and has no frames to be grouped by."""
     try:
         settings = settings or current_settings()
         if settings is None or is_sender_thread():
@@ -72,6 +77,7 @@ def capture_exception(
             data=data,
             exc=exc,
             submission_method=submission_method,
+            stack=stack,
         )
         return engine.enqueue(
             event, exc=exc if settings.before_send is not None else None, settings=settings

@@ -10,11 +10,17 @@ worker's methods are wrapped (once per process):
 - ``handle_exception``: a job's exception is reported once, at its final failure, with the job's
   id, function and queue in ``data["@rq"]``; a failure that RQ will retry (``Retry``) is not an
   error. RQ's own log line for the failure (``rq.worker`` at ``ERROR``, text without the
-  exception) is not sent again as an event: it stays on the console.
+  exception) is not sent again as an event: it stays on the console;
+- ``handle_work_horse_killed`` (in the worker): a work horse that ended before its job did (the
+  OOM killer, a ``SIGKILL``, ``os._exit`` in the job) raised nothing anywhere; its job's final
+  failure is one error, :class:`WorkHorseTerminated` (the signal or exit status in its
+  message, the job in ``data["@rq"]``). RQ's two warnings about it stay on the console.
 
 RQ adds its console handlers (``Job OK``, the job's failure) only when no logger on the way up
 has a handler; the package's handlers on the root logger don't count for that check, so RQ's
-console output is as it was.
+console output is as it was. RQ then stops its loggers' records from going up
+(``propagate = False``): the package's handlers found on the way up are added to the logger
+itself, so RQ's warnings and errors still reach them.
 
 The worker process should have called ``setup()`` before it forks its work horses: put
 ``eventlog_handler.setup()`` in a module the worker imports at its start, for example the
@@ -29,6 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -37,6 +45,8 @@ from typing import Any
 from eventlog_handler.capture._context import RequestScope, add_tags
 from eventlog_handler.capture._exceptions import capture_exception
 from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.wire._simple_error import type_name
+from eventlog_handler.wire._stacking import manual_stack
 
 _lock = threading.Lock()
 _installed = False
@@ -52,13 +62,30 @@ class _FailureLine(logging.Filter):
     error event, with the exception; a retried failure is no error)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name != "rq.worker" or record.levelno < logging.ERROR:
+        if record.name != "rq.worker" or record.levelno < logging.WARNING:
+            return True
+        if record.msg in _HORSE_LINES:
+            return False
+        if record.levelno < logging.ERROR:
             return True
         job_id = getattr(record, "job_id", None)
         return not (isinstance(job_id, str) and job_id in _failed_jobs)
 
 
 _FILTER = _FailureLine()
+#: RQ's warnings about a work horse that ended before its job did: the job's failure is an
+#: error event of its own (:class:`WorkHorseTerminated`), or none when RQ retries the job.
+_HORSE_LINES = frozenset(
+    {
+        "Worker %s: job %s failed (%s)",
+        "Work horse killed for job %s: retpid=%s, ret_val=%s",
+    }
+)
+
+
+class WorkHorseTerminated(Exception):
+    """An RQ job's work horse ended before the job did, as the worker saw it (killed by a
+    signal, or ``os._exit`` in the job)."""
 
 
 def install(handlers: Callable[[], list[logging.Handler]]) -> bool:
@@ -134,6 +161,9 @@ def _wrap_worker(worker: Any) -> None:
     worker.perform_job = perform_job_in_scope
     if not _is_wrapped(handle_exception):
         worker.handle_exception = handle_exception_once
+    killed = getattr(worker, "handle_work_horse_killed", None)
+    if callable(killed) and not _is_wrapped(killed):
+        worker.handle_work_horse_killed = _reporting_the_end(killed)
     for name in ("handle_job_success", "handle_job_retry", "handle_job_failure"):
         step = getattr(worker, name, None)
         if callable(step) and not _is_wrapped(step):
@@ -156,6 +186,45 @@ def _sending_after(step: Callable[..., Any]) -> Callable[..., Any]:
 
     wrapped.__wrapped__ = step  # type: ignore[attr-defined]
     return wrapped
+
+
+def _reporting_the_end(step: Callable[..., Any]) -> Callable[..., Any]:
+    """RQ's ``handle_work_horse_killed(job, retpid, ret_val, rusage)``, after reporting the
+    job's failure (:func:`_report_the_end`)."""
+
+    def wrapped(self: Any, job: Any, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):
+            status = args[1] if len(args) > 1 else kwargs.get("ret_val")
+            _report_the_end(job, status)
+        return step(self, job, *args, **kwargs)
+
+    wrapped.__wrapped__ = step  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _report_the_end(job: Any, status: Any) -> None:
+    """Report that ``job``'s work horse ended (``status`` from ``waitpid``) before the job."""
+    if isinstance(status, int) and os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            how = f"was killed by signal {number} ({signal.Signals(number).name})"
+        except ValueError:
+            how = f"was killed by signal {number}"
+    elif isinstance(status, int) and os.WIFEXITED(status):
+        how = f"ended with exit status {os.WEXITSTATUS(status)}"
+    else:
+        how = f"ended (wait status {status!r})"
+    exc = WorkHorseTerminated(f"the work horse running the job {how}")
+    # Raised nowhere, it has no frames to tell jobs apart: one stack per job function and
+    # way of ending (the OOM killer's SIGKILL, a crash's SIGSEGV).
+    function = _function_of(job) or "?"
+    signature = {"type": type_name(WorkHorseTerminated), "function": function, "how": how}
+    title = f"{function}: {exc}"
+    _report(
+        job,
+        (WorkHorseTerminated, exc, None),
+        manual_stack({"title": title, "signature_data": signature}),
+    )
 
 
 def _after_a_step(worker: Any) -> None:
@@ -205,7 +274,7 @@ def _will_retry(job: Any) -> bool:
     return isinstance(left, int) and left > 0
 
 
-def _report(job: Any, exc_info: tuple[Any, ...]) -> None:
+def _report(job: Any, exc_info: tuple[Any, ...], manual: dict[str, Any] | None = None) -> None:
     job_id = getattr(job, "id", None)
     if isinstance(job_id, str):
         with _lock:
@@ -217,7 +286,9 @@ def _report(job: Any, exc_info: tuple[Any, ...]) -> None:
         return
     function = _function_of(job)
     about = {"job_id": job_id, "function": function, "queue": getattr(job, "origin", None)}
-    capture_exception(exc, submission_method="rq_job", source=function, data={"@rq": about})
+    capture_exception(
+        exc, submission_method="rq_job", source=function, data={"@rq": about}, stack=manual
+    )
 
 
 def _keep_rq_console(logutils: Any, ours: set[type]) -> None:
@@ -228,13 +299,20 @@ def _keep_rq_console(logutils: Any, ours: set[type]) -> None:
         return
 
     def has_effective_handler(logger: logging.Logger) -> bool:
+        found: list[logging.Handler] = []  # the package's, on the way up
         current: logging.Logger | None = logger
         while current is not None:
             if any(type(handler) not in ours for handler in current.handlers):
                 return True
+            found.extend(handler for handler in current.handlers if handler not in found)
             if not current.propagate:
-                return False
+                break
             current = current.parent
+        # RQ adds its console handlers and stops the records going up: they reach the
+        # package's handlers on the logger itself.
+        for handler in found:
+            if handler not in logger.handlers:
+                logger.addHandler(handler)
         return False
 
     has_effective_handler.__wrapped__ = check  # type: ignore[attr-defined]

@@ -229,3 +229,40 @@ def test_the_rq_example_runs_as_its_docstring_says(tmp_path: Path, redis_url: st
     assert "stock is low for sku A-1" in {event.get("message") for event in events}
     errors = [event["@simple_error"]["type"] for event in events if event.get("type") == "error"]
     assert errors == ["ConnectionError"]  # once, after two retries
+
+
+def test_a_killed_work_horse_is_one_error_and_rqs_warnings_reach_the_handler(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A work horse killed by SIGKILL (the OOM killer) failed its job with no event at all: no
+    exception was raised anywhere, and RQ's warnings about it, like every line on RQ's own
+    logger, never reached the package (RQ stops them going up to the root logger)."""
+    with FaultServer() as server:
+        env = _env(server, redis_url)
+        queue: Any = _queue(redis_url)
+        queue.enqueue("jobs.killed")
+        queue.enqueue("jobs.killed")
+        queue.enqueue("jobs.rq_lines")
+        worker, output = _burst(env, tmp_path)
+        assert wait_until(lambda: len(server.accepted) >= 4, 10), (server.accepted, output)
+        time.sleep(0.5)  # a second report of one death would show now
+        events = list(server.accepted)
+    assert worker.returncode == 0, output[-3000:]
+    assert output.count("Work horse killed for job") == 2  # RQ's console, as it was
+    errors = [event for event in events if event.get("type") == "error"]
+    assert len(errors) == 2, errors
+    for error in errors:
+        assert error["@simple_error"]["type"].endswith("WorkHorseTerminated")
+        assert error["@simple_error"]["message"] == (
+            "the work horse running the job was killed by signal 9 (SIGKILL)"
+        )
+        assert error["data"]["@rq"]["function"] == "jobs.killed"
+        assert error["data"]["@submission_method"] == "rq_job"
+        signature = error["data"]["@stack"]["signature_data"]
+        assert signature["function"] == "jobs.killed", signature
+        assert all(isinstance(value, str) for value in signature.values())
+    assert errors[0]["data"]["@stack"] == errors[1]["data"]["@stack"]  # one bug, one stack
+    assert errors[0]["data"]["@rq"]["job_id"] != errors[1]["data"]["@rq"]["job_id"]
+    logs = {str(event.get("message")) for event in events if event.get("type") != "error"}
+    assert {"rq worker warning from a job", "rq worker error from a job"} <= logs, logs
+    assert not [m for m in logs if "Work-horse terminated" in m or "Work horse killed" in m]

@@ -37,3 +37,17 @@ def set_user_and_tag():
     eventlog_handler.set_user("leaky-user")
     eventlog_handler.add_tags("leaky-tag")
     log.warning("job with a user")
+
+
+def killed():
+    """Its work horse dies as the OOM killer ends it: nothing is raised anywhere."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def rq_lines():
+    """Lines on RQ's own logger, which RQ keeps from going up to the root logger."""
+    rq_log = logging.getLogger("rq.worker")
+    rq_log.warning("rq worker warning from a job")
+    rq_log.error("rq worker error from a job")
