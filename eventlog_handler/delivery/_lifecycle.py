@@ -88,6 +88,8 @@ class Lifecycle:
         self._late_left = 0.0
         #: A Ctrl-C (or ``sys.exit`` from a signal handler) ended the exit flush's wait.
         self.interrupted = False
+        #: Events of the request on the wire at exit whose copy :meth:`keep_on_disk` wrote.
+        self.copied = 0
 
     def idle(self) -> bool:
         """Nothing pending: the buffer is empty, nothing in flight, nothing on disk, no errand."""
@@ -285,9 +287,16 @@ class Lifecycle:
                 f"before exit{detail}"
             )
         if on_wire:
+            copy = (
+                "; a copy is kept in the spool, sent again at the next start (the service stores "
+                "an event once by its reference_id)"
+                if self.copied and self.spooling is not None
+                else ""
+            )
             say(
                 f"eventlog_handler: {on_wire} event(s) were on their way to {server} at the "
                 f"exit deadline; their outcome is unknown (the service may have stored them)"
+                f"{copy}"
             )
 
     def keep_on_disk(self) -> int:
@@ -303,8 +312,7 @@ class Lifecycle:
             entries = buffer.take(len(buffer))
             ledger.in_flight += len(entries)
             current = list(self.delivery.current)
-            if ledger.posting and current:
-                current = current[1:]  # on the wire: its outcome is the service's to tell
+            on_wire = current.pop(0) if ledger.posting and current else None
             worker_gone = self.worker.thread is None
         if entries:
             spooling.spill_entries(entries)
@@ -315,6 +323,14 @@ class Lifecycle:
         waiting: deque[Part] = deque(part for part in current if part.origin is None)
         if waiting:
             spooling.spill_parts(waiting)
+        if on_wire is not None and on_wire.origin is None:
+            # Its outcome is the service's to tell, and the process may end first (a server
+            # that never answers): a copy goes to disk, sent again at the next start. Stored
+            # already, it is stored once: the service discards a second event with the same
+            # reference_id. In this process it stays in flight, of unknown outcome.
+            self.copied = (
+                on_wire.weight() if spooling.spill_parts(deque([on_wire]), copy=True) else 0
+            )
         with contextlib.suppress(OSError, sqlite3.Error):
             spooling.keep_in_place()  # "kept on disk" must be true: a removed file is made again
         with ledger.lock:

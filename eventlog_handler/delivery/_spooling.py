@@ -277,10 +277,14 @@ class SpoolTraffic:
             self.intake.give_back(ready)
         return None
 
-    def spill_parts(self, parts: deque[Part]) -> bool:
+    def spill_parts(self, parts: deque[Part], *, copy: bool = False) -> bool:
         """Write in-memory parts to the spool; they stop being in flight and become spooled.
         ``False`` when the spool can't take them all now: what it could not take is left in
-        ``parts`` (the parts as they were, or one part of what a full disk had no room for)."""
+        ``parts`` (the parts as they were, or one part of what a full disk had no room for).
+
+        ``copy``: write a copy of them and leave them as they are, in flight (a request on the
+        wire at exit, whose outcome the service has yet to tell); ``True`` if all of it was
+        written."""
         if not self.accepting():
             return False
         rows: list[_Row] = []
@@ -304,6 +308,9 @@ class SpoolTraffic:
                 self._unwritable(exc)
             return False
         self._failed_said = False
+        if copy:
+            self._lost(own)
+            return not dropped and written == len(rows)
         parts.clear()
         left = rows[written:]
         if left:  # no room on the disk: these stay in memory, in flight
