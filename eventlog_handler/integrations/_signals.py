@@ -9,11 +9,18 @@ the process still ends by ``SIGTERM`` with the same exit status.
 
 It can only be installed from the main thread (a rule of :mod:`signal`); elsewhere it returns
 ``False`` and changes nothing.
+
+``SIGHUP`` (a closed terminal, a dropped ssh or tmux session, systemd's ``SendSIGHUP=yes``)
+ends a program the same way by default: where it still has Python's default action, the same
+flush runs first, then the process ends by ``SIGHUP`` as before. A program that ignores it
+(``nohup``) or handles it (a reload) keeps what it has.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+from types import FrameType
 from typing import Any
 
 from eventlog_handler.delivery import _engine as transport
@@ -21,6 +28,7 @@ from eventlog_handler.delivery import _sigterm as sigterm
 
 _installed: Any = None  # our handler, while it is installed
 _previous: Any = None  # the handler it chains to
+_hangup: Any = None  # our SIGHUP handler, while it is installed
 
 
 def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> bool:
@@ -46,7 +54,28 @@ def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> boo
         lambda: transport.shutdown_all(timeout), previous, transport.forget_finished
     )
     _previous = previous
+    _flush_on_sighup(timeout)
     return True
+
+
+def _flush_on_sighup(timeout: float | None) -> None:
+    """Where ``SIGHUP`` has Python's default action (it ends the process at once, without
+    ``atexit``), flush first, then end by ``SIGHUP`` as before."""
+    global _hangup
+    number = getattr(signal, "SIGHUP", None)
+    if number is None or signal.getsignal(number) is not signal.SIG_DFL:
+        return
+
+    def on_sighup(signum: int, frame: FrameType | None) -> None:
+        try:
+            transport.shutdown_all(timeout)
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    setattr(on_sighup, sigterm.HANDLER_MARK, True)
+    signal.signal(number, on_sighup)
+    _hangup = on_sighup
 
 
 def decline_sigterm_flush(declined: bool) -> None:
@@ -98,9 +127,13 @@ def remove_sigterm_flush() -> bool:
     """Put back the previous ``SIGTERM`` handler if ours is still the one installed: the one
     :func:`flush_on_sigterm` installed, or the flush a child's engine installed when it
     started sending (it ends in the default action, which is put back)."""
-    global _installed, _previous
+    global _installed, _previous, _hangup
     if not sigterm.main_os_thread():
         return False
+    number = getattr(signal, "SIGHUP", None)
+    if _hangup is not None and number is not None and signal.getsignal(number) is _hangup:
+        signal.signal(number, signal.SIG_DFL)
+    _hangup = None
     current = signal.getsignal(signal.SIGTERM)
     if _installed is None or current is not _installed:
         _installed = _previous = None

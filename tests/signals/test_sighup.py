@@ -1,0 +1,98 @@
+"""``SIGHUP``: a closed terminal, a dropped ssh or tmux session, systemd's ``SendSIGHUP=yes``.
+Python's default ends the program at once, without ``atexit``: everything it had logged in its
+last ``flush_interval`` was lost, and nothing said so. Where ``SIGHUP`` still has that default,
+the exit flush runs first, and the program ends by ``SIGHUP`` as before; a program that ignores
+it (``nohup``) or handles it (a reload) keeps what it has.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.signals.test_sigterm import start_program
+from tests.support.faultserver import FaultServer
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="needs SIGHUP")
+
+PENDING = sorted(f"pending {i}" for i in range(25))
+
+
+def _hang_up(server: FaultServer, flag: bool | None) -> int:
+    """The program (``flush_on_sigterm=flag``), sent SIGHUP once ready; its exit status."""
+    process = start_program(server, flag, "", "for _ in range(1200):\n    time.sleep(0.05)")
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGHUP)
+        return process.wait(20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(20)
+
+
+def test_sighup_flushes_then_ends_the_program_by_sighup(server: FaultServer) -> None:
+    assert _hang_up(server, None) == -signal.SIGHUP
+    assert sorted(e["message"] for e in server.accepted) == PENDING
+
+
+def test_flush_on_sigterm_false_leaves_sighup_as_it_was(server: FaultServer) -> None:
+    assert _hang_up(server, False) == -signal.SIGHUP
+    assert server.accepted == []
+
+
+def test_an_ignored_sighup_stays_ignored(server: FaultServer) -> None:
+    """Under ``nohup`` the program outlives the hang-up, as without the package."""
+    before = "signal.signal(signal.SIGHUP, signal.SIG_IGN)"
+    process = start_program(server, None, before, "for _ in range(1200):\n    time.sleep(0.05)")
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert process.poll() is None  # still running
+        assert server.accepted == []  # and nothing was flushed for it
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == -signal.SIGTERM
+    assert sorted(e["message"] for e in server.accepted) == PENDING
+
+
+def test_a_programs_own_sighup_handler_is_kept(server: FaultServer) -> None:
+    """A reload on SIGHUP (a daemon's convention) stays the program's."""
+    before = (
+        "def reload(signum, frame):\n"
+        "    os.write(1, b'reloaded\\n')\n"
+        "signal.signal(signal.SIGHUP, reload)\n"
+    )
+    process = start_program(server, None, before, "for _ in range(1200):\n    time.sleep(0.05)")
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGHUP)
+        assert process.stdout.readline().strip() == "reloaded"
+        assert process.poll() is None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == -signal.SIGTERM
+
+
+def test_detach_puts_sighups_default_back() -> None:
+    import eventlog_handler
+    from eventlog_handler.delivery import _engine as transport
+
+    previous = signal.getsignal(signal.SIGHUP)
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        handle = eventlog_handler.setup(
+            api_key="k" * 40, server_url="http://127.0.0.1:9", capture_exceptions=False
+        )
+        assert callable(signal.getsignal(signal.SIGHUP))
+        handle.detach()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+        transport._forget_engines_for_tests()
