@@ -179,6 +179,7 @@ class Delivery:
                     if not self.pause(wait):
                         return False
                     continue
+            sent_at = time.monotonic()
             try:
                 result = self._post(client, part, payload, gzipped)
             except errors.EventLogError as error:
@@ -193,7 +194,7 @@ class Delivery:
                     if decision.action is Action.REFUSED:
                         self._say_refused(error)
                     else:
-                        self._failing(error)
+                        self._failing(sent_at)
                     with self.ledger.lock:
                         self.ledger.retries += 1
                     attempt += 1
@@ -511,11 +512,12 @@ class Delivery:
             f"stats()['dropped']['{reason}']; said once."
         )
 
-    def _failing(self, error: errors.EventLogError) -> None:
-        now = time.monotonic()
+    def _failing(self, sent_at: float) -> None:
+        """A request sent at ``sent_at`` failed: the outage began then, not when the failure
+        came back (a server that never answers fails only at ``timeout``)."""
         self._failures += 1
         if self._failing_since is None:
-            self._failing_since = now
+            self._failing_since = sent_at
         self._say_outage()
 
     def _notice_due(self) -> float | None:

@@ -201,3 +201,51 @@ def test_a_server_that_starts_during_the_exit_still_gets_the_events(tmp_path: Pa
             process.communicate()
         if server is not None:
             server.stop()
+
+
+HUNG = """
+import logging, time
+import eventlog_handler
+
+eventlog_handler.setup(timeout=3.0, outage_notice=2.5, retry_initial=1.0, max_backoff=1.0,
+                       flush_interval=0.05, server_settings=False)
+logging.getLogger("app.hung").warning("into the void")
+time.sleep(60)
+"""
+
+
+def test_a_server_that_never_answers_is_said_when_its_first_request_times_out() -> None:
+    """A server that takes requests and never answers fails each one only at ``timeout``: the
+    outage was counted from that failure, so the line came ``outage_notice`` after it (and
+    with a long ``timeout``, after minutes of silence, ``last_error`` unset). It is counted
+    from when the request was sent: said as soon as the first request times out, before the
+    retry."""
+    arrivals: list[float] = []
+
+    def hang(events: list[Any], size: int) -> str:
+        arrivals.append(time.monotonic())
+        return "hang"
+
+    with FaultServer() as server:
+        server.default = hang
+        process = subprocess.Popen(
+            [sys.executable, "-c", HUNG],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(server.url),
+            cwd=str(REPO),
+        )
+        said_at = None
+        try:
+            assert process.stderr is not None
+            for line in process.stderr:
+                if "cannot deliver events" in line:
+                    said_at = time.monotonic()
+                    break
+        finally:
+            process.kill()
+            process.wait(20)
+    assert said_at is not None
+    assert arrivals and said_at - arrivals[0] >= 2.5  # not before its notice time
+    later = [at for at in arrivals if at > arrivals[0]]
+    assert not later or said_at < later[0], (said_at, arrivals)  # before the first retry
