@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any
 
-from eventlog_handler._values import boolean
+from eventlog_handler._values import boolean, checked
 from eventlog_handler.capture import _exceptions as exception_capture
 from eventlog_handler.capture._admit import IGNORED_LOGGERS
 from eventlog_handler.capture._session import close_session
@@ -198,7 +198,7 @@ def _switch(name: str, value: Any, default: bool | None, said: list[str]) -> Any
     """A switch of :func:`setup` as a bool; a malformed one is named in ``said`` and
     ``default`` applies."""
     try:
-        return boolean(name, value)
+        return checked(boolean, name, value)
     except ValueError as exc:
         shown = "None (the default)" if default is None else repr(default)
         said.append(f"{exc}; {shown} is used")
@@ -266,12 +266,14 @@ def setup(
             "hooks, not hooks= (an EventLogHandler option): ignored"
         )
     try:
-        level_number = check_level(level)
+        level_number = checked(lambda _, value: check_level(value), "level", level)
     except ValueError as exc:
         level_number = logging.INFO
         said.append(f"{exc}; INFO is used")
     try:
-        flush_timeout = check_timeout(flush_timeout)
+        flush_timeout = checked(
+            lambda _, value: check_timeout(value), "flush_timeout", flush_timeout
+        )
     except ValueError as exc:
         flush_timeout = DEFAULT_FLUSH_TIMEOUT
         said.append(f"{exc}; the default ({DEFAULT_FLUSH_TIMEOUT}) is used")

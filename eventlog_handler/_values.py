@@ -7,13 +7,27 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
 #: The longest duration a setting may give (11.6 days): past about 9.2e9 s, waits and socket
 #: timeouts fail (``OverflowError``), and no wait of the package is meant to be longer.
 MAX_SECONDS = 1_000_000.0
+
+
+def checked(check: Callable[[str, Any], Any], name: str, value: Any) -> Any:
+    """``check(name, value)``. A value that fails in a way of its own (its ``__float__``,
+    ``__iter__`` or ``__repr__`` raises) is a :class:`ValueError` naming the setting too."""
+    try:
+        return check(name, value)
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} could not be read: its value raised "
+            f"{type(exc).__name__}"
+        ) from None
 
 
 def number(name: str, value: Any, *, minimum: float, integer: bool) -> Any:
@@ -47,13 +61,6 @@ def seconds(name: str, value: Any, *, minimum: float) -> float:
             f"eventlog_handler: setting {name!r} must be at most {MAX_SECONDS:.0f} seconds, "
             f"got {value!r}"
         )
-    return duration
-
-
-def positive(name: str, value: Any) -> float:
-    duration = seconds(name, value, minimum=0)
-    if duration <= 0:
-        raise ValueError(f"eventlog_handler: setting {name!r} must be above 0, got {value!r}")
     return duration
 
 

@@ -263,7 +263,9 @@ class Settings:
         for field in dataclasses.fields(cls):
             if field.name in given:
                 try:
-                    values[field.name] = _CONVERTERS[field.name](field.name, given[field.name])
+                    values[field.name] = checks.checked(
+                        _CONVERTERS[field.name], field.name, given[field.name]
+                    )
                 except ValueError as exc:
                     said = str(exc).removeprefix("eventlog_handler: ")
                     if lenient and field.name in _CONNECTION:
@@ -306,15 +308,14 @@ class Settings:
         for name, value in options.items():
             if name not in known:
                 continue
-            if isinstance(value, Iterator):  # a generator: checking it here would use it up
-                value = tuple(value)
-            if value is not None and name not in _CONNECTION:
-                try:
-                    _CONVERTERS[name](name, value)
-                except ValueError as exc:
-                    default = getattr(defaults, name)
-                    said.append(f"{exc}; the default ({default!r}) is used")
-                    continue
+            try:
+                if isinstance(value, Iterator):  # a generator: checking it would use it up
+                    value = checks.checked(lambda _, items: tuple(items), name, value)
+                if value is not None and name not in _CONNECTION:
+                    checks.checked(_CONVERTERS[name], name, value)
+            except ValueError as exc:
+                said.append(f"{exc}; the default ({getattr(defaults, name)!r}) is used")
+                continue
             usable[name] = value
         return usable, said
 
@@ -587,5 +588,5 @@ _CONVERTERS: dict[str, Any] = {
     "include_locals": checks.boolean,
     "environment": checks.environment,
     "sessions": checks.boolean,
-    "heartbeat_interval": checks.positive,
+    "heartbeat_interval": lambda n, v: checks.seconds(n, v, minimum=1),
 }

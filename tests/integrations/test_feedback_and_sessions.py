@@ -160,7 +160,7 @@ def test_without_setup_nothing_is_queued() -> None:
 
 def test_a_session_starts_beats_stamps_its_events_and_ends(server: FaultServer) -> None:
     def run() -> None:
-        setup = _setup(server, sessions=True, heartbeat_interval=0.3)
+        setup = _setup(server, sessions=True, heartbeat_interval=1)
         try:
             logging.getLogger("app").warning("inside the session")
             assert wait_until(lambda: len(server.heartbeats) >= 2, 10)

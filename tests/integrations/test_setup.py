@@ -315,6 +315,53 @@ def test_setup_inputs_that_raised_are_said_and_the_program_runs_on(
     assert [event["message"] for event in events] == ["order 7 placed"]
 
 
+def test_values_that_raise_when_read_and_a_heartbeat_flood_are_said_and_the_program_runs_on(
+    server: CaptureServer, tmp_path: Path
+) -> None:
+    """A value whose ``__float__``, ``__iter__`` or ``__repr__`` raises got out of ``setup()``
+    as that exception; ``heartbeat_interval=1e-9`` was taken and sent hundreds of heartbeats a
+    second. Each is said, naming the setting, and its default is used."""
+    program = """
+        import logging
+        import eventlog_handler
+
+        class BadFloat:
+            def __float__(self):
+                raise ZeroDivisionError("no number here")
+            def __repr__(self):
+                return "BadFloat()"
+
+        class BadIter:
+            def __iter__(self):
+                raise RuntimeError("no items here")
+
+        class BadRepr:
+            def __repr__(self):
+                raise RuntimeError("no repr here")
+
+        handle = eventlog_handler.setup(
+            level=BadRepr(),
+            flush_timeout=BadFloat(),
+            timeout=BadFloat(),
+            tags=BadIter(),
+            queue_size=BadRepr(),
+            force_hooks=BadRepr(),
+            heartbeat_interval=1e-9,
+        )
+        logging.getLogger("shop").warning("order %s placed", 7)
+        print("MARK done {}")
+    """
+    status, stderr, lines = run_program(program, server.url, tmp_path)
+    assert status == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    assert marks(lines) == {"done": {}}
+    for name in ("level", "flush_timeout", "timeout", "tags", "queue_size", "force_hooks"):
+        assert f"'{name}' could not be read: its value raised" in stderr, (name, stderr)
+    assert "'heartbeat_interval' must be a finite number >= 1, got 1e-09" in stderr, stderr
+    events = server.wait_for(1, timeout=10)
+    assert [event["message"] for event in events] == ["order 7 placed"]
+
+
 def test_malformed_environment_variables_are_said_and_the_program_runs_on(
     server: CaptureServer, tmp_path: Path
 ) -> None:
