@@ -71,8 +71,8 @@ class EventLogSetup:
         settings = self.handler.settings
         if self.closed:
             state = "closed"
-        elif settings.problem is not None:  # said on stderr too; a bad URL is not shown
-            return f"<EventLogSetup unconfigured: nothing is sent ({settings.problem})>"
+        elif settings.problem is not None:
+            return f"<EventLogSetup {settings.shown_target}>"
         else:
             state = "active"
         return f"<EventLogSetup {settings.shown_url} {state}>"

@@ -152,7 +152,7 @@ class EventLogHandler(logging.Handler):
 
     def __repr__(self) -> str:
         return (
-            f"<{type(self).__name__} {self.settings.shown_url} "
+            f"<{type(self).__name__} {self.settings.shown_target} "
             f"({logging.getLevelName(self.level)})>"
         )
 

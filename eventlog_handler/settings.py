@@ -203,6 +203,13 @@ class Settings:
         return shown_url(self.server_url)
 
     @property
+    def shown_target(self) -> str:
+        """Where events go, as a ``repr`` shows it: the URL, or that nothing is sent and why."""
+        if self.problem is not None:  # said on stderr too; a bad URL is not shown
+            return f"unconfigured: nothing is sent ({self.problem})"
+        return self.shown_url
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         """What must never be printed: the API key, and a password in the server URL (or a
         token in its place: a user without a password, ``https://TOKEN@host``)."""

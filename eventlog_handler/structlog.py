@@ -161,7 +161,8 @@ class EventLogProcessor:
         admit.processors_exist()
 
     def __repr__(self) -> str:
-        return f"<EventLogProcessor {self.settings.shown_url} ({logging.getLevelName(self.level)})>"
+        level = logging.getLevelName(self.level)
+        return f"<EventLogProcessor {self.settings.shown_target} ({level})>"
 
     @property
     def settings(self) -> Settings:

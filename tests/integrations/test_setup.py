@@ -192,6 +192,12 @@ def test_setup_bad_settings(
     handle = setup(API_KEY, "127.0.0.1:5000")
     assert "unconfigured" in repr(handle) and "must be an http:// or https:// URL" in repr(handle)
     assert DEFAULT_SERVER_URL not in repr(handle)
+    # So do the handler's and a structlog processor's (they named the default URL instead).
+    from eventlog_handler.structlog import EventLogProcessor
+
+    for made in (handle.handler, EventLogProcessor(api_key=API_KEY, server_url="127.0.0.1:5000")):
+        assert "unconfigured: nothing is sent" in repr(made), repr(made)
+        assert DEFAULT_SERVER_URL not in repr(made)
     handle.close()
     capsys.readouterr()
     # A malformed level is said, naming it, and the default (INFO) applies: setup() never raises.
