@@ -76,7 +76,10 @@ def _client(
         try:
             client = Client(_server_url(args), token or None, timeout=args.timeout)
         except ValueError as exc:
-            raise CommandError(str(exc)) from None
+            text = str(exc)
+            if flag and "setting 'token'" in text:  # the client's word for it: name the flag
+                text = text.replace("setting 'token'", f"the token ({flag} or {env_name})")
+            raise CommandError(text) from None
     for warning in caught:
         text = str(warning.message).removeprefix("eventlog_handler: ")
         print(f"eventlog: warning: {text}", file=sys.stderr)
@@ -523,6 +526,10 @@ def _describe(exc: BaseException) -> str:
         return f"the token lacks the scope for this ({exc}); a user-scoped token is needed"
     if isinstance(exc, errors.TransportError):
         return f"{exc} (is the server running?)"
+    if isinstance(exc, errors.RateLimitedError | errors.ServiceUnavailableError):
+        return f"{exc}; {_retry_when(exc.retry_after)}"
+    if isinstance(exc, errors.ApiError) and exc.location:
+        return f"{exc}, redirected to {exc.location} (not followed: pass that --server-url)"
     text: Any = str(exc)
     return str(text).removeprefix("eventlog_handler: ")
 

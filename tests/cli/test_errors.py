@@ -3,6 +3,9 @@ never the token; usage errors exit 2."""
 
 from __future__ import annotations
 
+import http.server
+import threading
+
 import pytest
 
 from eventlog_handler._version import __version__
@@ -71,6 +74,57 @@ def test_malformed_token(run: Run, collector: Collector, token: str) -> None:
     message = result.error_message(token)
     assert "token" in message
     assert collector.requests == []
+
+
+def test_a_malformed_api_key_names_the_flag_it_came_from(run: Run, collector: Collector) -> None:
+    """``send --api-key short`` named a setting 'token', which ``send`` has no flag for."""
+    message = run("send", "hi", "--server-url", collector.url, "--api-key", "short").error_message()
+
+    assert "--api-key or EVENTLOG_API_KEY" in message and "setting 'token'" not in message
+
+
+class _Answering(http.server.BaseHTTPRequestHandler):
+    """Answers every request with ``status`` and ``headers``."""
+
+    status = 301
+    headers_sent: dict[str, str] = {}
+
+    def do_GET(self) -> None:
+        self.send_response(self.status)
+        for name, value in self.headers_sent.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "said"),
+    [
+        (301, {"Location": "http://127.0.0.1:9/moved"}, "redirected to http://127.0.0.1:9/moved"),
+        (429, {"Retry-After": "7"}, "try again in 7 s"),
+        (503, {"Retry-After": "120"}, "try again in 2 minutes"),
+    ],
+)
+def test_a_redirect_and_a_retry_after_are_said(
+    run: Run, status: int, headers: dict[str, str], said: str
+) -> None:
+    """The command said ``301 Moved Permanently from ...`` without where to, and ``429``
+    without when to try again, where the handler says both."""
+    handler = type("Handler", (_Answering,), {"status": status, "headers_sent": headers})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        message = run("projects", "--server-url", url, "--token", RANDOM_TOKEN).error_message(
+            RANDOM_TOKEN
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(status) in message and said in message, message
 
 
 # -- the server's refusals --------------------------------------------------------------------
