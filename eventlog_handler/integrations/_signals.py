@@ -45,37 +45,61 @@ def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> boo
     global _installed, _previous
     if not sigterm.main_os_thread() or not hasattr(signal, "SIGTERM"):
         return False
+    hangup = _flush_on_sighup(timeout)
     if _installed is not None and signal.getsignal(signal.SIGTERM) is _installed:
         return True
     previous = signal.getsignal(signal.SIGTERM)
     if auto and previous not in (signal.SIG_DFL, None):
-        return False
+        return hangup  # the program's own SIGTERM handler: the SIGHUP flush only
     _installed = sigterm.install(
         lambda: transport.shutdown_all(timeout), previous, transport.forget_finished
     )
     _previous = previous
-    _flush_on_sighup(timeout)
     return True
 
 
-def _flush_on_sighup(timeout: float | None) -> None:
+def _flush_on_sighup(timeout: float | None) -> bool:
     """Where ``SIGHUP`` has Python's default action (it ends the process at once, without
-    ``atexit``), flush first, then end by ``SIGHUP`` as before."""
+    ``atexit``), flush first, then end by ``SIGHUP`` as before; ``True`` if ours is in place.
+
+    One flush at a time: a second ``SIGHUP``, or one during the ``SIGTERM`` flush, changes
+    nothing (that flush ends the process), and a ``SIGTERM`` during this one waits for it. A
+    process still there after the default action is process 1 of its container, for which the
+    kernel ignores it: it runs on as without the package, and so does its sending."""
     global _hangup
     number = getattr(signal, "SIGHUP", None)
-    if number is None or signal.getsignal(number) is not signal.SIG_DFL:
-        return
+    if number is None:
+        return False
+    current = signal.getsignal(number)
+    if _hangup is not None and current is _hangup:
+        return True
+    if current is not signal.SIG_DFL:
+        return False
+    started = [False]
 
     def on_sighup(signum: int, frame: FrameType | None) -> None:
+        term = getattr(signal.getsignal(signal.SIGTERM), sigterm.FLUSH_MARK, None)
+        if started[0] or (term is not None and term[0]):
+            return
+        started[0] = True
+        if term is not None:
+            term[0] = True  # the SIGTERM handler and its watcher see a flush under way
         try:
             transport.shutdown_all(timeout)
         finally:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+            # Still here: process 1 of a container.
+            signal.signal(signum, on_sighup)
+            transport.forget_finished()
+            started[0] = False
+            if term is not None:
+                term[0] = False
 
     setattr(on_sighup, sigterm.HANDLER_MARK, True)
     signal.signal(number, on_sighup)
     _hangup = on_sighup
+    return True
 
 
 def decline_sigterm_flush(declined: bool) -> None:

@@ -12,17 +12,26 @@ import time
 
 import pytest
 
-from tests.signals.test_sigterm import start_program
-from tests.support.faultserver import FaultServer
+from tests.signals.test_sigterm import (
+    API_KEY,
+    NEEDS_PID_NAMESPACE,
+    ROOT,
+    _terminate_process_one,
+    start_program,
+)
+from tests.support.faultserver import Delay, FaultServer
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="needs SIGHUP")
 
 PENDING = sorted(f"pending {i}" for i in range(25))
+#: A program in a terminal has SIGHUP's default action; the test run may not (``nohup``, a CI
+#: runner), and a child inherits what it ignores.
+TERMINAL = "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
 
 
 def _hang_up(server: FaultServer, flag: bool | None) -> int:
     """The program (``flush_on_sigterm=flag``), sent SIGHUP once ready; its exit status."""
-    process = start_program(server, flag, "", "for _ in range(1200):\n    time.sleep(0.05)")
+    process = start_program(server, flag, TERMINAL, "for _ in range(1200):\n    time.sleep(0.05)")
     try:
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "ready"
@@ -63,7 +72,7 @@ def test_an_ignored_sighup_stays_ignored(server: FaultServer) -> None:
 
 def test_a_programs_own_sighup_handler_is_kept(server: FaultServer) -> None:
     """A reload on SIGHUP (a daemon's convention) stays the program's."""
-    before = (
+    before = TERMINAL + (
         "def reload(signum, frame):\n"
         "    os.write(1, b'reloaded\\n')\n"
         "signal.signal(signal.SIGHUP, reload)\n"
@@ -96,3 +105,71 @@ def test_detach_puts_sighups_default_back() -> None:
     finally:
         signal.signal(signal.SIGHUP, previous)
         transport._forget_engines_for_tests()
+
+
+def test_a_program_with_its_own_sigterm_handler_still_gets_the_sighup_flush(
+    server: FaultServer,
+) -> None:
+    """The SIGHUP flush came only with the SIGTERM one, which a program's own SIGTERM
+    handler keeps out."""
+    before = TERMINAL + "signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))\n"
+    process = start_program(server, None, before, "for _ in range(1200):\n    time.sleep(0.05)")
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(20) == -signal.SIGHUP
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert sorted(e["message"] for e in server.accepted) == PENDING
+
+
+def test_a_sighup_during_the_sigterm_flush_changes_nothing(server: FaultServer) -> None:
+    """systemd with ``SendSIGHUP=yes`` sends SIGHUP right after SIGTERM: the second signal
+    started a flush of its own (with a deadline of its own) and the process ended by SIGHUP."""
+    server.default = Delay(1.5, 202)  # the SIGTERM flush takes a while
+    process = start_program(server, None, TERMINAL, "for _ in range(1200):\n    time.sleep(0.05)")
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(20) == -signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert sorted(e["message"] for e in server.accepted) == PENDING
+
+
+PROCESS_ONE = """
+import logging, os, signal, sys, time
+sys.path.insert(0, {root!r})
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+import eventlog_handler
+handle = eventlog_handler.setup(api_key={key!r}, server_url={url!r}, flush_interval=60)
+log = logging.getLogger("init")
+for i in range(5):
+    log.warning("before %d", i)
+print("ready", os.getpid(), flush=True)
+time.sleep(4)  # SIGHUP arrives here, and its default is ignored: this is process 1
+for i in range(5):
+    log.warning("after %d", i)
+print("done", handle.flush(10), flush=True)
+"""
+
+
+@NEEDS_PID_NAMESPACE
+def test_process_one_runs_on_after_sighup_and_so_does_delivery(server: FaultServer) -> None:
+    """The kernel ignores SIGHUP's default action for process 1 (a container without an init):
+    the flush had finished the engine, and what the program logged afterwards was never sent,
+    with ``flush()`` saying all was well."""
+    code = PROCESS_ONE.format(root=str(ROOT), key=API_KEY, url=server.url)
+    returncode, stdout, stderr = _terminate_process_one(code, signal.SIGHUP)
+    assert returncode == 0, stderr
+    assert stdout.strip() == "done True", (stdout, stderr)
+    messages = sorted(e["message"] for e in server.accepted)
+    assert messages == sorted(
+        [*(f"before {i}" for i in range(5)), *(f"after {i}" for i in range(5))]
+    )

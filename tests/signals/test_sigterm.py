@@ -332,9 +332,10 @@ NEEDS_PID_NAMESPACE = pytest.mark.skipif(
 )
 
 
-def _terminate_process_one(code: str) -> tuple[int, str, str]:
+def _terminate_process_one(code: str, signum: int = signal.SIGTERM) -> tuple[int, str, str]:
     """Run ``code`` as process 1 of a new PID namespace; once it prints ``ready 1``, send it
-    ``SIGTERM`` from outside, as ``docker stop`` does. Its exit status, stdout and stderr."""
+    ``signum`` from outside, as ``docker stop`` does ``SIGTERM``. Its exit status, stdout and
+    stderr."""
     process = subprocess.Popen(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
         stdout=subprocess.PIPE,
@@ -345,7 +346,7 @@ def _terminate_process_one(code: str) -> tuple[int, str, str]:
         assert process.stdout is not None
         assert process.stdout.readline().split() == ["ready", "1"]
         (child,) = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
-        os.kill(int(child), signal.SIGTERM)
+        os.kill(int(child), signum)
         stdout, stderr = process.communicate(timeout=30)
     finally:
         process.kill()
