@@ -19,8 +19,9 @@ worker's methods are wrapped (once per process):
 RQ adds its console handlers (``Job OK``, the job's failure) only when no logger on the way up
 has a handler; the package's handlers on the root logger don't count for that check, so RQ's
 console output is as it was. RQ then stops its loggers' records from going up
-(``propagate = False``): the package's handlers found on the way up are added to the logger
-itself, so RQ's warnings and errors still reach them.
+(``propagate = False``): a handler added to the logger (:class:`_UpToOurs`) hands each record
+to the package's handlers on the way up, those there at that moment (a ``setup()`` made again
+or detached is followed), so RQ's warnings and errors still reach them.
 
 The worker process should have called ``setup()`` before it forks its work horses: put
 ``eventlog_handler.setup()`` in a module the worker imports at its start, for example the
@@ -64,7 +65,7 @@ class _FailureLine(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name != "rq.worker" or record.levelno < logging.WARNING:
             return True
-        if record.msg in _HORSE_LINES:
+        if isinstance(record.msg, str) and record.msg in _HORSE_LINES:
             return False
         if record.levelno < logging.ERROR:
             return True
@@ -291,6 +292,30 @@ def _report(job: Any, exc_info: tuple[Any, ...], manual: dict[str, Any] | None =
     )
 
 
+class _UpToOurs(logging.Handler):
+    """On an RQ logger that RQ keeps from going up: hands each record to the package's
+    handlers found on the way up from it now, as propagation would have."""
+
+    def __init__(self, logger: logging.Logger, ours: set[type]) -> None:
+        super().__init__()
+        self.logger = logger
+        self.ours = ours
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        current = self.logger.parent
+        while current is not None:
+            for handler in current.handlers:
+                if type(handler) in self.ours and record.levelno >= handler.level:
+                    handler.handle(record)
+            if not current.propagate:
+                break
+            current = current.parent
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:  # pragma: no cover - handle() does it
+        pass
+
+
 def _keep_rq_console(logutils: Any, ours: set[type]) -> None:
     """RQ's ``setup_loghandlers`` adds its console handlers only when no handler is found on
     the way up from ``rq.worker``; the package's handlers are not counted."""
@@ -299,20 +324,17 @@ def _keep_rq_console(logutils: Any, ours: set[type]) -> None:
         return
 
     def has_effective_handler(logger: logging.Logger) -> bool:
-        found: list[logging.Handler] = []  # the package's, on the way up
         current: logging.Logger | None = logger
         while current is not None:
             if any(type(handler) not in ours for handler in current.handlers):
                 return True
-            found.extend(handler for handler in current.handlers if handler not in found)
             if not current.propagate:
                 break
             current = current.parent
         # RQ adds its console handlers and stops the records going up: they reach the
-        # package's handlers on the logger itself.
-        for handler in found:
-            if handler not in logger.handlers:
-                logger.addHandler(handler)
+        # package's handlers through one of the logger's own.
+        if not any(isinstance(handler, _UpToOurs) for handler in logger.handlers):
+            logger.addHandler(_UpToOurs(logger, ours))
         return False
 
     has_effective_handler.__wrapped__ = check  # type: ignore[attr-defined]

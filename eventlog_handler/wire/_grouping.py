@@ -60,7 +60,7 @@ MAX_TITLE = 1_000
 #: digit and a letter among them, between characters that are neither: ``req_9f3a...``), a
 #: number.
 _VARYING = re.compile(
-    r"0x[0-9a-f]+"
+    r"(?<![0-9a-z])0x[0-9a-f]+(?![0-9a-z])"
     r"|(?<![0-9a-z])[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![0-9a-z])"
     r"|(?<![0-9a-z])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}(?![0-9a-z])|[0-9]+",
     re.IGNORECASE,

@@ -5,6 +5,7 @@ with ``SIGTERM`` (a warm shutdown). What arrives at a loopback server is what a 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -266,3 +267,51 @@ def test_a_killed_work_horse_is_one_error_and_rqs_warnings_reach_the_handler(
     logs = {str(event.get("message")) for event in events if event.get("type") != "error"}
     assert {"rq worker warning from a job", "rq worker error from a job"} <= logs, logs
     assert not [m for m in logs if "Work-horse terminated" in m or "Work horse killed" in m]
+
+
+def test_rqs_lines_follow_the_current_setup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RQ's own loggers don't let records go up, so the package's handlers were copied onto
+    them as RQ set them up, and stayed: after ``setup()`` again (another server, a job's own
+    ``setup()``), RQ's lines went to the old server and not the new one; after ``detach()``
+    they were still sent. They now reach the handlers on the way up at the time."""
+    from rq import logutils
+
+    import eventlog_handler
+    from eventlog_handler.delivery import _engine as transport
+
+    rq_log = logging.getLogger("rq.worker")
+    monkeypatch.setattr(rq_log, "handlers", [])
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # a worker's: none but ours
+    monkeypatch.setattr(rq_log, "propagate", True)
+    options = {"api_key": "k" * 40, "flush_interval": 0.05, "capture_exceptions": False}
+    try:
+        with FaultServer() as first, FaultServer() as second:
+            handle = eventlog_handler.setup(server_url=first.url, **options)
+            logutils.setup_loghandlers("INFO", name="rq.worker")  # as `rq worker` starts
+            assert rq_log.propagate is False  # RQ's console handlers, as without the package
+            rq_log.warning("rq line to the first")
+            assert wait_until(lambda: len(first.accepted) == 1, 10), first.accepted
+            handle = eventlog_handler.setup(server_url=second.url, **options)
+            rq_log.warning("rq line to the second")
+            assert wait_until(lambda: len(second.accepted) == 1, 10), second.accepted
+            handle.detach()
+            rq_log.warning("rq line after detach")
+            transport.shutdown_all(2)
+            messages = [e["message"] for e in (*first.accepted, *second.accepted)]
+    finally:
+        transport._forget_engines_for_tests()
+    assert messages == ["rq line to the first", "rq line to the second"], messages
+
+
+def test_a_line_on_rqs_logger_with_a_dict_message_is_not_lost() -> None:
+    """The check for RQ's lines about a killed work horse raised ``TypeError`` on a message
+    that is a dict (structlog's), and the record was lost to ``emit_errors``."""
+    from eventlog_handler.integrations._rq import _FILTER
+
+    record = logging.LogRecord("rq.worker", logging.WARNING, __file__, 1, {"event": "x"}, (), None)
+    assert _FILTER.filter(record) is True
+    killed = logging.LogRecord(
+        "rq.worker", logging.WARNING, __file__, 1, "Work horse killed for job %s: retpid=%s, "
+        "ret_val=%s", ("j", 1, 9), None,
+    )  # fmt: skip
+    assert _FILTER.filter(killed) is False
