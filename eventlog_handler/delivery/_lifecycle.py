@@ -287,12 +287,13 @@ class Lifecycle:
                 f"before exit{detail}"
             )
         if on_wire:
-            copy = (
-                "; a copy is kept in the spool, sent again at the next start (the service stores "
-                "an event once by its reference_id)"
-                if self.copied and self.spooling is not None
-                else ""
-            )
+            copy = ""
+            if self.copied and self.spooling is not None:
+                some = "" if self.copied >= on_wire else f" of {self.copied} of them"
+                copy = (
+                    f"; a copy{some} is kept in the spool, sent again at the next start (the "
+                    "service stores an event once by its reference_id)"
+                )
             say(
                 f"eventlog_handler: {on_wire} event(s) were on their way to {server} at the "
                 f"exit deadline; their outcome is unknown (the service may have stored them)"
@@ -328,9 +329,9 @@ class Lifecycle:
             # that never answers): a copy goes to disk, sent again at the next start. Stored
             # already, it is stored once: the service discards a second event with the same
             # reference_id. In this process it stays in flight, of unknown outcome.
-            self.copied = (
-                on_wire.weight() if spooling.spill_parts(deque([on_wire]), copy=True) else 0
-            )
+            # Never in place of events certainly not sent: it takes only free room.
+            spooling.spill_parts(deque([on_wire]), copy=True)
+            self.copied = spooling.copied
         with contextlib.suppress(OSError, sqlite3.Error):
             spooling.keep_in_place()  # "kept on disk" must be true: a removed file is made again
         with ledger.lock:

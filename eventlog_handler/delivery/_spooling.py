@@ -99,6 +99,8 @@ class SpoolTraffic:
         self._no_gain = 0
         #: Whether stderr said that the spool can't be written (for another reason than space).
         self._failed_said = False
+        #: The weight of the last copy :meth:`spill_parts` wrote (``copy=True``).
+        self.copied = 0
 
     @property
     def directory(self) -> Path:
@@ -282,9 +284,10 @@ class SpoolTraffic:
         ``False`` when the spool can't take them all now: what it could not take is left in
         ``parts`` (the parts as they were, or one part of what a full disk had no room for).
 
-        ``copy``: write a copy of them and leave them as they are, in flight (a request on the
-        wire at exit, whose outcome the service has yet to tell); ``True`` if all of it was
-        written."""
+        ``copy``: write a copy of what fits without evicting anything and leave the parts as they
+        are, in flight (a request on the wire at exit, whose outcome the service has yet to
+        tell); :attr:`copied` is then the weight written."""
+        self.copied = 0
         if not self.accepting():
             return False
         rows: list[_Row] = []
@@ -299,7 +302,7 @@ class SpoolTraffic:
         total = sum(row[3] for row in rows)
         try:
             own = self.spool.own()
-            rows, dropped = self._bound(rows)  # dropped: incoming weight with no room
+            rows, dropped = self._bound(rows, evict=not copy)  # dropped: incoming, no room
             written = own.append(rows)
         except (OSError, sqlite3.Error) as exc:
             self.ledger.last_error = f"spool: {type(exc).__name__}: {safe_str(exc)}"
@@ -310,6 +313,7 @@ class SpoolTraffic:
         self._failed_said = False
         if copy:
             self._lost(own)
+            self.copied = sum(row[3] for row in rows[:written])
             return not dropped and written == len(rows)
         parts.clear()
         left = rows[written:]
@@ -381,10 +385,12 @@ class SpoolTraffic:
                 f"queue_full)."
             )
 
-    def _bound(self, rows: list[_Row]) -> tuple[list[_Row], int]:
+    def _bound(self, rows: list[_Row], evict: bool = True) -> tuple[list[_Row], int]:
         """Make room for ``rows`` within ``spool_max_bytes`` for the whole directory, and drop
         rows past the 3-day window. Logs go first, the oldest first (those on disk, then the
-        incoming ones); errors only when there is no log left. Returns the rows to write and
+        incoming ones); errors only when there is no log left. Without ``evict`` (a copy of
+        events the service may have stored already), nothing on disk makes room: only what
+        fits of ``rows`` is written, its logs left out first. Returns the rows to write and
         the weight of the incoming ones it left out, which the caller settles (``spool_full``)
         once the write is done (if it fails, they are still in flight); rows it evicted from
         the disk are settled here."""
@@ -409,14 +415,14 @@ class SpoolTraffic:
             if own.bytes + incoming > budget:
                 logs_first = sorted(rows, key=lambda row: row[1])  # incoming logs, then errors
                 room = budget - own.bytes
-                if room < incoming:  # first, old logs on disk
+                if evict and room < incoming:  # first, old logs on disk
                     own.evict_oldest(max(0, budget - incoming), errors=False, counts=evicted)
                     room = budget - own.bytes
-                while logs_first and incoming > room and not logs_first[0][1]:
+                while logs_first and incoming > room and (not logs_first[0][1] or not evict):
                     row = logs_first.pop(0)  # then the oldest incoming logs
                     incoming -= len(row[2])
                     dropped += row[3]
-                if incoming > room:  # nothing but errors left: the oldest go
+                if evict and incoming > room:  # nothing but errors left: the oldest go
                     own.evict_oldest(max(0, budget - incoming), errors=True, counts=evicted)
                 kept = set(map(id, logs_first))
                 rows = [row for row in rows if id(row) in kept]

@@ -128,3 +128,63 @@ def test_a_batch_stored_after_the_exit_is_not_stored_twice(tmp_path: Path) -> No
     again = _next_start(port, spool, ids)
     assert sorted(again.duplicates) == sorted(str(event["reference_id"]) for event in slow.accepted)
     assert again.accepted == []  # nothing stored twice
+
+
+CROWDED = textwrap.dedent(
+    """
+    import logging, sys, time
+    import eventlog_handler
+
+    eventlog_handler.setup(spool_path=sys.argv[1], flush_interval=0.05, server_settings=False,
+                           spool_max_bytes=100_000, batch_size=50)
+    log = logging.getLogger("shop")
+    pad = "x" * 900
+    for index in range(50):
+        log.warning("on the wire %d %s", index, pad)
+    time.sleep(0.5)  # those are on the wire
+    for index in range(40):
+        log.warning("never sent %d %s", index, pad)
+    print("logged", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_the_copy_never_takes_the_place_of_events_never_sent(tmp_path: Path) -> None:
+    """A small spool: the copy of the batch on the wire went through the same bound as the
+    rest, and evicted the events that were certainly never sent to make room for events the
+    service may have stored (40 never sent, 0 kept; 28 copies kept)."""
+    spool = tmp_path / "spool"
+    errors = tmp_path / "stderr"  # a file: its console lines would fill a pipe
+    with FaultServer() as hung, errors.open("w") as stream:
+        port = hung.port
+        posted = _answering(hung, "hang")
+        process = subprocess.Popen(
+            [sys.executable, "-c", CROWDED, str(spool)],
+            env=child_env(hung.url),
+            stdout=subprocess.PIPE,
+            stderr=stream,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "logged"
+            assert posted.wait(10)
+            process.send_signal(signal.SIGTERM)
+            process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    stderr = errors.read_text()
+    kept = [line for line in stderr.splitlines() if "kept in the spool" in line]
+    assert kept, stderr
+    kept_count = int(kept[0].split("eventlog_handler: ")[1].split()[0])
+    again = _next_start(port, spool, set())
+    messages = [str(event["message"]) for event in again.accepted]
+    never_sent = [message for message in messages if message.startswith("never sent")]
+    copies = [message for message in messages if message.startswith("on the wire")]
+    assert len(never_sent) == kept_count >= 20, (kept_count, len(never_sent), stderr)
+    assert len(never_sent) + len(copies) == len(messages)
+    if "a copy" not in stderr:
+        assert copies == []
