@@ -75,13 +75,13 @@ def _flush_on_sighup(timeout: float | None) -> bool:
         return True
     if current is not signal.SIG_DFL:
         return False
-    started = [False]
+    started = [0]  # the process whose flush is under way: a child forked meanwhile has none
 
     def on_sighup(signum: int, frame: FrameType | None) -> None:
         term = getattr(signal.getsignal(signal.SIGTERM), sigterm.FLUSH_MARK, None)
-        if started[0] or (term is not None and term[0]):
+        if started[0] == os.getpid() or (term is not None and term[0]):
             return
-        started[0] = True
+        started[0] = os.getpid()
         if term is not None:
             term[0] = True  # the SIGTERM handler and its watcher see a flush under way
         try:
@@ -92,14 +92,33 @@ def _flush_on_sighup(timeout: float | None) -> bool:
             # Still here: process 1 of a container.
             signal.signal(signum, on_sighup)
             transport.forget_finished()
-            started[0] = False
+            started[0] = 0
             if term is not None:
                 term[0] = False
 
     setattr(on_sighup, sigterm.HANDLER_MARK, True)
     signal.signal(number, on_sighup)
     _hangup = on_sighup
+    global _fork_hook
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_default_sighup_in_child)
+        _fork_hook = True
     return True
+
+
+_fork_hook = False
+
+
+def _default_sighup_in_child() -> None:
+    """A forked child (a pool's worker, forked perhaps while this process flushes) gets
+    ``SIGHUP``'s default back, as it gets ``SIGTERM``'s: a hang-up ends it at once."""
+    global _hangup
+    try:
+        if _hangup is not None and signal.getsignal(signal.SIGHUP) is _hangup:
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        _hangup = None
+    except (ValueError, OSError, AttributeError):  # not the main thread, or no SIGHUP
+        pass
 
 
 def decline_sigterm_flush(declined: bool) -> None:

@@ -173,3 +173,36 @@ def test_process_one_runs_on_after_sighup_and_so_does_delivery(server: FaultServ
     assert messages == sorted(
         [*(f"before {i}" for i in range(5)), *(f"after {i}" for i in range(5))]
     )
+
+
+def test_a_child_forked_during_the_sighup_flush_is_ended_by_sighup(server: FaultServer) -> None:
+    """A child forked while the parent's SIGHUP flush runs (a pool replacing a worker) took the
+    flush's "under way" mark with it, and ignored every SIGHUP from then on."""
+    server.default = "hang"  # the parent's flush takes its whole shutdown_timeout
+    # Started before "ready", after which SIGHUP comes: the fork lands in the flush.
+    forker = """
+import threading
+def forker():
+    time.sleep(0.6)
+    pid = os.fork()
+    if pid == 0:
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(3)
+        os._exit(7)  # still here: SIGHUP did not end it
+    _, status = os.waitpid(pid, 0)
+    ended = os.WTERMSIG(status) if os.WIFSIGNALED(status) else -os.WEXITSTATUS(status)
+    os.write(1, f"child ended by {ended}\\n".encode())
+threading.Thread(target=forker, daemon=True).start()
+"""
+    wait = "for _ in range(1200):\n    time.sleep(0.05)"
+    process = start_program(server, None, TERMINAL + forker, wait)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(20) == -signal.SIGHUP
+        stdout = process.stdout.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert f"child ended by {signal.SIGHUP.value}" in stdout, stdout
