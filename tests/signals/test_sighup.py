@@ -7,8 +7,11 @@ it (``nohup``) or handles it (a reload) keeps what it has.
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -29,18 +32,32 @@ PENDING = sorted(f"pending {i}" for i in range(25))
 TERMINAL = "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
 
 
-def _hang_up(server: FaultServer, flag: bool | None) -> int:
-    """The program (``flush_on_sigterm=flag``), sent SIGHUP once ready; its exit status."""
-    process = start_program(server, flag, TERMINAL, "for _ in range(1200):\n    time.sleep(0.05)")
+#: What the program does once ready: wait for the signals (a minute at most).
+LOOP = "for _ in range(1200):\n    time.sleep(0.05)"
+
+
+@contextlib.contextmanager
+def _ready(
+    server: FaultServer, flag: bool | None = None, before: str = TERMINAL
+) -> Iterator[subprocess.Popen[str]]:
+    """The program (``flush_on_sigterm=flag``, ``before`` ahead of its ``setup()``), once it
+    has logged; killed after the block if it still runs."""
+    process = start_program(server, flag, before, LOOP)
     try:
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "ready"
-        process.send_signal(signal.SIGHUP)
-        return process.wait(20)
+        yield process
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(20)
+
+
+def _hang_up(server: FaultServer, flag: bool | None) -> int:
+    """The program, sent SIGHUP once ready; its exit status."""
+    with _ready(server, flag) as process:
+        process.send_signal(signal.SIGHUP)
+        return process.wait(20)
 
 
 def test_sighup_flushes_then_ends_the_program_by_sighup(server: FaultServer) -> None:
@@ -55,16 +72,11 @@ def test_flush_on_sigterm_false_leaves_sighup_as_it_was(server: FaultServer) -> 
 
 def test_an_ignored_sighup_stays_ignored(server: FaultServer) -> None:
     """Under ``nohup`` the program outlives the hang-up, as without the package."""
-    before = "signal.signal(signal.SIGHUP, signal.SIG_IGN)"
-    process = start_program(server, None, before, "for _ in range(1200):\n    time.sleep(0.05)")
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
+    with _ready(server, before="signal.signal(signal.SIGHUP, signal.SIG_IGN)") as process:
         process.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         assert process.poll() is None  # still running
         assert server.accepted == []  # and nothing was flushed for it
-    finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == -signal.SIGTERM
     assert sorted(e["message"] for e in server.accepted) == PENDING
@@ -77,14 +89,11 @@ def test_a_programs_own_sighup_handler_is_kept(server: FaultServer) -> None:
         "    os.write(1, b'reloaded\\n')\n"
         "signal.signal(signal.SIGHUP, reload)\n"
     )
-    process = start_program(server, None, before, "for _ in range(1200):\n    time.sleep(0.05)")
-    try:
+    with _ready(server, before=before) as process:
         assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
         process.send_signal(signal.SIGHUP)
         assert process.stdout.readline().strip() == "reloaded"
         assert process.poll() is None
-    finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == -signal.SIGTERM
 
@@ -113,15 +122,9 @@ def test_a_program_with_its_own_sigterm_handler_still_gets_the_sighup_flush(
     """The SIGHUP flush came only with the SIGTERM one, which a program's own SIGTERM
     handler keeps out."""
     before = TERMINAL + "signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))\n"
-    process = start_program(server, None, before, "for _ in range(1200):\n    time.sleep(0.05)")
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
+    with _ready(server, before=before) as process:
         process.send_signal(signal.SIGHUP)
         assert process.wait(20) == -signal.SIGHUP
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert sorted(e["message"] for e in server.accepted) == PENDING
 
 
@@ -129,17 +132,11 @@ def test_a_sighup_during_the_sigterm_flush_changes_nothing(server: FaultServer) 
     """systemd with ``SendSIGHUP=yes`` sends SIGHUP right after SIGTERM: the second signal
     started a flush of its own (with a deadline of its own) and the process ended by SIGHUP."""
     server.default = Delay(1.5, 202)  # the SIGTERM flush takes a while
-    process = start_program(server, None, TERMINAL, "for _ in range(1200):\n    time.sleep(0.05)")
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
+    with _ready(server) as process:
         process.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         process.send_signal(signal.SIGHUP)
         assert process.wait(20) == -signal.SIGTERM
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert sorted(e["message"] for e in server.accepted) == PENDING
 
 
@@ -194,15 +191,9 @@ def forker():
     os.write(1, f"child ended by {ended}\\n".encode())
 threading.Thread(target=forker, daemon=True).start()
 """
-    wait = "for _ in range(1200):\n    time.sleep(0.05)"
-    process = start_program(server, None, TERMINAL + forker, wait)
-    try:
+    with _ready(server, before=TERMINAL + forker) as process:
         assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
         process.send_signal(signal.SIGHUP)
         assert process.wait(20) == -signal.SIGHUP
         stdout = process.stdout.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert f"child ended by {signal.SIGHUP.value}" in stdout, stdout
