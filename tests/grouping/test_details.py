@@ -165,6 +165,15 @@ def test_addresses_and_hex_ids_joined_to_words_are_one_stack(make_handler, serve
     assert messages[6] == "order lost_one failed"
 
 
+def test_a_0x_inside_a_word_is_not_an_address(make_handler, server):
+    """``0x`` inside a word took the hex letters after it: ``box0xford`` became ``box#ord``."""
+    logger, handler = make_handler()
+    fail_order(logger, "box0xford")
+    handler.engine.flush(5)
+    [event] = server.wait_for(1)
+    assert event["data"]["@stack"]["signature_data"]["message"] == "order box#xford failed"
+
+
 def test_in_app_rules_and_options(tmp_path):
     import json
 
