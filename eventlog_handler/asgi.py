@@ -43,7 +43,12 @@ from typing import Any
 from eventlog_handler.capture._context import RequestScope, add_tags, get_tags, get_user, set_user
 from eventlog_handler.capture._typed import report_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
-from eventlog_handler.integrations._request import active_exclusions, from_scope, report
+from eventlog_handler.integrations._request import (
+    active_exclusions,
+    from_scope,
+    report,
+    scope_path,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -128,7 +133,7 @@ def _noting_not_found(send: Send, scope: Scope) -> Send:
 
     async def noting(message: Message) -> None:
         if message.get("type") == "http.response.start" and message.get("status") == 404:
-            path = f"{scope.get('root_path', '')}{scope.get('path', '')}" or "/"
+            path = scope_path(scope) or "/"
             report_not_found(path)
         await send(message)
 

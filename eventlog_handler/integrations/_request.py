@@ -197,6 +197,15 @@ def from_scope(scope: Mapping[str, Any], exclusions: Collection[str] = ()) -> di
         return {"http_method": _text(scope.get("method", "GET"))}
 
 
+def scope_path(scope: Mapping[str, Any]) -> str:
+    """The request's path as the client asked for it, ``root_path`` included once: current
+    servers (uvicorn's ``--root-path``) put it in front of ``path`` already; older servers
+    and frameworks leave it out."""
+    root = _text(scope.get("root_path") or "")
+    path = _text(scope.get("path") or "")
+    return root + path if root and not path.startswith(root) else path
+
+
 def _from_scope(scope: Mapping[str, Any], exclusions: Collection[str]) -> dict[str, Any]:
     plan = _plan(exclusions)
     headers = _Headers()
@@ -208,10 +217,7 @@ def _from_scope(scope: Mapping[str, Any], exclusions: Collection[str]) -> dict[s
             headers.add(step, value.decode("latin-1") if type(value) is bytes else _text(value))
     websocket = scope.get("type") == "websocket"
     scheme = _text(scope.get("scheme") or ("ws" if websocket else "http"))
-    root = _text(scope.get("root_path") or "")
-    path = _text(scope.get("path") or "")
-    if root and not path.startswith(root):
-        path = root + path
+    path = scope_path(scope)
     server = scope.get("server")
     client = scope.get("client")
     return _build(

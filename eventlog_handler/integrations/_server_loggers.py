@@ -13,7 +13,9 @@ hands their records to the setup's handler.
   GET /path?token=...``) are masked in what is sent, like the query of ``@request``.
 - Never twice: a forwarder passes a record on only when the record would not reach the
   handler anyway, by propagation (``uvicorn.run(app, log_config=None)`` leaves uvicorn's
-  loggers propagating to the root).
+  loggers propagating to the root), and only a record of its own logger: uvicorn's worker for
+  gunicorn gives ``uvicorn.error`` the very list of handlers of ``gunicorn.error``, so both
+  forwarders see the records of each.
 - Loggers are not created here: a logger that does not exist yet (the server is not imported)
   is attached to when it appears, at the next :func:`ensure_attached`. The web middlewares call
   it at the start of each request and of the ASGI lifespan, so the forwarders are back after
@@ -45,7 +47,11 @@ class ServerLogForwarder(logging.Handler):
     def handle(self, record: logging.LogRecord) -> Any:
         """Forward ``record`` (no lock of this handler is taken). Never raises."""
         try:
-            if record.levelno < self.target.level or self._reaches_target():
+            if (
+                record.levelno < self.target.level
+                or not _logged_on(record.name, self.logger_name)
+                or self._reaches_target()
+            ):
                 return False
             return self.target.handle(self._without_secrets(record))
         except Exception:  # pragma: no cover - the target's handle never raises
@@ -127,6 +133,11 @@ def attached_handlers() -> list[logging.Handler]:
 def _is_url(value: Any) -> TypeGuard[str]:
     """Whether ``value`` is a URL or request target with a query (``/path?a=b``)."""
     return type(value) is str and "?" in value and (value.startswith("/") or "://" in value)
+
+
+def _logged_on(name: str, logger_name: str) -> bool:
+    """Whether a record of logger ``name`` is one of ``logger_name`` or of its children."""
+    return name == logger_name or name.startswith(logger_name + ".")
 
 
 def _existing_logger(name: str) -> logging.Logger | None:

@@ -63,6 +63,30 @@ def test_uvicorn_app_reports_its_404s_but_not_a_crawlers(fault_server: FaultServ
     assert [e.get("type") for e in fault_server.accepted] == ["404"]
 
 
+def test_behind_a_proxy_the_404s_source_is_the_path_the_client_asked_for(
+    fault_server: FaultServer,
+) -> None:
+    """``uvicorn --root-path /api`` (an app mounted under a prefix by its proxy): the server puts
+    the prefix in front of the path already; the not-found event named ``/api/api/...``."""
+    app = Uvicorn(
+        [
+            *("-m", "uvicorn", "tests.web.notfound_app:asgi", "--host", "127.0.0.1"),
+            *("--port", "0", "--root-path", "/api"),
+        ],
+        child_env(fault_server.url, NOTFOUND_TEST_SETUP="1"),
+    )
+    try:
+        headers = {"User-Agent": BROWSER}
+        assert requests.get(app.url + "/api/gone", headers=headers, timeout=10).status_code == 404
+        assert wait_until(lambda: fault_server.accepted, 10)
+    finally:
+        output = app.stop()
+    assert app.process.returncode == 0, output
+    [event] = fault_server.accepted
+    assert event["type"] == "404"
+    assert (event["source"], event["data"]["@request"]["path"]) == ("/api/gone", "/api/gone")
+
+
 def test_flask_app_reports_its_404s(fault_server: FaultServer) -> None:
     from tests.web.notfound_app import create_flask
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import signal
+import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._server_loggers import ServerLogForwarder
 from tests.support.capture import CaptureServer
+from tests.support.faultserver import FaultServer
 
 from .conftest import Setup, settle
 
@@ -165,3 +169,50 @@ def test_the_startup_lines_of_other_servers_are_not_events(
     logging.getLogger("daphne.server").info("Listening on TCP address 127.0.0.1:8000")
     logging.getLogger("waitress.queue").warning("Task queue depth is 5")
     assert [e["message"] for e in settle(handle, server, 1)] == ["Task queue depth is 5"]
+
+
+GUNICORN_ASGI_APP = """
+import logging
+import os
+import eventlog_handler
+from eventlog_handler.asgi import EventLogMiddleware
+
+eventlog_handler.setup()
+open(f"booted-{os.getpid()}", "w").close()
+
+
+async def bare(scope, receive, send):
+    if scope["type"] == "http":
+        logging.getLogger("gunicorn.error").warning("gunicorn line for %s", scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+app = EventLogMiddleware(bare)
+"""
+
+
+def test_under_gunicorns_uvicorn_worker_each_server_line_is_sent_once(tmp_path: Path) -> None:
+    """uvicorn's worker for gunicorn gives ``uvicorn.error`` the very list of handlers of
+    ``gunicorn.error``: both forwarders saw every record of each, and each line was sent
+    twice (its roll-up counting two)."""
+    pytest.importorskip("uvicorn")
+    from tests.signals.test_servers import GUNICORN, requests_then_signal, serve
+
+    with FaultServer() as sink:
+        command = [*GUNICORN, "--worker-class", "uvicorn.workers.UvicornWorker"]
+        process, port = serve(command, GUNICORN_ASGI_APP, tmp_path, sink.url)
+        for _ in range(3):  # uvicorn says "Invalid HTTP request received." on uvicorn.error
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+                connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                connection.recv(1024)
+        returncode, stderr = requests_then_signal(process, port, signal.SIGTERM)
+    assert returncode == 0, stderr
+    counts: dict[str, int] = {}
+    for event in sink.accepted:
+        key = f"{event.get('source')}: {event.get('message')}"
+        counts[key] = counts.get(key, 0) + int(event.get("count", 1))
+    assert counts["uvicorn.error: Invalid HTTP request received."] == 3, counts
+    assert counts["gunicorn.error: gunicorn line for /r7"] == 1, counts
+    assert sum(1 for key in counts if key.startswith("gunicorn.error: gunicorn line")) == 51
+    assert sum(counts.values()) == 3 + 51, counts
