@@ -66,8 +66,9 @@ def test_uvicorn_app_reports_its_404s_but_not_a_crawlers(fault_server: FaultServ
 def test_behind_a_proxy_the_404s_source_is_the_path_the_client_asked_for(
     fault_server: FaultServer,
 ) -> None:
-    """``uvicorn --root-path /api`` (an app mounted under a prefix by its proxy): the server puts
-    the prefix in front of the path already; the not-found event named ``/api/api/...``."""
+    """``uvicorn --root-path /api``: a proxy takes ``/api/gone`` and forwards ``/gone``; the
+    server puts the prefix in front of the path already, and the event named
+    ``/api/api/gone``."""
     app = Uvicorn(
         [
             *("-m", "uvicorn", "tests.web.notfound_app:asgi", "--host", "127.0.0.1"),
@@ -77,7 +78,7 @@ def test_behind_a_proxy_the_404s_source_is_the_path_the_client_asked_for(
     )
     try:
         headers = {"User-Agent": BROWSER}
-        assert requests.get(app.url + "/api/gone", headers=headers, timeout=10).status_code == 404
+        assert requests.get(app.url + "/gone", headers=headers, timeout=10).status_code == 404
         assert wait_until(lambda: fault_server.accepted, 10)
     finally:
         output = app.stop()
