@@ -5,8 +5,9 @@ a snapshot made only of ``dict``/``list``/``str``/``int``/``float``/``bool``/``N
 mutation of the caller's objects can't change what is sent, and the worker can encode it
 without touching user code. Leaf types that JSON lacks go through python-json-logger's
 ``JsonEncoder.default`` (the same rendering as its ``JsonFormatter``: ISO dates, enum values,
-base64 bytes, dataclass fields, ``str()`` of the rest); containers, cycles, depth, sizes,
-non-finite floats and failing ``__str__``/``__repr__`` are handled here.
+dataclass fields, ``str()`` of the rest); bytes (their ``repr``, which the secret-masking rules
+read), containers, cycles, depth, sizes, non-finite floats and failing ``__str__``/``__repr__``
+are handled here.
 """
 
 from __future__ import annotations
@@ -253,6 +254,8 @@ class _Converter:
             return _int(value)
         if kind is float:
             return value if math.isfinite(value) else _non_finite(value)
+        if isinstance(value, bytes | bytearray):
+            return _bytes_text(value, self.max_string)
         if depth >= self.max_depth:
             return f"<max depth {self.max_depth} reached: {_type_name(value)}>"
         if isinstance(value, Mapping):
@@ -320,6 +323,17 @@ class _Converter:
         if rendered == "__could_not_encode__":
             return f"<unprintable {_type_name(value)} object>"
         return self._container(value, depth, lambda _v, d: self.convert(rendered, d + 1))
+
+
+def _bytes_text(value: bytes | bytearray, limit: int) -> str:
+    """``repr`` of bytes (``b'password=hunter2'``): text the secret-masking rules read, as they
+    read a bytes argument of a message (``b'password=[excluded]'``). Base64 hid its secrets
+    from them, and any reader could decode them."""
+    text = repr(bytes(value[:limit]))
+    if len(text) <= limit and len(value) <= limit:
+        return text
+    marker = f"…[truncated: {len(value)} bytes in all]"
+    return text[: max(0, limit - len(marker))] + marker
 
 
 def _int(value: int) -> int | str:

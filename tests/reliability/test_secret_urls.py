@@ -6,6 +6,7 @@ through ``eventlog_handler.setup()``, against a loopback server."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -82,3 +83,38 @@ def test_a_mistyped_urls_password_is_never_printed(
     assert PASSWORD not in stderr and PASSWORD[:4] not in stderr, stderr
     assert PASSWORD not in stdout[-1]
     assert server.accepted == []
+
+
+BYTES_PROGRAM = """
+import logging
+import structlog
+import eventlog_handler
+from eventlog_handler.structlog import EventLogProcessor
+
+handle = eventlog_handler.setup()
+structlog.configure(processors=[EventLogProcessor(), structlog.processors.JSONRenderer()])
+logging.getLogger("app").warning("upload failed", extra={
+    "body": b"grant_type=password&password=hunter2pw",
+    "dsn": bytearray(b"postgres://admin:hunter2pw@db/app"),
+    "chunks": [b"Authorization: Bearer hunter2pwhunter2pw"],
+})
+structlog.get_logger("app").warning("token refresh", request_body=b"password=hunter2pw")
+handle.flush(5)
+"""
+
+
+def test_secrets_in_bytes_values_are_masked_as_in_text(server: FaultServer, tmp_path: Path) -> None:
+    """``bytes`` in ``extra`` or a structlog key went out base64-encoded: the masking rules
+    never read them, and anyone could decode them."""
+    status, stderr, _ = run_program(BYTES_PROGRAM, server.url, tmp_path)
+
+    assert status == 0, stderr
+    wire = json.dumps(server.accepted)
+    assert PASSWORD not in wire
+    assert base64.b64encode(b"password=hunter2pw").decode()[:12] not in wire
+    by_message = {event["message"]: event["data"] for event in server.accepted}
+    upload = by_message["upload failed"]
+    assert upload["body"] == "b'grant_type=password&password=[excluded]'"
+    assert upload["dsn"] == "b'postgres://admin:[excluded]@db/app'"
+    assert upload["chunks"] == ["b'Authorization: Bearer [excluded]'"]
+    assert by_message["token refresh"]["request_body"] == "b'password=[excluded]'"

@@ -127,8 +127,10 @@ def test_decimal_uuid_bytes():
     assert convert(decimal.Decimal("1.10")) == "1.10"
     assert convert(decimal.Decimal("NaN")) == "NaN"
     assert convert(uuid.UUID(int=1)) == "00000000-0000-0000-0000-000000000001"
-    assert convert(b"\x00\xffabc") == "AP9hYmM="
-    assert convert(bytearray(b"xyz")) == "eHl6"
+    assert convert(b"\x00\xffabc") == "b'\\x00\\xffabc'"
+    assert convert(bytearray(b"xyz")) == "b'xyz'"
+    marker = "…[truncated: 10000 bytes in all]"
+    assert convert(b"x" * 10_000) == "b'" + "x" * (8_192 - 2 - len(marker)) + marker
     assert isinstance(convert(memoryview(b"xyz")), str)
 
 
