@@ -14,8 +14,12 @@ entries into the service's events (:mod:`.wire`) and posts them; :mod:`.api` is 
 from __future__ import annotations
 
 import importlib
+import logging
 import warnings
 from typing import Any
+
+#: The loggers that existed before this package was imported (see the end of this module).
+_LOGGERS_BEFORE = frozenset(logging.Logger.manager.loggerDict)
 
 from eventlog_handler._setup import EventLogSetup, adopt_parent_setup, setup
 from eventlog_handler._version import __version__
@@ -38,8 +42,13 @@ from eventlog_handler.capture._typed import (
     submit_user_description,
 )
 from eventlog_handler.handler import EventLogHandler
+from eventlog_handler.integrations._console import spare_loggers
 from eventlog_handler.integrations._hooks import install_hooks
 from eventlog_handler.wire import stack
+
+# Importing the package created loggers (asyncio's, requests'): a dictConfig that builds its
+# handler must not disable them as loggers that were there before it.
+spare_loggers(frozenset(logging.Logger.manager.loggerDict) - _LOGGERS_BEFORE)
 
 __all__ = [
     "Client",

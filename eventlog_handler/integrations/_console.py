@@ -30,7 +30,7 @@ import functools
 import logging
 import logging.config
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 
@@ -226,3 +226,24 @@ def stop_watching() -> None:
         if getattr(current, "__eventlog_wrapped__", None) is original:
             setattr(module, name, original)
         del _WRAPPED[(module, name)]
+
+
+def spare_loggers(names: Collection[str]) -> None:
+    """Leave the loggers ``names`` alone in the ``dictConfig`` and ``fileConfig`` calls to come,
+    as if they did not exist yet: they were created by importing this package (``asyncio``,
+    ``concurrent.futures``, ``requests``, ``urllib3``), and a configuration that imports the
+    handler's class would otherwise disable them (``disable_existing_loggers``, on by
+    default): asyncio's "Task exception was never retrieved" and the errors of a future's
+    callbacks vanished, from the console and the service alike. Once, at import; a Python
+    whose ``logging.config`` lacks the function (none from 3.10 to 3.13) is left as it is."""
+    original = getattr(logging.config, "_handle_existing_loggers", None)
+    if original is None or not names or getattr(original, "__eventlog_wrapped__", None):
+        return
+    spared = frozenset(names)
+
+    @functools.wraps(original)
+    def handle_existing(existing: list[str], *args: Any, **kwargs: Any) -> Any:
+        return original([name for name in existing if name not in spared], *args, **kwargs)
+
+    handle_existing.__eventlog_wrapped__ = original  # type: ignore[attr-defined]
+    logging.config._handle_existing_loggers = handle_existing  # type: ignore[attr-defined]

@@ -233,3 +233,57 @@ def test_a_flask_app_run_by_python_prints_its_lines_when_flask_comes_after_setup
             output, _ = process.communicate(timeout=20)
     assert f"Running on http://127.0.0.1:{port}" in output, output
     assert '"GET / HTTP/1.1" 200' in output, output
+
+
+def test_a_dictconfig_building_the_handler_leaves_asyncios_and_futures_loggers_on(
+    tmp_path: Path,
+) -> None:
+    """The README's dictConfig, with ``disable_existing_loggers`` at its default: importing the
+    handler's class created ``asyncio``'s and ``concurrent.futures``' loggers, and the
+    configuration then disabled them as loggers that were there before it. A task's
+    "Task exception was never retrieved" no longer printed, and the exception of a future's
+    callback was neither printed nor sent."""
+    program = """
+        import logging.config
+        logging.config.dictConfig({
+            "version": 1,
+            "handlers": {
+                "console": {"class": "logging.StreamHandler"},
+                "eventlog": {"class": "eventlog_handler.EventLogHandler", "level": "INFO"},
+            },
+            "root": {"level": "INFO", "handlers": ["console", "eventlog"]},
+        })
+
+        import asyncio, gc
+        from concurrent.futures import ThreadPoolExecutor
+
+        def callback(future):
+            raise KeyError("callback failed")
+
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(int, "1").add_done_callback(callback)
+
+        async def fails():
+            raise RuntimeError("task failed")
+
+        async def main():
+            task = asyncio.get_running_loop().create_task(fails())
+            await asyncio.sleep(0.1)
+            del task
+            gc.collect()
+
+        asyncio.run(main())
+        logging.getLogger("shop").warning("the last record")
+        logging.shutdown()
+    """
+    with FaultServer() as server:
+        status, stderr, _ = run_program(program, server.url, tmp_path)
+        assert status == 0, stderr
+        assert "Task exception was never retrieved" in stderr
+        assert "exception calling callback for" in stderr
+        assert server.wait_for(3, timeout=10), server.accepted
+        messages = [str(event.get("message")) for event in server.accepted]
+    assert any(m.startswith("exception calling callback for") for m in messages), messages
+    assert "the last record" in messages
+    errors = [event for event in server.accepted if event.get("type") == "error"]
+    assert {e["@simple_error"]["type"] for e in errors} >= {"KeyError", "RuntimeError"}
