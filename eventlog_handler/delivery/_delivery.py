@@ -452,13 +452,16 @@ class Delivery:
                 "refused the events (400). The real service answers 400 when the API key "
                 "belongs to no project (an organization-level key): use a project's API key"
             )
+        elif status == 407:
+            what = "could not be reached: the proxy refused its own credentials (407)"
+            check = "check the proxy's user and password in HTTP_PROXY / HTTPS_PROXY"
         elif status in (401, 403):
             what = f"refused the API key {mask_secret(settings.api_key)} ({status})"
         else:
             what = f"refused the events ({status})"
         detail = self.redact(safe_str(error))
         if self.state.closing:  # the exit's own line says what could not be sent
-            fate = "C" + check[1:]
+            fate = check[0].upper() + check[1:]
         else:
             retry = self.policy.refused_delay
             fate = (

@@ -143,3 +143,35 @@ def test_a_refused_key_or_url_does_not_hold_the_exit(
     assert "retried" not in said[0], said
     assert "5 event(s) could not be sent" in said[1], said
     assert took < 15, f"the script took {took:.1f} s to end (shutdown_timeout=30)"
+
+
+def test_a_proxy_refusing_its_credentials_is_named_and_not_the_key(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """``HTTP_PROXY`` with a wrong password: the proxy answers 407. The line said "check
+    EVENTLOG_API_KEY", and named neither the proxy nor its setting."""
+    server.default = 407  # the proxy: every request through it is answered 407
+    proxy = server.url.replace("http://", "http://someone:pr0xy-pass@")
+    target = f"http://127.0.0.1:{dead_port()}"
+    status, stderr, _ = run_program(PROGRAM, target, tmp_path, HTTP_PROXY=proxy, NO_PROXY="")
+    assert status == 0, stderr
+    assert server.requests, "the events went through the proxy"
+    assert "the proxy refused its own credentials (407)" in stderr, stderr
+    assert "HTTP_PROXY / HTTPS_PROXY" in stderr
+    assert "EVENTLOG_API_KEY" not in stderr
+    assert "pr0xy-pass" not in stderr
+
+
+EXITING = """
+import logging
+import eventlog_handler
+eventlog_handler.setup(flush_interval=30)
+logging.getLogger("app").warning("sent at exit")
+"""
+
+
+def test_a_redirect_met_at_exit_says_what_to_set(server: FaultServer, tmp_path: Path) -> None:
+    server.default = Reply(301, b"", {"Location": "https://events.example.invalid/"})
+    status, stderr, _ = run_program(EXITING, server.url, tmp_path)
+    assert status == 0, stderr
+    assert "Set EVENTLOG_SERVER_URL / server_url to the address the service is at." in stderr
