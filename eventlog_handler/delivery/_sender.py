@@ -12,12 +12,17 @@ is the engine's). That skips requests' per-request work (settings merge, cookies
 
 from __future__ import annotations
 
+import functools
+import http.client
+import io
 import os
 import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util import make_headers
 
 from eventlog_handler.api._answers import (
@@ -61,6 +66,8 @@ class Sender(Client):
                 options["ca_cert_dir"] = options.pop("ca_certs")
         proxy = (environment.get("proxies") or {}).get(urlsplit(url).scheme)
         pool = _proxy_pool(proxy, options) if proxy else urllib3.PoolManager(num_pools=2, **options)
+        if not proxy or not proxy.startswith("socks"):
+            pool.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
         self._headers = {
             "User-Agent": USER_AGENT,
             "Accept": "application/json",
@@ -71,9 +78,6 @@ class Sender(Client):
         timeout = self.timeout
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self._timeout = urllib3.Timeout(connect=connect, read=read)
-        #: The longest an answer's body may take, all of it (a read timeout restarts with
-        #: every byte: a server that drips its answer would hold the worker for ever).
-        self._body_time = read if isinstance(read, int | float) else 10.0
         self._pool_pid = os.getpid()
         return pool
 
@@ -97,7 +101,7 @@ class Sender(Client):
                 timeout=self._timeout,
                 preload_content=False,
             )
-            body = _body(response, time.monotonic() + self._body_time)
+            body = _body(response)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise transport_error(exc, url) from None
         answer = Answer(response.status, response.reason or "", response.headers, body, url)
@@ -114,18 +118,16 @@ class Sender(Client):
         super().close()
 
 
-def _body(response: Any, deadline: float) -> bytes:
-    """The answer's body, at most :data:`MAX_ANSWER` bytes, read by ``deadline`` (monotonic):
-    past it, a read timeout. The connection goes back to the pool only when the body was read
-    whole."""
+def _body(response: Any) -> bytes:
+    """The answer's body, at most :data:`MAX_ANSWER` bytes (by the answer's deadline: see
+    :class:`_TimedConnection`). The connection goes back to the pool only when the body was
+    read whole."""
     read = response.read1  # what has arrived, at most the size asked (urllib3 2.2 and later)
     chunks: list[bytes] = []
     size = 0
     whole = False
     try:
         while size <= MAX_ANSWER:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the answer took too long")
             chunk = read(64 * 1024)
             if not chunk:
                 whole = True
@@ -138,6 +140,64 @@ def _body(response: Any, deadline: float) -> bytes:
         else:
             response.close()  # unread bytes: the connection can't carry another request
     return b"".join(chunks)[:MAX_ANSWER]
+
+
+class _TimedConnection(HTTPConnection):
+    """A connection whose answer (status line, headers and body) must come whole within the
+    read timeout of its request. A read timeout alone restarts with every byte: a server that
+    drips its answer, its headers included, would hold the worker, and every event, for ever."""
+
+    def getresponse(self) -> Any:
+        seconds = self.timeout if isinstance(self.timeout, int | float) else 10.0
+        by = time.monotonic() + seconds  # http.client calls it as the class of its answers:
+        self.response_class = functools.partial(_TimedAnswer, by=by)  # type: ignore[assignment]
+        return super().getresponse()
+
+
+class _TimedHTTPSConnection(_TimedConnection, HTTPSConnection):
+    pass
+
+
+class _HTTPPool(HTTPConnectionPool):
+    ConnectionCls = _TimedConnection
+
+
+class _HTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _TimedHTTPSConnection
+
+
+class _TimedAnswer(http.client.HTTPResponse):
+    """An answer read from the socket through :class:`_ByDeadline`."""
+
+    def __init__(self, sock: Any, *args: Any, by: float, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp = io.BufferedReader(_ByDeadline(self.fp.detach(), sock, by))
+
+
+class _ByDeadline(io.RawIOBase):
+    """The reads of a socket, each waiting at most until ``by`` (monotonic); past it, a
+    timeout, as when one read waits too long."""
+
+    def __init__(self, raw: Any, sock: Any, by: float) -> None:
+        super().__init__()
+        self._raw = raw
+        self._sock = sock
+        self._by = by
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        left = self._by - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer took too long")
+        self._sock.settimeout(left)
+        read: int | None = self._raw.readinto(buffer)
+        return read
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def _default_ca_bundle() -> str:

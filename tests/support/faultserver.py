@@ -296,6 +296,24 @@ class _Handler(BaseHTTPRequestHandler):
         with owner._lock:
             owner.answer_bytes.append(sent)
 
+    def _drip_headers(self) -> None:
+        owner = self.server.owner
+        self.close_connection = True
+        line = b"X-Slow: " + b"x" * 20 + b"\r\n"
+        sent = 0
+        try:
+            self.wfile.write(b"HTTP/1.1 202 Accepted\r\n")
+            self.wfile.flush()
+            while not owner._stopping.is_set():
+                self.wfile.write(line[sent % len(line) : sent % len(line) + 1])
+                self.wfile.flush()
+                sent += 1
+                owner._stopping.wait(0.3)
+        except OSError:  # the client closed the connection
+            pass
+        with owner._lock:
+            owner.answer_bytes.append(sent)
+
     def do_POST(self) -> None:
         owner = self.server.owner
         length = int(self.headers.get("Content-Length") or 0)
@@ -332,11 +350,16 @@ class _Handler(BaseHTTPRequestHandler):
             owner._stopping.wait()
             self.close_connection = True
             return
-        if action in ("drip", "huge"):
+        if action in ("drip", "huge", "drip-headers"):
             # "drip": a 202 whose body comes a byte at a time, three a second; "huge": a 202
-            # with a 64 MB body. Nothing is stored; the bytes the client took are recorded.
+            # with a 64 MB body; "drip-headers": a 202 whose header lines come a byte at a
+            # time, three a second, for ever. Nothing is stored; the bytes the client took are
+            # recorded.
             owner.record(Seen(action, events, headers, len(raw), received), stored=False)
-            self._answer_slowly(1_000 if action == "drip" else 64 << 20, action == "drip")
+            if action == "drip-headers":
+                self._drip_headers()
+            else:
+                self._answer_slowly(1_000 if action == "drip" else 64 << 20, action == "drip")
             return
         reply = action if isinstance(action, Reply) else Reply(int(action))
         if reply.status >= 400 and not reply.body:
