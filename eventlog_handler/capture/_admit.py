@@ -228,7 +228,9 @@ def was_sent(
 ) -> bool:
     """Whether ``by`` sent the record of logger ``name`` at ``level`` whose ``msg`` is ``obj``,
     created at ``created``, to the engine of ``engine_key``, on this thread, just now. A note
-    matches one record only."""
+    matches one record only: the first match pins it to that record (its ``msg`` and time), so
+    that every later pass over the same record matches it too (the handler, and the processor
+    again in a ``ProcessorFormatter``: one record may meet both)."""
     if not _processors_exist:
         return False
     notes = _RECENT.notes[by]
@@ -250,7 +252,8 @@ def was_sent(
             or not 0 <= created - noted <= _RENDERED_WINDOW  # made just now
         ):
             continue
-        del notes[index]
+        if noted_name is not None or item_created is None:
+            notes[index] = ((obj,), created, noted, key, None, 0)
         return True
     return False
 

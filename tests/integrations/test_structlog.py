@@ -246,6 +246,42 @@ def test_processor_inside_processor_formatter_sends_once(
     assert len(stream.getvalue().splitlines()) >= 3
 
 
+@pytest.mark.parametrize("console_first", [True, False])
+def test_one_processor_in_the_chain_and_in_the_formatter_sends_once(
+    server: CaptureServer, console_first: bool
+) -> None:
+    """One processor object in structlog's chain and in a ``ProcessorFormatter`` on the root
+    logger, beside ``setup()``'s handler: the processor's note was used up by the first of
+    its two readers (the handler, or the processor again in the formatter), and the second
+    sent every structlog event again."""
+    proc = EventLogProcessor()
+    console, stream = console_handler(proc)
+    if console_first:
+        logging.getLogger().addHandler(console)
+    handle = setup(API_KEY, server.url, level="INFO", capture_exceptions=False, **FAST)
+    if not console_first:
+        logging.getLogger().addHandler(console)
+    stdlib_bridge(proc, structlog.stdlib.ProcessorFormatter.wrap_for_formatter)
+    log = structlog.get_logger("twice")
+    for i in range(3):
+        log.warning("warn", i=i)
+    log.error("an error without an exception")
+    logging.getLogger("plain").warning("plain record")
+    assert handle.flush(5)
+    server.wait_for(5)
+    assert handle.flush(5)
+    events = server.wait_for(6, timeout=1)
+    assert sorted(str(e["message"]) for e in events) == [
+        "an error without an exception",
+        "plain record",
+        "warn",
+        "warn",
+        "warn",
+    ], events
+    assert all(e.get("count", 1) == 1 for e in events)
+    assert len(stream.getvalue().splitlines()) == 5  # the console printed each once
+
+
 def test_a_plain_record_with_the_same_text_right_after_is_sent(server: CaptureServer) -> None:
     handle = setup(API_KEY, server.url, level="INFO", capture_exceptions=False, **FAST)
     proc = processor(server)
