@@ -126,6 +126,8 @@ def _by_path(filename: str, module: str | None) -> bool:
 
     absolute = os.path.normcase(os.path.abspath(filename))
     forms = {absolute, os.path.normcase(os.path.realpath(absolute))}
+    if module in MAIN_NAMES:  # ``python -m shopapp``: the module ``shopapp.__main__``
+        module = getattr(getattr(sys.modules.get(module), "__spec__", None), "name", module)
     if module and module.partition(".")[0] in program_packages():
         return True  # the program itself, installed (see :mod:`._program`)
     for form in forms:

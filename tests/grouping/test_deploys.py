@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -595,3 +596,29 @@ def test_a_program_installed_in_site_packages_keeps_one_stack_per_bug(
     frames = lookup["@simple_error"]["data"]["@frames"]
     ours = [frame for frame in frames if frame["module"].startswith("shopx")]
     assert len(ours) == 2 and all(frame["in_app"] for frame in ours), ours  # main, lookup
+
+
+def test_a_program_run_from_its_checkout_and_installed_is_one_stack_per_bug(
+    server: CaptureServer, tmp_path: Path
+) -> None:
+    """Staging runs ``python -m shopx`` from a checkout, production from a wheel: the frame of
+    ``shopx/__main__.py`` in site-packages, of the module ``__main__``, was a library's, and
+    each crash of the program opened a second stack on the service."""
+    site = install_program(tmp_path / "image")
+    checkout = tmp_path / "checkout"
+    shutil.copytree(site / "shopx", checkout / "shopx")
+    for where, path in (("installed", str(site)), ("checkout", str(checkout))):
+        env = child_env(server.url)
+        env["PYTHONPATH"] = os.pathsep.join([path, env["PYTHONPATH"]])
+        result = subprocess.run(
+            [sys.executable, "-m", "shopx", "find"],
+            cwd=checkout if where == "checkout" else tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 1 and "KeyError" in result.stderr, result.stderr
+    installed, from_checkout = server.wait_for(2)
+    assert installed["data"]["@stack"] == from_checkout["data"]["@stack"]
+    assert server_signature(installed) == server_signature(from_checkout)
