@@ -172,6 +172,9 @@ def build_event(
     note_reference(event.get("reference_id"))
     mark_reported(exc, event.get("reference_id"))
     _with_frames(event, exc, settings)
+    if exc.__traceback__ is None and stack is None:  # never raised: where it was captured
+        site = caller if caller is not None else sys._getframe(1)
+        return _with_call_site(event, settings, stack, source, template, message, site)
     return _with_stack(event, stack)
 
 

@@ -86,6 +86,9 @@ def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
             if STACK_KEY not in data:
                 stack = log_stack(site.source, site.template, site, site.innermost, site.program)
                 if stack is not None:
+                    if type(error) is dict and isinstance(error.get("type"), str):
+                        # an error without frames (never raised): its type and call site
+                        stack["signature_data"] = {"type": error["type"], **stack["signature_data"]}
                     data[STACK_KEY] = stack
             if site:
                 data[FRAMES_KEY] = resolve(site, include, exclude, settings.secrets)

@@ -110,7 +110,9 @@ def _cut(text: str, limit: int) -> str:
 
 def error_stack(error: Any, program: str | None = None) -> dict[str, Any] | None:
     """The ``@stack`` of an ``@simple_error`` whose frames are resolved, or ``None`` (no
-    frames: the service's own stacking stands)."""
+    frames: the call site of the capture stands, see
+    :func:`eventlog_handler.delivery._finish.complete`). A group without frames of its own
+    (``except*`` re-raising it, caught in the same function) is told by its members'."""
     if not isinstance(error, dict) or not isinstance(error.get("type"), str):
         return None
     outer_type: str = error["type"]
@@ -127,10 +129,14 @@ def error_stack(error: Any, program: str | None = None) -> dict[str, Any] | None
         depth += 1
     signature: dict[str, str] = {"type": outer_type}
     members = _members(error) or (_members(chosen) if chosen is not None else "")
+    short = outer_type.rpartition(".")[2] or outer_type
     if chosen is None:
         frames = _frames_of(error)
         if not isinstance(frames, list) or not frames or not isinstance(frames[-1], dict):
-            return None
+            if not members:
+                return None
+            signature["members"] = _cut(f"with {members}", MAX_VALUE)
+            return {"title": _cut(f"{short} ({members})", MAX_TITLE), "signature_data": signature}
         innermost = _name(frames[-1])
         signature["frames"] = _cut(f"in {innermost}", MAX_VALUE)
         where = innermost
@@ -143,7 +149,6 @@ def error_stack(error: Any, program: str | None = None) -> dict[str, Any] | None
         signature["members"] = _cut(f"with {members}", MAX_VALUE)
     if signature["frames"].startswith("in __main__.") or " > __main__." in signature["frames"]:
         _add_program(signature, program)
-    short = outer_type.rpartition(".")[2] or outer_type
     title = f"{short} in {where}" + (f" ({members})" if members else "")
     return {"title": _cut(title, MAX_TITLE), "signature_data": signature}
 

@@ -386,3 +386,92 @@ def test_a_recursion_through_several_functions_is_one_stack_at_any_depth(make_ha
     assert frames.endswith(
         " > ".join(f"{__name__}.parse_{rule}" for rule in ("expr", "term", "factor", "atom"))
     ), frames
+
+
+def reject_invoice(logger: logging.Logger, total: int) -> None:
+    logger.error("invoice rejected", exc_info=ValueError(f"negative total {total}"))
+
+
+def reject_address(logger: logging.Logger, code: str) -> None:
+    logger.error("address rejected", exc_info=ValueError(f"bad zip {code}"))
+
+
+def test_exceptions_never_raised_are_told_apart_by_where_they_were_logged(make_handler, server):
+    """An exception logged without being raised (a validation result) has no frames: every
+    such error of one type was one stack on the service, whatever the bug."""
+    logger, handler = make_handler()
+    reject_invoice(logger, -5)
+    reject_invoice(logger, -7)
+    reject_address(logger, "AB1")
+    assert handler.engine.flush(5)
+    events = server.wait_for(3)
+    by_message = {}
+    for event in events:
+        by_message.setdefault(event["message"], []).append(server_signature(event))
+    first, second = by_message["invoice rejected"]
+    assert first == second
+    assert by_message["address rejected"][0] != first
+    stacks = {event["message"]: event["data"]["@stack"] for event in events}
+    assert stacks["invoice rejected"]["signature_data"]["type"] == "ValueError"
+    assert "reject_invoice" in stacks["invoice rejected"]["signature_data"]["site"]
+
+
+GROUP_CAUGHT_IN_PLACE = """
+import logging, sys
+import eventlog_handler
+
+eventlog_handler.setup(flush_interval=0.05)
+log = logging.getLogger("orders")
+
+
+def charge():
+    raise ValueError("card declined")
+
+
+def ship():
+    raise KeyError("no address")
+
+
+def run(step):
+    errors = []
+    try:
+        step()
+    except Exception as exc:
+        errors.append(exc)
+    raise ExceptionGroup("batch failed", [*errors, OSError("disk")])
+
+
+def process(name):
+    try:
+        try:
+            run(charge if name == "charge" else ship)
+        except* OSError:
+            raise RuntimeError("cleanup failed")
+    except Exception:
+        log.exception("the order failed")
+
+
+process(sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="except* is Python 3.11's")
+def test_a_group_reraised_by_except_star_is_told_by_its_members(server, tmp_path):
+    """A group that ``except*`` re-raises and the same function catches has no traceback of
+    its own: two groups failing for different reasons were one stack."""
+    path = tmp_path / "orders.py"
+    path.write_text(GROUP_CAUGHT_IN_PLACE)
+    for name in ("charge", "ship", "charge"):
+        result = subprocess.run(
+            [sys.executable, str(path), name],
+            env=child_env(server.url),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+    charge, ship, charge_again = sorted(server.wait_for(3), key=lambda e: e["date"])
+    assert server_signature(charge) == server_signature(charge_again)
+    assert server_signature(charge) != server_signature(ship)
+    members = charge["data"]["@stack"]["signature_data"]["members"]
+    assert "ValueError in __main__.charge" in members, members
