@@ -40,7 +40,7 @@ import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from eventlog_handler.capture._context import RequestScope, add_tags, get_tags, get_user, set_user
+from eventlog_handler.capture._context import RequestScope
 from eventlog_handler.capture._typed import report_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._request import (
@@ -80,15 +80,9 @@ class EventLogMiddleware:
         if scope.get("type") not in _REQUEST_TYPES:  # types to come
             await self.app(scope, receive, send)
             return
-        # Each connection runs in a task of its own, with a copy of the server's context: no
-        # earlier request can have left a user there, so the user and tags that code around
-        # the middleware set (an outer middleware) are kept for the request.
-        user, tags = get_user(), get_tags()
-        request = RequestScope(_request_info(scope))
-        if user is not None:
-            set_user(user.get("identity"), user.get("name"), user.get("data"))
-        if tags:
-            add_tags(tags)
+        # Each connection runs in a task of its own, with a copy of the server's context: the
+        # user and tags that code around the middleware set (an outer middleware) are kept.
+        request = RequestScope(_request_info(scope), keep_outer=True)
         if self.report_not_found and scope.get("type") == "http":
             send = _noting_not_found(send, scope)
         try:

@@ -11,7 +11,9 @@ and call :func:`eventlog_handler.setup` once (for instance at the end of ``setti
 ``wsgi.py``/``asgi.py``). It works under WSGI and ASGI (sync and async views).
 
 For every request the middleware opens a :class:`~eventlog_handler.capture._context.RequestScope` (the
-user and tags set during the request belong to it only) whose error events carry ``@request``
+user and tags set during the request belong to it only; those set by a middleware listed
+before it count for the request too, and not for a later request on the thread where that
+middleware set none) whose error events carry ``@request``
 (see :mod:`eventlog_handler.integrations._request`; the scheme is ``request.scheme``, which honours
 ``SECURE_PROXY_SSL_HEADER``).
 
@@ -84,7 +86,7 @@ class EventLogMiddleware:
     def __call__(self, request: Any) -> Any:
         if self._async:
             return self._acall(request)
-        scope = RequestScope(request_info(request))
+        scope = RequestScope(request_info(request), keep_outer=True)
         try:
             server_loggers.ensure_attached()
             response = self.get_response(request)
@@ -98,7 +100,7 @@ class EventLogMiddleware:
     async def _acall(self, request: Any) -> Any:
         # Under ASGI the body may be made in another context than this one (asgiref copies
         # contexts), where the scope could not be closed: it ends here.
-        with RequestScope(request_info(request)):
+        with RequestScope(request_info(request), keep_outer=True):
             server_loggers.ensure_attached()
             pending: Awaitable[Any] = self.get_response(request)
             response = await pending

@@ -17,7 +17,9 @@ For every request the middleware:
 - opens a :class:`~eventlog_handler.capture._context.RequestScope`: the user and tags set while the
   request runs (``set_user`` in a ``before_request`` hook, ``add_tags`` in a view) belong to
   this request only and are gone when its response is closed, so they never reach the next
-  request served by the same thread;
+  request served by the same thread. Those set by code around the middleware (an auth
+  wrapper outside it) count for the request too, and not for a later request on the thread
+  where that code set none;
 - gives the request's error events ``@request`` (method, URL, headers and query after the
   data exclusions, client address, user agent; see :mod:`eventlog_handler.integrations._request`), also
   to the errors the application logs itself with ``logger.exception``;
@@ -64,7 +66,7 @@ class EventLogMiddleware:
         return f"<{type(self).__name__} {self.app!r}>"
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        scope = RequestScope(_request_info(environ))
+        scope = RequestScope(_request_info(environ), keep_outer=True)
         server_loggers.ensure_attached()
         if self.report_not_found:
             start_response = _noting_not_found(start_response, environ)
