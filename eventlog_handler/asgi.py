@@ -46,6 +46,7 @@ from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._request import (
     active_exclusions,
     from_scope,
+    not_found_switch,
     report,
     scope_path,
 )
@@ -67,7 +68,7 @@ class EventLogMiddleware:
 
     def __init__(self, app: ASGIApplication, *, report_not_found: bool = False) -> None:
         self.app = app
-        self.report_not_found = bool(report_not_found)
+        self.report_not_found = not_found_switch("report_not_found", report_not_found)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.app!r}>"

@@ -48,7 +48,12 @@ from typing import Any
 from eventlog_handler.capture._context import RequestScope
 from eventlog_handler.capture._typed import report_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
-from eventlog_handler.integrations._request import active_exclusions, from_environ, report
+from eventlog_handler.integrations._request import (
+    active_exclusions,
+    from_environ,
+    not_found_switch,
+    report,
+)
 
 __all__ = ["EventLogMiddleware"]
 
@@ -71,7 +76,9 @@ class EventLogMiddleware:
         if self._async:
             asgiref_sync.markcoroutinefunction(self)
         conf = importlib.import_module("django.conf")
-        self.report_not_found = bool(getattr(conf.settings, "EVENTLOG_REPORT_NOT_FOUND", False))
+        self.report_not_found = not_found_switch(
+            "EVENTLOG_REPORT_NOT_FOUND", getattr(conf.settings, "EVENTLOG_REPORT_NOT_FOUND", False)
+        )
         signals = importlib.import_module("django.core.signals")
         signals.got_request_exception.connect(
             _on_request_exception, weak=False, dispatch_uid=_DISPATCH_UID

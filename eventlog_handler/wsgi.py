@@ -47,7 +47,12 @@ from typing import Any
 from eventlog_handler.capture._context import RequestScope
 from eventlog_handler.capture._typed import report_not_found
 from eventlog_handler.integrations import _server_loggers as server_loggers
-from eventlog_handler.integrations._request import active_exclusions, from_environ, report
+from eventlog_handler.integrations._request import (
+    active_exclusions,
+    from_environ,
+    not_found_switch,
+    report,
+)
 
 StartResponse = Callable[..., Any]
 WSGIApplication = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -60,7 +65,7 @@ class EventLogMiddleware:
 
     def __init__(self, app: WSGIApplication, *, report_not_found: bool = False) -> None:
         self.app = app
-        self.report_not_found = bool(report_not_found)
+        self.report_not_found = not_found_switch("report_not_found", report_not_found)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.app!r}>"
@@ -172,9 +177,10 @@ def init_flask(app: Any, *, report_not_found: bool = False) -> Any:
     not sent again. Exceptions that an ``errorhandler`` of the application handles are not
     reported, as Flask does not log them either.
     """
+    wanted = not_found_switch("report_not_found", report_not_found)
     if not isinstance(app.wsgi_app, EventLogMiddleware):
-        app.wsgi_app = EventLogMiddleware(app.wsgi_app, report_not_found=report_not_found)
-    elif report_not_found:
+        app.wsgi_app = EventLogMiddleware(app.wsgi_app, report_not_found=wanted)
+    elif wanted:
         app.wsgi_app.report_not_found = True
     signals = importlib.import_module("flask.signals")
     signals.got_request_exception.connect(_flask_exception, app, weak=False)

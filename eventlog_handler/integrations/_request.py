@@ -28,7 +28,9 @@ from collections.abc import Collection, Mapping
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
+from eventlog_handler._values import boolean, checked
 from eventlog_handler.capture._exceptions import capture_exception, current_settings
+from eventlog_handler.delivery._stderr import say_once
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings, normalize_key
 from eventlog_handler.wire._jsonsafe import is_excluded
 
@@ -456,4 +458,15 @@ def report(exc: BaseException, submission_method: str = SUBMISSION_METHOD) -> bo
             exc, submission_method=submission_method, settings=active_settings()
         )
     except Exception:  # pragma: no cover - capture_exception never raises
+        return False
+
+
+def not_found_switch(name: str, value: Any) -> bool:
+    """A middleware's ``report_not_found`` (``name``: the setting as the user wrote it) as a
+    bool: ``"False"`` or ``"no"`` (from an environment variable) is false. A value that is
+    not a boolean is said once on stderr, naming the setting, and 404s are not reported."""
+    try:
+        return bool(checked(boolean, name, value))
+    except ValueError as exc:
+        say_once(str(exc), f"{exc}; False is used: 404 answers are not reported")
         return False

@@ -316,3 +316,33 @@ def test_not_found_is_reported_when_asked(setup_eventlog: Setup, server: Capture
     assert (request["http_method"], request["path"]) == ("GET", "/missing")
     assert request["query_string"] == {"page": "2"}
     assert request["user_agent"] == "Firefox/128"
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("False", None),
+        ("maybe", "setting 'EVENTLOG_REPORT_NOT_FOUND' must be true or false, got 'maybe'"),
+    ],
+)
+def test_not_found_setting_from_an_environment_variable(
+    setup_eventlog: Setup,
+    server: CaptureServer,
+    capsys: pytest.CaptureFixture[str],
+    value: str,
+    said: str | None,
+) -> None:
+    """``EVENTLOG_REPORT_NOT_FOUND = os.environ.get(...)``: "False" sends no 404; a value that
+    is not a boolean is said, naming the setting, and sends none either."""
+    handle = setup_eventlog()
+    with override_settings(MIDDLEWARE=WIRED, EVENTLOG_REPORT_NOT_FOUND=value):
+        c = client()
+        assert c.get("/missing").status_code == 404
+        assert c.get("/fail").status_code == 500
+    events = settle(handle, server, 2)
+    assert sorted(event["type"] for event in events) == ["error", "log"]  # the log: Not Found
+    stderr = capsys.readouterr().err
+    if said is None:
+        assert "EVENTLOG_REPORT_NOT_FOUND" not in stderr
+    else:
+        assert f"eventlog_handler: {said}; False is used" in stderr

@@ -288,3 +288,34 @@ def test_under_gunicorn(server: CaptureServer, middleware: bool) -> None:
         assert event["message"].startswith("Error handling request")
         assert "@request" not in event["data"]
     assert_no_secrets(server.events)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("no", None),
+        ("False", None),
+        ("maybe", "setting 'report_not_found' must be true or false, got 'maybe'"),
+    ],
+)
+def test_report_not_found_as_text_is_read_as_a_boolean(
+    setup_eventlog: Setup,
+    server: CaptureServer,
+    serve: Any,
+    capsys: pytest.CaptureFixture[str],
+    value: str,
+    said: str | None,
+) -> None:
+    """``report_not_found`` from an environment variable: "no" and "False" send no 404 (a
+    string is not taken as true); a value that is not a boolean is said, naming the setting."""
+    handle = setup_eventlog()
+    served = serve(EventLogMiddleware(application, report_not_found=value))
+    assert requests.get(served.url + "/missing", timeout=10).status_code == 404
+    assert requests.get(served.url + "/fail", timeout=10).status_code == 500
+    events = settle(handle, server, 1)
+    assert [event["type"] for event in events] == ["error"]
+    stderr = capsys.readouterr().err
+    if said is None:
+        assert "report_not_found" not in stderr
+    else:
+        assert f"eventlog_handler: {said}; False is used" in stderr

@@ -28,6 +28,9 @@ def application(environ: dict[str, Any], start_response: StartResponse) -> Itera
     path = environ.get("PATH_INFO", "/")
     if path == "/fail":
         raise RuntimeError("the /fail handler is broken")
+    if path == "/missing":
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"no such page\n"]
     if path == "/stream":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return _stream(fail=environ.get("QUERY_STRING") == "fail")
