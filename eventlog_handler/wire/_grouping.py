@@ -31,7 +31,7 @@ blanks, and the other values start with a word and a blank (``in``, ``from``, ``
 
 A record at ``ERROR`` or above without an exception is stacked by its logger, its call site
 (the innermost application frame's ``module.function``, no line number) and its message
-*template* (``record.msg``, not the formatted text), its numbers, UUIDs and hex ids each
+*template* (``record.msg``, not the formatted text), its numbers, UUIDs and ids of letters and digits each
 written ``#``: a message formatted before the call (``log.error(f"order {id} failed")``) is
 one stack for every id::
 
@@ -56,13 +56,13 @@ from typing import Any
 MAX_VALUE = 2_000
 MAX_TITLE = 1_000
 #: What varies from one call to the next in a message formatted before the call: an address
-#: or other ``0x`` number (an object's default repr), a UUID, a hex id (8 or more hex digits, a
-#: digit and a letter among them, between characters that are neither: ``req_9f3a...``), a
-#: number.
+#: or other ``0x`` number (an object's default repr), a UUID, an id of letters and digits (5 or
+#: more characters, a digit and a letter among them, between characters that are neither:
+#: ``req_9f3a...``, a ULID, a pod's ``7d9f8-x2kq4``), a number.
 _VARYING = re.compile(
     r"(?<![0-9a-z])0x[0-9a-f]+(?![0-9a-z])"
     r"|(?<![0-9a-z])[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![0-9a-z])"
-    r"|(?<![0-9a-z])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}(?![0-9a-z])|[0-9]+",
+    r"|(?<![0-9a-z])(?=[0-9a-z]*[0-9])(?=[0-9a-z]*[a-z])[0-9a-z]{5,}(?![0-9a-z])|[0-9]+",
     re.IGNORECASE,
 )
 

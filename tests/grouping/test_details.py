@@ -166,12 +166,16 @@ def test_addresses_and_hex_ids_joined_to_words_are_one_stack(make_handler, serve
 
 
 def test_a_0x_inside_a_word_is_not_an_address(make_handler, server):
-    """``0x`` inside a word took the hex letters after it: ``box0xford`` became ``box#ord``."""
+    """``0x`` inside a word took the hex letters after it: ``box0xford`` became ``box#ord``.
+    A word of letters and digits is an id, whole (``box0xford`` as ``7d9f8x2kq4``); a word of
+    letters alone is kept."""
     logger, handler = make_handler()
     fail_order(logger, "box0xford")
+    fail_order(logger, "boxoxford")
     handler.engine.flush(5)
-    [event] = server.wait_for(1)
-    assert event["data"]["@stack"]["signature_data"]["message"] == "order box#xford failed"
+    first, second = server.wait_for(2)
+    assert first["data"]["@stack"]["signature_data"]["message"] == "order # failed"
+    assert second["data"]["@stack"]["signature_data"]["message"] == "order boxoxford failed"
 
 
 def test_in_app_rules_and_options(tmp_path):
@@ -475,3 +479,43 @@ def test_a_group_reraised_by_except_star_is_told_by_its_members(server, tmp_path
     assert server_signature(charge) != server_signature(ship)
     members = charge["data"]["@stack"]["signature_data"]["members"]
     assert "ValueError in __main__.charge" in members, members
+
+
+IDS_PROGRAM = """
+import logging, random, string, sys
+import eventlog_handler
+
+eventlog_handler.setup(flush_interval=0.05)
+log = logging.getLogger("jobs")
+pick = random.Random(int(sys.argv[1]))
+base62 = string.ascii_letters + string.digits
+crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+request = "".join(pick.choice(base62) for _ in range(11)) + pick.choice(string.digits)
+ulid = "".join(pick.choice(crockford) for _ in range(25)) + pick.choice(string.digits)
+pod = "web-" + "".join(pick.choice("bcdf2456789") for _ in range(9)) + "-x" + str(pick.randrange(1000, 9999))
+log.error(f"request {request} on pod {pod} failed")
+log.error(f"job {ulid} failed")
+"""
+
+
+def test_ids_of_letters_and_digits_in_a_formatted_message_are_one_stack(server, tmp_path):
+    """ULIDs, base62 request ids and pod names in an f-string: only their digits were left out
+    of the signature, and every process's error opened a stack of its own."""
+    path = tmp_path / "jobs.py"
+    path.write_text(IDS_PROGRAM)
+    for seed in ("1", "2", "3"):
+        result = subprocess.run(
+            [sys.executable, str(path), seed],
+            env=child_env(server.url),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+    events = server.wait_for(6)
+    by_kind: dict[str, set[str]] = {}
+    for event in events:
+        by_kind.setdefault(event["message"].split()[0], set()).add(server_signature(event))
+    assert len(by_kind["request"]) == 1, by_kind
+    assert len(by_kind["job"]) == 1, by_kind
+    assert len({event["message"] for event in events}) == 6  # the ids did differ
