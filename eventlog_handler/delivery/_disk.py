@@ -16,7 +16,7 @@ import secrets
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -237,3 +237,53 @@ def same_file(fd: int, path: Path) -> bool:
     except OSError:
         return False
     return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
+
+
+def salvage(
+    db: sqlite3.Connection, write: Callable[[list[tuple[float, bool, bytes, int]]], bool]
+) -> tuple[int | None, bool]:
+    """Read the rows of a damaged spool file that can still be read, oldest first, and hand
+    them to ``write`` in chunks (it returns ``False`` to stop: no room for them). A row that
+    can't be read (on a bad page, or its body) is stepped over by its id, up to the file's
+    highest id. Returns the ids stepped over, an estimate of the rows lost (ids of rows deleted
+    before the damage count too; ``None`` when not even that can be told), and whether every
+    readable row was written."""
+    columns = {column[1] for column in db.execute("PRAGMA table_info(events)")}
+    weight = "weight" if "weight" in columns else "1"
+    upper: int | None = None
+    for query in ("SELECT seq FROM sqlite_sequence WHERE name = 'events'", _MAX_ID):
+        with contextlib.suppress(sqlite3.DatabaseError):
+            found = db.execute(query).fetchone()
+            if found and found[0] is not None:
+                upper = int(found[0])
+                break
+    last, skipped = 0, 0
+    chunk: list[tuple[float, bool, bytes, int]] = []
+    while True:
+        try:
+            cursor = db.execute(
+                f"SELECT id, created, is_error, body, {weight} FROM events WHERE id > ? "
+                "ORDER BY id",
+                (last,),
+            )
+            for rowid, created, error, body, count in cursor:
+                chunk.append((float(created), bool(error), bytes(body), int(count)))
+                last = int(rowid)
+                if len(chunk) >= CHUNK_ROWS:
+                    if not write(chunk):
+                        return skipped, False
+                    chunk = []
+            break
+        except sqlite3.DatabaseError as exc:
+            if is_full(exc) and not is_corrupt(exc):
+                raise
+            if upper is None:
+                return None, not chunk or write(chunk)
+            if last >= upper:
+                break
+            last += 1  # the row after the last one read is unreadable: step over it
+            skipped += 1
+    return skipped, not chunk or write(chunk)
+
+
+_MAX_ID = "SELECT MAX(id) FROM events"

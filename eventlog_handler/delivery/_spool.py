@@ -26,8 +26,10 @@ from eventlog_handler.delivery._disk import (
     SUFFIX,
     Row,
     is_corrupt,
+    is_full,
     move_aside,
     mtime,
+    salvage,
     try_lock,
 )
 from eventlog_handler.delivery._spool_file import SpoolCorrupt, SpoolFile
@@ -70,6 +72,7 @@ class Spool:
         self._own: SpoolFile | None = None
         self._pid = os.getpid()
         self._quarantined: list[Path] = []
+        self._damage: dict[Path, tuple[int, int | None]] = {}
         self._unmovable: set[Path] = set()
         #: Files of ended processes that could not be opened (not corrupt: a full disk, say),
         #: with why; :meth:`take_unopened` hands each out once.
@@ -149,7 +152,8 @@ class Spool:
         """Take over the files of processes that ended (their lock is free); oldest first.
 
         A file that can't be opened because it is not (or no longer) a readable database is
-        moved into the quarantine (see :meth:`take_quarantined`) instead.
+        moved into the quarantine (see :meth:`take_quarantined`) instead, its readable rows
+        copied out to a new file first, which is claimed (:meth:`_salvage`).
         """
         if sys.platform == "win32" or not self.directory.is_dir():
             return []
@@ -184,17 +188,70 @@ class Spool:
                 claimed.append(SpoolFile(path, fd, self.max_bytes, on_quarantine=self._note))
             except (sqlite3.Error, OSError) as exc:
                 if is_corrupt(exc):
-                    moved = move_aside(path)
-                    with contextlib.suppress(OSError):
-                        Path(f"{path}.lock").unlink()
-                    if moved is not None:
-                        self._note(moved)
-                    else:
-                        self._unmovable.add(path)
+                    copy = self._salvage(path)
+                    if copy is not None:
+                        claimed.append(copy)
                 else:  # tried again at the next scan
                     self.unopenable(path, f"{type(exc).__name__}: {exc}")
                 os.close(fd)
         return claimed
+
+    def _salvage(self, path: Path) -> SpoolFile | None:
+        """A file of an ended process that can't be opened whole (a bad page): the rows that
+        can still be read go to a new file, claimed and returned (``None`` if none could), and
+        the file into the quarantine, noted with what was kept and lost (:meth:`take_damage`).
+        Where the disk has no room for the copy, the file stays as it is, tried again at the
+        next scan."""
+        found = _TAG.search(path.name)
+        stem = path.name[: found.start()] if found else path.name[: -len(SUFFIX)]
+        name = f"{stem}-s{secrets.token_hex(4)}{found.group(0) if found else SUFFIX}"
+        target = self.directory / name
+        fd: int | None = None
+        try:
+            fd = try_lock(Path(f"{target}.lock"))
+            held = None if fd == -1 else fd
+            copy = SpoolFile(target, held, self.max_bytes, on_quarantine=self._note)
+        except (OSError, sqlite3.Error) as exc:
+            if fd is not None and fd != -1:
+                os.close(fd)
+            self.unopenable(path, f"damaged, and a copy of it can't be made: {exc}")
+            return None
+        lost: int | None = None
+        complete = True
+        try:
+            db = sqlite3.connect(str(path), 5.0, isolation_level=None, check_same_thread=False)
+            try:
+                lost, complete = salvage(db, lambda rows: copy.append(rows) == len(rows))
+            finally:
+                db.close()
+        except sqlite3.Error as exc:  # not even its table can be read
+            complete = not is_full(exc) or is_corrupt(exc)
+        if not complete:  # no room for the copy: all of it waits in the damaged file
+            copy.close(remove_if_empty=False)
+            for leftover in (target, *(Path(f"{target}{j}") for j in (*JOURNALS, ".lock"))):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+            self.unopenable(path, "damaged, and the disk has no room to copy out its events")
+            return None
+        moved = move_aside(path)
+        with contextlib.suppress(OSError):
+            Path(f"{path}.lock").unlink()
+        if moved is None:
+            self._unmovable.add(path)
+        else:
+            with self._notes:
+                self._damage[moved] = (copy.count, lost)
+            self._note(moved)
+        if copy.count:
+            return copy
+        copy.close()
+        return None
+
+    def take_damage(self, moved: Path) -> tuple[int, int | None] | None:
+        """For a file moved into the quarantine when it was claimed: the events of its copy
+        (sent from it) and about how many rows were lost (``None``: can't be told); once."""
+        with self._notes:
+            return self._damage.pop(moved, None)
 
     def let_go(self, path: Path, why: str) -> None:
         """``path``'s sent rows could not be deleted: it is not claimed again by this process."""

@@ -231,9 +231,22 @@ class SpoolTraffic:
                 f"not be sent from ({safe_str(why)}); it stays on disk, {fate}."
             )
         for path in self.spool.take_quarantined():
+            kept, lost = self.spool.take_damage(path) or (0, None)
+            if lost:
+                with self.ledger.lock:
+                    self.ledger.replayed["dropped"] += lost
+            how_many = f" (about {lost}: an estimate from the row ids that could not be read)"
+            if not kept:
+                say(
+                    f"eventlog_handler: the spool file {Path(path).name} could not be read and "
+                    f"was moved to {path}; its events are lost{how_many if lost else ''}."
+                )
+                continue
             say(
-                f"eventlog_handler: the spool file {Path(path).name} could not be read and was "
-                f"moved to {path}; its events are lost."
+                f"eventlog_handler: the spool file {Path(path).name} could not be read whole "
+                f"(damaged pages) and was moved to {path}; its {kept} readable event(s) are sent "
+                f"from a copy, and those on the damaged pages are lost"
+                f"{how_many if lost is not None else ' (how many can not be told)'}."
             )
 
     # -- writing to disk ----------------------------------------------------------------------

@@ -176,3 +176,54 @@ def test_a_corrupt_spool_file_is_moved_aside_and_said_once(
     assert wait_until(lambda: "hello" in server.arrivals(), 5)
     code, stderr, _ = run_with_args(CORRUPT, server.url, tmp_path, [str(spool)])
     assert code == 0 and "could not be read" not in stderr, stderr  # said once, not forever
+
+
+KEEP = """
+import logging, sys
+import eventlog_handler
+
+eventlog_handler.setup(spool_path=sys.argv[1], shutdown_timeout=1)
+log = logging.getLogger("app.page")
+for index in range(2_000):
+    log.warning("kept %d", index, extra={"payload": "x" * 100})
+"""
+
+SEND_KEPT = """
+import json, sys, time
+import eventlog_handler
+
+handle = eventlog_handler.setup(spool_path=sys.argv[1], spool_scan_interval=0.1)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    replayed = handle.stats()["replayed"]
+    if replayed["delivered"] + replayed["dropped"] >= 2_000:
+        break
+    time.sleep(0.1)
+print("MARK replayed", json.dumps(handle.stats()["replayed"]), flush=True)
+"""
+
+
+def test_a_bad_page_in_a_spool_file_loses_only_its_rows_and_says_how_many(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    down = f"http://127.0.0.1:{dead_port()}"
+    code, stderr, _ = run_with_args(KEEP, down, tmp_path, [str(spool)])
+    assert code == 0, stderr
+    [kept] = spool.glob("*.spool.sqlite3")
+    pages = kept.stat().st_size // 4096
+    assert pages > 20, pages
+    with kept.open("r+b") as disk:  # a bad sector in the middle of the file
+        disk.seek(4096 * (pages // 2))
+        disk.write(bytes(range(256)) * 16)
+    code, stderr, found = run_with_args(SEND_KEPT, server.url, tmp_path, [str(spool)])
+    assert code == 0, stderr
+    replayed = found["replayed"]
+    arrived = [message for message in server.arrivals() if message.startswith("kept ")]
+    # The rows on the bad page are lost; every other row is sent, and the loss is counted.
+    assert 1_800 <= len(arrived) == replayed["delivered"] < 2_000, (len(arrived), stderr)
+    assert replayed["delivered"] + replayed["dropped"] == 2_000, replayed
+    said = re.findall(r"could not be read whole.*?(\d+) readable event.*?about (\d+)", stderr)
+    assert said == [(str(replayed["delivered"]), str(replayed["dropped"]))], stderr
+    assert "an estimate" in stderr
+    assert list((spool / "quarantine").glob("*.spool.sqlite3"))
