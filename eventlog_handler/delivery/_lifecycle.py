@@ -206,9 +206,11 @@ class Lifecycle:
                     intake.send_late = self.send_late
                     self._late_left = max(0.0, deadline - time.monotonic())
                 ledger.changed.notify_all()
+            earlier = 0
             if self.spooling is not None:
+                earlier = self.spooling.left_from_earlier()
                 self.spooling.close()
-            self._report(kept, unsent, on_wire)
+            self._report(kept, unsent, on_wire, earlier)
             if errands_left:
                 say(
                     f"eventlog_handler: {errands_left} request(s) other than events (user "
@@ -257,14 +259,20 @@ class Lifecycle:
             return exc
         return None
 
-    def _report(self, kept: int, unsent: int, on_wire: int) -> None:
+    def _report(self, kept: int, unsent: int, on_wire: int, earlier: int = 0) -> None:
         server = self.settings.shown_url
-        if kept and self.spooling is not None:
+        last_error = self.ledger.last_error
+        if (kept or earlier) and self.spooling is not None:
+            older = f"{earlier} event(s) of earlier runs are still in the spool"
+            cause = f" (last error: {last_error})" if last_error else ""
             say(
                 f"eventlog_handler: {kept} event(s) kept in the spool "
                 f"{self.spooling.directory} to send at the next start"
+                + (f", and {older}{cause}" if earlier else "")
+                if kept
+                else f"eventlog_handler: {older} {self.spooling.directory}, not sent by this "
+                f"run{cause}; they are sent at the next start"
             )
-        last_error = self.ledger.last_error
         evicted = self.ledger.dropped["queue_full"]
         if evicted:
             say(

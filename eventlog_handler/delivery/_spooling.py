@@ -480,6 +480,11 @@ class SpoolTraffic:
 
     # -- exit ---------------------------------------------------------------------------------
 
+    def left_from_earlier(self) -> int:
+        """Events of files of ended processes this one claimed and has not sent (all of them
+        stay in the spool, for the next start)."""
+        return sum(max(0, orphan.count) for orphan in list(self.orphans))
+
     def close(self) -> None:
         for orphan in self.orphans:
             orphan.close()

@@ -227,3 +227,37 @@ def test_a_bad_page_in_a_spool_file_loses_only_its_rows_and_says_how_many(
     assert said == [(str(replayed["delivered"]), str(replayed["dropped"]))], stderr
     assert "an estimate" in stderr
     assert list((spool / "quarantine").glob("*.spool.sqlite3"))
+
+
+LOG_A_FEW = """
+import logging, sys, time
+import eventlog_handler
+
+eventlog_handler.setup(spool_path=sys.argv[1], spool_scan_interval=0.1, shutdown_timeout=1)
+for index in range(int(sys.argv[2])):
+    logging.getLogger("app.few").warning("run %s event %d", sys.argv[3], index)
+time.sleep(1)  # the events a run before kept are claimed, and tried
+"""
+
+
+def test_the_exit_says_how_many_events_of_earlier_runs_still_wait_in_the_spool(
+    tmp_path: Path,
+) -> None:
+    spool = tmp_path / "spool"
+    down = f"http://127.0.0.1:{dead_port()}"
+    code, stderr, _ = run_with_args(LOG_A_FEW, down, tmp_path, [str(spool), "30", "1"])
+    assert code == 0 and "30 event(s) kept in the spool" in stderr, stderr
+    # A run that logs nothing, the server still down: the 30 are still waiting, and it says so.
+    code, stderr, _ = run_with_args(LOG_A_FEW, down, tmp_path, [str(spool), "0", "2"])
+    assert code == 0, stderr
+    assert re.search(r"30 event\(s\) of earlier runs are still in the spool .*refused", stderr), (
+        stderr
+    )
+    # A run that logs 5: its own 5 are kept, and the 30 of earlier runs are named too.
+    code, stderr, _ = run_with_args(LOG_A_FEW, down, tmp_path, [str(spool), "5", "3"])
+    assert code == 0, stderr
+    assert re.search(
+        r"5 event\(s\) kept in the spool \S+ to send at the next start, and 30 event\(s\) of "
+        r"earlier runs are still in the spool",
+        stderr,
+    ), stderr
