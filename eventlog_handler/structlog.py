@@ -152,7 +152,7 @@ class EventLogProcessor:
         self._own = Settings.from_options(
             {"api_key": api_key, "server_url": server_url, **options}, lenient=True
         )
-        if not self._follows_setup or current_settings() is None:
+        if not self._follows_setup:  # one that follows setup() says it at its first event
             say_unconfigured(self._own)
         #: Events that could not be converted (skipped, never raised).
         self.errors = 0
@@ -222,6 +222,8 @@ class EventLogProcessor:
             if trace:
                 tracelog.note_event(created, levelno, source, message)
             return
+        if settings is self._own and self._follows_setup:  # made before a setup() that never came
+            say_unconfigured(settings)
         engine = get_engine(settings)
         exc = exception_of(event_dict.get("exc_info"))
         if exc is None and record is not None and record.exc_info:

@@ -447,3 +447,52 @@ def test_a_manual_stack_before_the_console_renderer_is_sent_and_renders(
         "title": "Payment gateway timeout",
         "signature_data": {"gateway": "adyen"},
     }, payment
+
+
+BEFORE_SETUP = """
+import os, sys
+import structlog
+import eventlog_handler
+from eventlog_handler.structlog import EventLogProcessor
+
+key, url = os.environ.pop("EVENTLOG_API_KEY"), os.environ.pop("EVENTLOG_SERVER_URL")
+structlog.configure(processors=[EventLogProcessor(), structlog.processors.KeyValueRenderer()])
+print("configured", file=sys.stderr, flush=True)
+handle = eventlog_handler.setup(api_key=key, server_url=url) if sys.argv[1] == "setup" else None
+structlog.get_logger("app").warning("after setup")
+print("logged", file=sys.stderr, flush=True)
+if handle is not None:
+    assert handle.flush(5)
+"""
+
+
+@pytest.mark.parametrize("then", ["setup", "none"])
+def test_a_processor_made_before_setup_says_nothing_is_sent_only_when_nothing_is(
+    tmp_path: Any, then: str
+) -> None:
+    """``EventLogProcessor()`` in a settings module, ``setup(api_key=...)`` after: the processor
+    said "nothing will be sent: no API key is set", then sent everything."""
+    import subprocess
+
+    from tests.support.faultserver import FaultServer
+    from tests.support.processes import child_env
+
+    path = tmp_path / "program.py"
+    path.write_text(BEFORE_SETUP)
+    with FaultServer() as sink:
+        result = subprocess.run(
+            [sys.executable, str(path), then],
+            env=child_env(sink.url),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        lines = result.stderr.splitlines()
+        said = [index for index, line in enumerate(lines) if "nothing will be sent" in line]
+        if then == "setup":
+            assert said == [], result.stderr
+            assert sink.wait_for(1) and sink.accepted[0]["message"] == "after setup"
+        else:  # said at its first event, once
+            assert len(said) == 1, result.stderr
+            assert lines.index("configured") < said[0] < lines.index("logged"), result.stderr
