@@ -113,6 +113,7 @@ async def _lifespan(app: ASGIApplication, scope: Scope, receive: Receive, send: 
             failure = sys.exc_info()[1]
             if failure is not None:
                 report(failure, LIFESPAN_METHOD)
+                server_loggers.reported_as(message.get("message"))  # uvicorn logs its text
         await send(message)
 
     try:

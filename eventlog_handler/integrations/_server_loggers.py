@@ -16,6 +16,9 @@ hands their records to the setup's handler.
   loggers propagating to the root), and only a record of its own logger: uvicorn's worker for
   gunicorn gives ``uvicorn.error`` the very list of handlers of ``gunicorn.error``, so both
   forwarders see the records of each.
+- A server's line that only repeats a failure reported already is not sent: uvicorn logs the
+  text of a failed ASGI lifespan (its traceback), which the ASGI middleware reported as an
+  error (:func:`reported_as`).
 - Loggers are not created here: a logger that does not exist yet (the server is not imported)
   is attached to when it appears, at the next :func:`ensure_attached`. The web middlewares call
   it at the start of each request and of the ASGI lifespan, so the forwarders are back after
@@ -25,8 +28,10 @@ hands their records to the setup's handler.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections import deque
 from typing import Any, TypeGuard
 
 #: The servers' error loggers that are configured not to propagate (see the module docstring).
@@ -51,6 +56,7 @@ class ServerLogForwarder(logging.Handler):
                 record.levelno < self.target.level
                 or not _logged_on(record.name, self.logger_name)
                 or self._reaches_target()
+                or _said_already(record)
             ):
                 return False
             return self.target.handle(self._without_secrets(record))
@@ -84,6 +90,25 @@ class ServerLogForwarder(logging.Handler):
                 return False
             logger = logger.parent
         return False
+
+
+#: The texts of failures reported already that a server is about to log (see
+#: :func:`reported_as`).
+_REPORTED: deque[str] = deque(maxlen=4)
+
+
+def reported_as(text: Any) -> None:
+    """``text`` is a failure reported already: the server's record of it is not sent."""
+    if isinstance(text, str) and text:
+        _REPORTED.append(text)
+
+
+def _said_already(record: logging.LogRecord) -> bool:
+    if not _REPORTED or record.msg not in _REPORTED or record.args:
+        return False
+    with contextlib.suppress(ValueError):  # another thread took it
+        _REPORTED.remove(record.msg)
+    return True
 
 
 _LOCK = threading.Lock()

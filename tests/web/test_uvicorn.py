@@ -253,3 +253,6 @@ def test_a_startup_that_fails_arrives_as_an_error(server: CaptureServer) -> None
     assert [line.split(" ", 2)[2] for line in failure["data"]["@trace"]] == [
         "asgiapp: connecting to the database"
     ]
+    # uvicorn logs the traceback's text too: the failure arrived a second time, as a log event
+    # of its own stack.
+    assert not [e for e in server.events if "Traceback" in str(e.get("message"))]
