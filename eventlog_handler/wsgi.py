@@ -46,6 +46,7 @@ from typing import Any
 
 from eventlog_handler.capture._context import RequestScope
 from eventlog_handler.capture._typed import report_not_found
+from eventlog_handler.delivery._stderr import say_once
 from eventlog_handler.integrations import _server_loggers as server_loggers
 from eventlog_handler.integrations._request import (
     active_exclusions,
@@ -70,7 +71,11 @@ class EventLogMiddleware:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.app!r}>"
 
-    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: StartResponse | None = None, *more: Any
+    ) -> Iterable[bytes]:
+        if start_response is None or more:
+            raise _wrong_kind(environ, more)
         scope = RequestScope(_request_info(environ), keep_outer=True)
         server_loggers.ensure_attached()
         if self.report_not_found:
@@ -88,6 +93,19 @@ class EventLogMiddleware:
         except BaseException:
             scope.close()
             raise
+
+
+def _wrong_kind(first: Any, more: tuple[Any, ...]) -> TypeError:
+    """The error of a call that is not WSGI's: this middleware around an ASGI application
+    (``app.add_middleware``: the README's import line names both), or in Django's
+    ``MIDDLEWARE``. Said once on stderr too: the server may only log the request's 500."""
+    if more or (isinstance(first, dict) and "type" in first and "asgi" in first):
+        other = "an ASGI application: use eventlog_handler.asgi.EventLogMiddleware"
+    else:
+        other = "Django's MIDDLEWARE: use 'eventlog_handler.django.EventLogMiddleware'"
+    text = f"eventlog_handler.wsgi.EventLogMiddleware wraps a WSGI application, not {other}"
+    say_once(text, f"eventlog_handler: {text}")
+    return TypeError(text)
 
 
 class _ScopedResponse:
@@ -177,6 +195,14 @@ def init_flask(app: Any, *, report_not_found: bool = False) -> Any:
     not sent again. Exceptions that an ``errorhandler`` of the application handles are not
     reported, as Flask does not log them either.
     """
+    if not hasattr(app, "wsgi_app"):  # FastAPI or Starlette (ASGI): left as it is
+        text = (
+            f"init_flask() takes a Flask application, not {type(app).__name__}; for an ASGI "
+            "one (FastAPI, Starlette) use app.add_middleware(eventlog_handler.asgi."
+            "EventLogMiddleware)"
+        )
+        say_once(text, f"eventlog_handler: {text}")
+        return app
     wanted = not_found_switch("report_not_found", report_not_found)
     if not isinstance(app.wsgi_app, EventLogMiddleware):
         app.wsgi_app = EventLogMiddleware(app.wsgi_app, report_not_found=wanted)

@@ -319,3 +319,47 @@ def test_report_not_found_as_text_is_read_as_a_boolean(
         assert "report_not_found" not in stderr
     else:
         assert f"eventlog_handler: {said}; False is used" in stderr
+
+
+MIXED_UP = """
+import eventlog_handler
+from fastapi import FastAPI
+from eventlog_handler.wsgi import EventLogMiddleware, init_flask
+
+eventlog_handler.setup()
+app = FastAPI()
+
+
+@app.get("/hello")
+async def hello():
+    return {"hello": "world"}
+
+
+init_flask(app)  # meant for Flask: said, and the app is left as it is
+app.add_middleware(EventLogMiddleware)  # the WSGI class, where the ASGI one belongs
+"""
+
+
+def test_the_wsgi_middleware_on_an_asgi_app_says_which_class_to_use(
+    server: CaptureServer, tmp_path: Any
+) -> None:
+    """The README's import line names both classes ``EventLogMiddleware``: the WSGI one in
+    ``app.add_middleware`` failed every request with "missing 1 required positional argument:
+    'send'", and ``init_flask`` on a FastAPI app stopped the server at import."""
+    pytest.importorskip("fastapi")
+    from .test_uvicorn import Uvicorn
+
+    (tmp_path / "mixedapp.py").write_text(MIXED_UP)
+    env = child_env(server.url)
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    app = Uvicorn(["-m", "uvicorn", "mixedapp:app", "--host", "127.0.0.1", "--port", "0"], env)
+    try:
+        assert requests.get(app.url + "/hello", timeout=10).status_code == 500
+        assert requests.get(app.url + "/hello", timeout=10).status_code == 500
+    finally:
+        output = app.stop()
+    wrong = "eventlog_handler.wsgi.EventLogMiddleware wraps a WSGI application, not an ASGI"
+    assert f"{wrong} application: use eventlog_handler.asgi.EventLogMiddleware" in output
+    assert output.count(f"eventlog_handler: {wrong}") == 1, output  # said once
+    assert "init_flask() takes a Flask application, not FastAPI" in output
+    assert "missing 1 required positional argument" not in output
