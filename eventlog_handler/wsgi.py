@@ -71,11 +71,10 @@ class EventLogMiddleware:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.app!r}>"
 
-    def __call__(
-        self, environ: dict[str, Any], start_response: StartResponse | None = None, *more: Any
-    ) -> Iterable[bytes]:
-        if start_response is None or more:
-            raise _wrong_kind(environ, more)
+    def __call__(self, environ: dict[str, Any], *start: StartResponse) -> Iterable[bytes]:
+        if len(start) != 1:  # an ASGI call (scope, receive, send), or Django's (request)
+            raise _wrong_kind(environ, start[1:])
+        start_response = start[0]
         scope = RequestScope(_request_info(environ), keep_outer=True)
         server_loggers.ensure_attached()
         if self.report_not_found:
