@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 
 # ``requests`` imports netrc lazily, on a session's first request. A process that forks while
 # its delivery worker is in that import leaves the child an import lock nobody will release,
@@ -434,10 +433,10 @@ class Client:
         """The newest events (``GET /api/v2/events``, one page, the first unless ``page``
         says; a user token), matching the service's ``filter`` syntax (``type:error``),
         ``sort`` as the service sorts."""
-        limit = checks.number("limit", limit, minimum=-math.inf, integer=True)
-        params: dict[str, Any] = {"sort": sort, "limit": max(1, min(limit, 100))}
+        limit = checks.number("limit", limit, minimum=1, integer=True)
+        params: dict[str, Any] = {"sort": sort, "limit": min(limit, 100)}  # the service's most
         if page is not None:
-            params["page"] = max(1, checks.number("page", page, minimum=-math.inf, integer=True))
+            params["page"] = checks.number("page", page, minimum=1, integer=True)
         if filter:
             params["filter"] = filter
         found = _json(self._request("GET", EVENTS_PATH, params=params))

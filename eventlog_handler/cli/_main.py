@@ -350,7 +350,9 @@ def _timeout(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not math.isfinite(value) or not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be more than 0 and at most 3600 seconds, got {text!r}"
+        )
     return value
 
 

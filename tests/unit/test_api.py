@@ -655,6 +655,10 @@ def test_create_token_with_scopes_as_a_text_is_named_without_a_request(mocked, c
         pytest.param(lambda c: c.list_events(limit="abc"), "'limit'", id="limit=abc"),
         pytest.param(lambda c: c.list_events(page=None, limit=None), "'limit'", id="limit=None"),
         pytest.param(lambda c: c.list_events(page="x"), "'page'", id="page=x"),
+        # were asked as limit=1 and page=1, and answered without a word
+        pytest.param(lambda c: c.list_events(limit=0), "'limit'", id="limit=0"),
+        pytest.param(lambda c: c.list_events(limit=-5), "'limit'", id="limit=-5"),
+        pytest.param(lambda c: c.list_events(page=0), "'page'", id="page=0"),
         pytest.param(lambda c: api.Client(SERVER, TOKEN, timeout=-1), "'timeout'", id="-1"),
         pytest.param(lambda c: api.Client(SERVER, TOKEN, timeout="abc"), "'timeout'", id="abc"),
         pytest.param(lambda c: api.Client(SERVER, TOKEN, timeout=(1,)), "'timeout'", id="(1,)"),
