@@ -170,6 +170,8 @@ def transport_error(exc: BaseException, url: str) -> errors.TransportError:
     requests or a urllib3 exception; ``sent`` says whether the request may have arrived."""
     where = urlsplit(url).netloc.rpartition("@")[2]
     chain = _causes(exc)
+    if any(isinstance(item, _PROXY_ERRORS) for item in chain):
+        return _proxy_error(chain, where)
     if any(isinstance(item, _SSL_ERRORS) for item in chain):
         return errors.TransportError(f"TLS failure talking to {where}: {exc}", "tls")
     if any(isinstance(item, ConnectionRefusedError) for item in chain) or "refused" in str(exc):
@@ -187,6 +189,25 @@ def transport_error(exc: BaseException, url: str) -> errors.TransportError:
     return errors.TransportError(f"cannot reach {where}: {type(exc).__name__}", "other")
 
 
+def _proxy_error(chain: list[BaseException], where: str) -> errors.TransportError:
+    """What the proxy from ``HTTPS_PROXY``/``HTTP_PROXY`` did (it is not the server's doing;
+    its address and credentials are not shown)."""
+    texts = " ".join(str(item) for item in chain)
+    kind = "other"
+    if " 407 " in f" {texts} ":
+        what = "refused its own credentials (407): check the user and password in it"
+    elif any(isinstance(item, ConnectionRefusedError) for item in chain) or "refused" in texts:
+        what, kind = "refused the connection: is it running?", "refused"
+    elif any(isinstance(item, _TIMEOUTS) for item in chain):
+        what, kind = "did not answer in time", "timeout"
+    else:
+        what = f"failed: {type(chain[-1]).__name__}"
+    return errors.TransportError(
+        f"cannot reach {where} through the proxy of HTTPS_PROXY / HTTP_PROXY, which {what}", kind
+    )
+
+
+_PROXY_ERRORS = (requests.exceptions.ProxyError, urllib3.exceptions.ProxyError)
 _SSL_ERRORS = (requests.exceptions.SSLError, urllib3.exceptions.SSLError, ssl.SSLError)
 _TIMEOUTS = (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)
 _CONNECT_TIMEOUTS = (requests.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError)

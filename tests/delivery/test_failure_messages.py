@@ -175,3 +175,31 @@ def test_a_redirect_met_at_exit_says_what_to_set(server: FaultServer, tmp_path: 
     status, stderr, _ = run_program(EXITING, server.url, tmp_path)
     assert status == 0, stderr
     assert "Set EVENTLOG_SERVER_URL / server_url to the address the service is at." in stderr
+
+
+def test_a_tunnel_the_proxy_refuses_and_a_proxy_not_running_are_the_proxys(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """An HTTPS proxy's 407 to CONNECT said "cannot reach <server>: ProxyError", and a proxy
+    that isn't running was "connection to <the server> refused" while the server was up."""
+    from tests.support.proxy import Proxy
+
+    with Proxy(refuse_credentials=True) as proxy:
+        credentials = proxy.url.replace("http://", "http://someone:pr0xy-pass@")
+        target = f"https://127.0.0.1:{server.port}"
+        status, stderr, _ = run_program(
+            PROGRAM, target, tmp_path, HTTPS_PROXY=credentials, NO_PROXY=""
+        )
+        assert proxy.seen, "the tunnel was asked for"
+    assert status == 0, stderr
+    said = "through the proxy of HTTPS_PROXY / HTTP_PROXY, which refused its own credentials (407)"
+    assert f"cannot reach 127.0.0.1:{server.port} {said}" in stderr, stderr
+    assert "pr0xy-pass" not in stderr
+
+    dead = f"http://someone:pr0xy-pass@127.0.0.1:{dead_port()}"
+    status, stderr, _ = run_program(PROGRAM, server.url, tmp_path, HTTP_PROXY=dead, NO_PROXY="")
+    assert status == 0, stderr
+    assert "through the proxy of HTTPS_PROXY / HTTP_PROXY, which refused the connection" in stderr
+    assert f"connection to 127.0.0.1:{server.port} refused" not in stderr
+    assert "pr0xy-pass" not in stderr
+    assert server.requests == []  # the server was up, and never reached

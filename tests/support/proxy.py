@@ -17,8 +17,10 @@ from urllib.parse import urlsplit
 
 
 class Proxy:
-    def __init__(self) -> None:
+    def __init__(self, *, refuse_credentials: bool = False) -> None:
         self.seen: list[tuple[str, str, str | None]] = []  # (method, target, Proxy-Authorization)
+        #: Answer every request with 407 Proxy Authentication Required.
+        self.refuse_credentials = refuse_credentials
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.owner = self  # type: ignore[attr-defined]
@@ -46,6 +48,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_CONNECT(self) -> None:
         self._note()
+        if self.server.owner.refuse_credentials:  # type: ignore[attr-defined]
+            self.send_response(407)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         host, _, port = self.path.rpartition(":")
         if host != "127.0.0.1":
             self.send_error(403)
