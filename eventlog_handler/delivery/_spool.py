@@ -29,6 +29,7 @@ from eventlog_handler.delivery._disk import (
     is_full,
     move_aside,
     mtime,
+    rows_waiting,
     salvage,
     try_lock,
 )
@@ -104,7 +105,11 @@ class Spool:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            return exc.strerror or type(exc).__name__
+            why = exc.strerror or type(exc).__name__
+            waiting = rows_waiting(directory) if directory.is_dir() else 0
+            if waiting:  # kept by earlier runs: they wait until the directory can be written
+                why += f"; {waiting} event(s) of earlier runs wait in it, unsent until then"
+            return why
         except ValueError as exc:  # a path the system can't take (a NUL in it)
             return str(exc)
         return None

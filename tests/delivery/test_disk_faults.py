@@ -261,3 +261,36 @@ def test_the_exit_says_how_many_events_of_earlier_runs_still_wait_in_the_spool(
         r"earlier runs are still in the spool",
         stderr,
     ), stderr
+
+
+def test_events_of_earlier_runs_on_a_read_only_disk_are_said(tmp_path: Path) -> None:
+    """The spool's file system went read-only (ext4's ``errors=remount-ro``, a read-only
+    volume): the line said only that the directory can't be used, not that events of earlier
+    runs wait in it."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = sys.platform.startswith("linux") and shutil.which("mount") is not None
+    if mounted:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)],
+            capture_output=True,
+            check=False,
+        )
+        mounted = done.returncode == 0
+    if not mounted:
+        pytest.skip("this machine does not let the tests mount a file system")
+    try:
+        spool = mount / "spool"
+        down = f"http://127.0.0.1:{dead_port()}"
+        code, stderr, _ = run_with_args(LOG_A_FEW, down, tmp_path, [str(spool), "25", "1"])
+        assert code == 0 and "25 event(s) kept in the spool" in stderr, stderr
+        remount = ["mount", "-o", "remount,ro", str(mount)]
+        assert subprocess.run(remount, capture_output=True, check=False).returncode == 0
+        with FaultServer() as server:
+            code, stderr, _ = run_with_args(LOG_A_FEW, server.url, tmp_path, [str(spool), "2", "2"])
+        assert code == 0, stderr
+        assert f"the spool directory {spool} can't be used (Read-only file system" in stderr
+        assert "25 event(s) of earlier runs wait in it, unsent until then" in stderr, stderr
+    finally:
+        if subprocess.run(["umount", str(mount)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
