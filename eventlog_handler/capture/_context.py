@@ -242,14 +242,6 @@ def note_reference(reference_id: Any) -> None:
         _LAST_REFERENCE.set(reference_id)
 
 
-#: The user and tags a request found at its start in this context: a thread that serves one
-#: request after another (a WSGI server's) finds them again at its next request only as what
-#: the earlier one left over. Each asyncio task and each copied context starts without them.
-_FOUND: contextvars.ContextVar[tuple[Any, tuple[str, ...]]] = contextvars.ContextVar(
-    "eventlog_handler_found", default=(None, ())
-)
-
-
 class RequestScope:
     """One unit of work (a web request, a job): a fresh user, no tags, its ``@request``, and no
     last reference id (:func:`last_reference_id`) from an earlier unit.
@@ -261,27 +253,20 @@ class RequestScope:
     or call :meth:`close` in the same context it was made in.
 
     With ``keep_outer=True`` (the web middlewares) the user and tags that code around it set
-    for this request (an outer middleware, an auth wrapper) are kept instead. Cleared as
-    before: those current when the previous request began in this same context (a server
-    thread's), which that request's code around the middleware set and left there, and all
-    of them inside a scope still open (one that was never closed, or a second middleware in
-    the same request). A user set with :func:`set_user` is a new object each time, so setting
-    it again for the next request counts as set for that request.
+    for this request (an outer middleware, an auth wrapper) are kept instead, and cleared when
+    the scope closes: a server thread's next request starts without them (code around the
+    middleware sets them again for it, or not). Inside a scope still open (one that was never
+    closed, or a second middleware in the same request) they are cleared as before.
     """
 
-    __slots__ = ("_scopes", "_trace")
+    __slots__ = ("_kept", "_scopes", "_trace")
 
     def __init__(self, request: dict[str, Any] | None = None, *, keep_outer: bool = False) -> None:
         user: dict[str, Any] | None = None
         tags: tuple[str, ...] = ()
         if keep_outer and _REQUEST.get() is None:  # not in an earlier request's open scope
             user, tags = _USER.get(), _TAGS.get()
-            left_user, left_tags = _FOUND.get()
-            _FOUND.set((user, tags))
-            if user is left_user:
-                user = None
-            if tags is left_tags:
-                tags = ()
+        self._kept = user is not None or bool(tags)
         self._scopes: list[Scope[Any]] = [
             Scope(_USER, user),
             Scope(_TAGS, tags),
@@ -298,6 +283,10 @@ class RequestScope:
         for scope in reversed(scopes):
             with contextlib.suppress(ValueError):  # reset from another context: leave it alone
                 scope.reset()
+        if self._kept and scopes:  # the outer code's, for this request only
+            self._kept = False
+            _USER.set(None)
+            _TAGS.set(())
         if trace is not None:
             with contextlib.suppress(ValueError):
                 tracelog.reset_scope_ring(trace)

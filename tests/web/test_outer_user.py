@@ -44,7 +44,7 @@ wrapped = EventLogMiddleware(inner)
 def app(environ, start_response):  # an auth wrapper outside the middleware, never resetting
     if environ.get("HTTP_X_USER"):
         eventlog_handler.set_user(environ["HTTP_X_USER"])
-        eventlog_handler.add_tags("signed-in")
+        eventlog_handler.add_tags("signed-in", "as-" + environ["HTTP_X_USER"])
     return wrapped(environ, start_response)
 """
 
@@ -61,7 +61,7 @@ def identify(get_response):  # listed before the package's middleware, never res
     def middleware(request):
         if request.headers.get("X-User"):
             eventlog_handler.set_user(request.headers["X-User"])
-            eventlog_handler.add_tags("signed-in")
+            eventlog_handler.add_tags("signed-in", "as-" + request.headers["X-User"])
         return get_response(request)
 
     return middleware
@@ -122,24 +122,26 @@ def test_a_user_set_around_the_middleware_belongs_to_its_request_only(
     )
     try:
         assert http_status(port, "/health") == 200
-        seen = [who(port, user) for user in ("alice", None, "bob", None)]
+        seen = [who(port, user) for user in ("alice", None, "bob", "carol", None)]
     finally:
         process.send_signal(signal.SIGTERM)  # its exit sends what is left
         _, stderr = process.communicate(timeout=30)
-    server.wait_for(4, timeout=10)
+    server.wait_for(5, timeout=10)
     assert seen == [
-        {"user": {"identity": "alice"}, "tags": ["signed-in"]},
+        {"user": {"identity": "alice"}, "tags": ["signed-in", "as-alice"]},
         {"user": None, "tags": []},
-        {"user": {"identity": "bob"}, "tags": ["signed-in"]},
+        {"user": {"identity": "bob"}, "tags": ["signed-in", "as-bob"]},
+        {"user": {"identity": "carol"}, "tags": ["signed-in", "as-carol"]},  # not bob's too
         {"user": None, "tags": []},
     ], stderr[-2000:]
     events = sorted(
         (e for e in server.events if e.get("message") == "who"), key=lambda e: str(e["date"])
     )
     assert [(e.get("@user"), e.get("tags")) for e in events] == [
-        ({"identity": "alice"}, ["signed-in"]),
+        ({"identity": "alice"}, ["signed-in", "as-alice"]),
         (None, None),
-        ({"identity": "bob"}, ["signed-in"]),
+        ({"identity": "bob"}, ["signed-in", "as-bob"]),
+        ({"identity": "carol"}, ["signed-in", "as-carol"]),
         (None, None),
     ]
     assert all(e["data"]["@request"]["path"] == "/who" for e in events)
