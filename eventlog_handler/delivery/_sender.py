@@ -151,7 +151,10 @@ class _TimedConnection(HTTPConnection):
         seconds = self.timeout if isinstance(self.timeout, int | float) else 10.0
         by = time.monotonic() + seconds  # http.client calls it as the class of its answers:
         self.response_class = functools.partial(_TimedAnswer, by=by)  # type: ignore[assignment]
-        return super().getresponse()
+        try:
+            return super().getresponse()
+        finally:  # for this answer only: not the proxy's to a later tunnel on this connection
+            del self.response_class
 
 
 class _TimedHTTPSConnection(_TimedConnection, HTTPSConnection):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -130,3 +131,26 @@ def test_the_key_in_a_proxy_url_is_never_in_stats(make_engine, monkeypatch):
     stats = _send_one(make_engine, "http://127.0.0.1:9", wait=1.0, retry_initial=5.0)
     assert stats["delivered"] == 0
     assert "hunter2" not in repr(stats)
+
+
+def test_a_tunnel_opened_again_after_a_while_is_not_given_the_last_answers_deadline(
+    make_engine, tls_server, certificate, monkeypatch
+):
+    """The whole-answer deadline stayed on the connection: when the server closed it and the
+    next batch opened the tunnel again, the proxy's answer to ``CONNECT`` was read against the
+    last answer's deadline, long past, and every such batch failed once ("no answer in
+    time") before it went through."""
+    from tests.support.faultserver import Reply
+
+    tls_server.default = Reply(202, b"", {"Connection": "close"})
+    with Proxy() as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        engine = make_engine(tls_server.url, verify=certificate[0], timeout=1.0)
+        for index in range(3):
+            engine.enqueue(log_event(f"batch {index}", level="Warn"))
+            assert engine.flush(10)
+            time.sleep(1.2)  # past the last answer's deadline
+        stats = engine.stats()
+    assert stats["delivered"] == 3, stats
+    assert stats["retries"] == 0, stats["last_error"]
+    assert sum(1 for method, _, _ in proxy.seen if method == "CONNECT") >= 3  # one per batch
