@@ -13,9 +13,9 @@ hands their records to the setup's handler.
   GET /path?token=...``) are masked in what is sent, like the query of ``@request``.
 - Never twice: a forwarder passes a record on only when the record would not reach the
   handler anyway, by propagation (``uvicorn.run(app, log_config=None)`` leaves uvicorn's
-  loggers propagating to the root), and only a record of its own logger: uvicorn's worker for
-  gunicorn gives ``uvicorn.error`` the very list of handlers of ``gunicorn.error``, so both
-  forwarders see the records of each.
+  loggers propagating to the root), and once whatever forwarders it meets: uvicorn's worker
+  for gunicorn gives ``uvicorn.error`` the very list of handlers of ``gunicorn.error``, so
+  both forwarders, or only ``gunicorn.error``'s (``--preload``), see the records of each.
 - A server's line that only repeats a failure reported already is not sent: uvicorn logs the
   text of a failed ASGI lifespan (its traceback), which the ASGI middleware reported as an
   error (:func:`reported_as`).
@@ -54,8 +54,9 @@ class ServerLogForwarder(logging.Handler):
         try:
             if (
                 record.levelno < self.target.level
-                or not _logged_on(record.name, self.logger_name)
-                or self._reaches_target()
+                or not any(_logged_on(record.name, name) for name in SERVER_LOGGERS)
+                or _forwarded_already(record, self.target)
+                or _reaches(record.name, self.target)
                 or _said_already(record)
             ):
                 return False
@@ -80,16 +81,40 @@ class ServerLogForwarder(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.handle(record)
 
-    def _reaches_target(self) -> bool:
-        """Whether a record of this logger reaches ``target`` by propagation."""
-        logger = _existing_logger(self.logger_name)
-        while logger is not None:
-            if self.target in logger.handlers:
-                return True
-            if not logger.propagate:
-                return False
-            logger = logger.parent
-        return False
+
+def _reaches(name: str, target: logging.Handler) -> bool:
+    """Whether a record of logger ``name`` reaches ``target`` by propagation."""
+    logger = _existing_logger(name)
+    while logger is not None:
+        if target in logger.handlers:
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
+
+
+class _Forwarded(threading.local):
+    """The record this thread forwarded last, and to which handlers: the forwarders a record
+    meets on its way (its logger's handlers, its parents') all run on the logging thread, one
+    after another."""
+
+    record: logging.LogRecord | None = None
+    targets: tuple[logging.Handler, ...] = ()
+
+
+_FORWARDED = _Forwarded()
+
+
+def _forwarded_already(record: logging.LogRecord, target: logging.Handler) -> bool:
+    """Whether ``record`` was forwarded to ``target`` already; if not, noted as it is now."""
+    if _FORWARDED.record is record:
+        if any(item is target for item in _FORWARDED.targets):
+            return True
+        _FORWARDED.targets = (*_FORWARDED.targets, target)
+    else:
+        _FORWARDED.record, _FORWARDED.targets = record, (target,)
+    return False
 
 
 #: The texts of failures reported already that a server is about to log (see

@@ -6,6 +6,8 @@ import logging
 import logging.config
 import signal
 import socket
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +218,47 @@ def test_under_gunicorns_uvicorn_worker_each_server_line_is_sent_once(tmp_path: 
     assert counts["gunicorn.error: gunicorn line for /r7"] == 1, counts
     assert sum(1 for key in counts if key.startswith("gunicorn.error: gunicorn line")) == 51
     assert sum(counts.values()) == 3 + 51, counts
+
+
+PRELOADED_BARE_APP = """
+import os
+import eventlog_handler
+
+eventlog_handler.setup()
+open(f"booted-{os.getpid()}", "w").close()
+
+
+async def app(scope, receive, send):  # no middleware of the package
+    if scope["type"] == "http" and scope["path"] != "/health":
+        raise RuntimeError("boom in a bare app")
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+"""
+
+
+def test_preloaded_under_gunicorns_uvicorn_worker_the_apps_exception_is_sent(
+    tmp_path: Path,
+) -> None:
+    """``--preload``: ``setup()`` ran in gunicorn's master, and in the worker ``uvicorn.error``
+    took ``gunicorn.error``'s handler list, with only that logger's forwarder in it, which
+    passed on its own logger's records only: "Exception in ASGI application" was never sent."""
+    pytest.importorskip("uvicorn")
+    from tests.signals.test_servers import GUNICORN, serve
+
+    with FaultServer() as sink:
+        command = [*GUNICORN, "--preload", "--worker-class", "uvicorn.workers.UvicornWorker"]
+        process, port = serve(command, PRELOADED_BARE_APP, tmp_path, sink.url)
+        try:
+            for _ in range(2):
+                with pytest.raises(urllib.error.HTTPError) as failed:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/x", timeout=10)
+                assert failed.value.code == 500
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert stderr.count("Exception in ASGI application") == 2, stderr  # the console, as before
+    errors = [e for e in sink.accepted if e.get("type") == "error"]
+    assert sum(int(e.get("count", 1)) for e in errors) == 2, sink.accepted
+    assert {e["@simple_error"]["message"] for e in errors} == {"boom in a bare app"}
