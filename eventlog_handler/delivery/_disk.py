@@ -246,8 +246,10 @@ def salvage(
     them to ``write`` in chunks (it returns ``False`` to stop: no room for them). A row that
     can't be read (on a bad page, or its body) is stepped over by its id, up to the file's
     highest id. Returns the ids stepped over, an estimate of the rows lost (ids of rows deleted
-    before the damage count too; ``None`` when not even that can be told), and whether every
-    readable row was written."""
+    before the damage count too; ``None`` when it can't be told: the damage comes before the
+    first row read, among the ids of rows sent and deleted long ago), and whether every
+    readable row was written. After :data:`_STEPS_ONE_BY_ONE` ids in a row that can't be read,
+    the steps double (a damaged inner page hides a run of rows)."""
     columns = {column[1] for column in db.execute("PRAGMA table_info(events)")}
     weight = "weight" if "weight" in columns else "1"
     upper: int | None = None
@@ -257,7 +259,8 @@ def salvage(
             if found and found[0] is not None:
                 upper = int(found[0])
                 break
-    last, skipped = 0, 0
+    last, skipped, failing = 0, 0, 0
+    read_any, told = False, True  # told: no damage came before the first row read
     chunk: list[tuple[float, bool, bytes, int]] = []
     while True:
         try:
@@ -268,10 +271,10 @@ def salvage(
             )
             for rowid, created, error, body, count in cursor:
                 chunk.append((float(created), bool(error), bytes(body), int(count)))
-                last = int(rowid)
+                last, failing, read_any = int(rowid), 0, True
                 if len(chunk) >= CHUNK_ROWS:
                     if not write(chunk):
-                        return skipped, False
+                        return (skipped if told else None), False
                     chunk = []
             break
         except sqlite3.DatabaseError as exc:
@@ -281,9 +284,17 @@ def salvage(
                 return None, not chunk or write(chunk)
             if last >= upper:
                 break
-            last += 1  # the row after the last one read is unreadable: step over it
-            skipped += 1
-    return skipped, not chunk or write(chunk)
+            told = told and read_any
+            failing += 1
+            step = 1 if failing <= _STEPS_ONE_BY_ONE else 2 ** (failing - _STEPS_ONE_BY_ONE)
+            step = min(step, upper - last)
+            last += step  # the row after the last one read is unreadable: step over it
+            skipped += step
+    return (skipped if told else None), not chunk or write(chunk)
+
+
+#: Ids stepped over one at a time where rows can't be read, before the steps double.
+_STEPS_ONE_BY_ONE = 256
 
 
 _MAX_ID = "SELECT MAX(id) FROM events"

@@ -1,0 +1,70 @@
+"""Reading what is left of a damaged spool file (:func:`eventlog_handler.delivery._disk.salvage`):
+how many rows it says were lost."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from eventlog_handler.delivery._disk import salvage
+
+SCHEMA = (
+    "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL, "
+    "is_error INTEGER NOT NULL, body BLOB NOT NULL, weight INTEGER NOT NULL DEFAULT 1)"
+)
+
+
+def damaged(path: Path, rows: int, sent: int, leaf: int) -> None:
+    """A spool file of ``rows`` events whose first ``sent`` were sent (deleted), with its
+    ``leaf``-th leaf page of events overwritten, as a bad sector would."""
+    db = sqlite3.connect(path)
+    db.execute(SCHEMA)
+    db.executemany(
+        "INSERT INTO events (created, is_error, body) VALUES (?, 0, ?)",
+        [(float(index), b'{"message": "event %d"}' % index + b" " * 200) for index in range(rows)],
+    )
+    db.execute("DELETE FROM events WHERE id <= ?", (sent,))
+    db.commit()
+    try:
+        pages = db.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'events' AND pagetype = 'leaf' ORDER BY path"
+        ).fetchall()
+    except sqlite3.Error:
+        pytest.skip("this sqlite3 has no dbstat table to find a page by")
+    size = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    with open(path, "r+b") as file:
+        file.seek((pages[leaf][0] - 1) * size)
+        file.write(b"\x0d" + os.urandom(size - 1))
+
+
+def salvaged(path: Path) -> tuple[int | None, int]:
+    kept: list[object] = []
+    db = sqlite3.connect(path)
+    try:
+        lost, complete = salvage(db, lambda rows: kept.extend(rows) or True)
+    finally:
+        db.close()
+    assert complete
+    return lost, len(kept)
+
+
+def test_damage_among_rows_sent_long_ago_is_not_counted_as_their_loss(tmp_path: Path) -> None:
+    """2,900 of 3,000 events were sent and deleted, and the page of the oldest left is bad:
+    the ids of the 2,900 counted as lost ("about 2916")."""
+    path = tmp_path / "spool.sqlite3"
+    damaged(path, 3_000, 2_900, 0)
+    lost, kept = salvaged(path)
+    assert kept < 100
+    assert lost is None  # how many can't be told: said so, not a number 30 times too large
+
+
+def test_damage_among_rows_never_sent_is_estimated(tmp_path: Path) -> None:
+    path = tmp_path / "spool.sqlite3"
+    damaged(path, 3_000, 0, 3)
+    lost, kept = salvaged(path)
+    assert lost is not None and 0 < lost < 100
+    assert kept + lost == 3_000
