@@ -21,7 +21,7 @@ import pytest
 from tests.fidelity.pythons import PROJECT_ROOT, interpreters, link_dependencies
 from tests.support.capture import CaptureServer
 from tests.support.constants import API_KEY, FAST
-from tests.support.processes import child_env
+from tests.support.processes import child_env, run_python
 
 from .signature import server_signature
 
@@ -607,17 +607,9 @@ def test_a_program_run_from_its_checkout_and_installed_is_one_stack_per_bug(
     site = install_program(tmp_path / "image")
     checkout = tmp_path / "checkout"
     shutil.copytree(site / "shopx", checkout / "shopx")
-    for where, path in (("installed", str(site)), ("checkout", str(checkout))):
-        env = child_env(server.url)
-        env["PYTHONPATH"] = os.pathsep.join([path, env["PYTHONPATH"]])
-        result = subprocess.run(
-            [sys.executable, "-m", "shopx", "find"],
-            cwd=checkout if where == "checkout" else tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    for path in (site, checkout):  # installed, then from its checkout
+        ours = os.pathsep.join([str(path), child_env(server.url)["PYTHONPATH"]])
+        result = run_python(server.url, ["-m", "shopx", "find"], timeout=60, PYTHONPATH=ours)
         assert result.returncode == 1 and "KeyError" in result.stderr, result.stderr
     installed, from_checkout = server.wait_for(2)
     assert installed["data"]["@stack"] == from_checkout["data"]["@stack"]

@@ -15,7 +15,7 @@ from eventlog_handler import EventLogHandler
 from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.wire import _frames
 from tests.support.constants import API_KEY
-from tests.support.processes import child_env
+from tests.support.processes import child_env, run_python
 
 from .signature import server_signature
 
@@ -466,13 +466,7 @@ def test_a_group_reraised_by_except_star_is_told_by_its_members(server, tmp_path
     path = tmp_path / "orders.py"
     path.write_text(GROUP_CAUGHT_IN_PLACE)
     for name in ("charge", "ship", "charge"):
-        result = subprocess.run(
-            [sys.executable, str(path), name],
-            env=child_env(server.url),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = run_python(server.url, [str(path), name], timeout=60)
         assert result.returncode == 0, result.stderr
     charge, ship, charge_again = sorted(server.wait_for(3), key=lambda e: e["date"])
     assert server_signature(charge) == server_signature(charge_again)
@@ -504,13 +498,7 @@ def test_ids_of_letters_and_digits_in_a_formatted_message_are_one_stack(server, 
     path = tmp_path / "jobs.py"
     path.write_text(IDS_PROGRAM)
     for seed in ("1", "2", "3"):
-        result = subprocess.run(
-            [sys.executable, str(path), seed],
-            env=child_env(server.url),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = run_python(server.url, [str(path), seed], timeout=60)
         assert result.returncode == 0, result.stderr
     events = server.wait_for(6)
     by_kind: dict[str, set[str]] = {}

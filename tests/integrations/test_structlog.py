@@ -472,21 +472,11 @@ def test_a_processor_made_before_setup_says_nothing_is_sent_only_when_nothing_is
 ) -> None:
     """``EventLogProcessor()`` in a settings module, ``setup(api_key=...)`` after: the processor
     said "nothing will be sent: no API key is set", then sent everything."""
-    import subprocess
-
     from tests.support.faultserver import FaultServer
-    from tests.support.processes import child_env
+    from tests.support.processes import run_script
 
-    path = tmp_path / "program.py"
-    path.write_text(BEFORE_SETUP)
     with FaultServer() as sink:
-        result = subprocess.run(
-            [sys.executable, str(path), then],
-            env=child_env(sink.url),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = run_script(BEFORE_SETUP, sink.url, tmp_path, then, timeout=60)
         assert result.returncode == 0, result.stderr
         lines = result.stderr.splitlines()
         said = [index for index, line in enumerate(lines) if "nothing will be sent" in line]
