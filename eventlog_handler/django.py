@@ -12,7 +12,7 @@ and call :func:`eventlog_handler.setup` once (for instance at the end of ``setti
 
 For every request the middleware opens a :class:`~eventlog_handler.capture._context.RequestScope` (the
 user and tags set during the request belong to it only; those set by a middleware listed
-before it count for the request too, and are cleared when it ends) whose error events carry ``@request``
+before it count for the request too, not those it left from an earlier one) whose error events carry ``@request``
 (see :mod:`eventlog_handler.integrations._request`; the scheme is ``request.scheme``, which honours
 ``SECURE_PROXY_SSL_HEADER``).
 

@@ -18,7 +18,7 @@ For every request the middleware:
   request runs (``set_user`` in a ``before_request`` hook, ``add_tags`` in a view) belong to
   this request only and are gone when its response is closed, so they never reach the next
   request served by the same thread. Those set by code around the middleware (an auth
-  wrapper outside it) count for the request too, and are cleared when it ends;
+  wrapper outside it) count for the request too, not those it left from an earlier one;
 - gives the request's error events ``@request`` (method, URL, headers and query after the
   data exclusions, client address, user agent; see :mod:`eventlog_handler.integrations._request`), also
   to the errors the application logs itself with ``logger.exception``;

@@ -111,6 +111,7 @@ def set_user(
     """
     user = user_info(identity, name, data)
     _tell_listener(user)
+    _SINCE.set((True, _SINCE.get()[1]))
     return Scope(_USER, user)
 
 
@@ -140,6 +141,7 @@ def user_context(
 def clear_user() -> Scope[dict[str, Any] | None]:
     """Events captured in this context carry no user (until reset)."""
     _tell_listener(None)
+    _SINCE.set((True, _SINCE.get()[1]))
     return Scope(_USER, None)
 
 
@@ -160,12 +162,22 @@ def add_tags(*tags: str | Iterable[str]) -> Scope[tuple[str, ...]]:
             flat.append(tag)
         else:
             flat.extend(tag)
+    user_set, added = _SINCE.get()
+    _SINCE.set((user_set, tuple(normalize_tags((*flat, *added)))))  # the newest 50
     return Scope(_TAGS, tuple(normalize_tags((*_TAGS.get(), *flat))))
 
 
 def get_tags() -> tuple[str, ...]:
     """The tags of this context."""
     return _TAGS.get()
+
+
+#: Whether a user was set, and which tags were added, in this context since a request scope
+#: of the web middlewares last ended in it: what code around the middleware set for the
+#: request to come, told from what it set for an earlier one on the same server thread.
+_SINCE: contextvars.ContextVar[tuple[bool, tuple[str, ...]]] = contextvars.ContextVar(
+    "eventlog_handler_since", default=(True, ())
+)
 
 
 # -- the request of a unit of work ---------------------------------------------------------
@@ -253,20 +265,24 @@ class RequestScope:
     or call :meth:`close` in the same context it was made in.
 
     With ``keep_outer=True`` (the web middlewares) the user and tags that code around it set
-    for this request (an outer middleware, an auth wrapper) are kept instead, and cleared when
-    the scope closes: a server thread's next request starts without them (code around the
-    middleware sets them again for it, or not). Inside a scope still open (one that was never
-    closed, or a second middleware in the same request) they are cleared as before.
+    for this request (an outer middleware, an auth wrapper) are kept instead: those set since
+    the previous such scope ended in this context (a server thread's previous request), not
+    what that code set for an earlier request and left there. When the scope ends, that code
+    has them back (its own lines after the response carry them). Inside a scope still open
+    (one that was never closed, or a second middleware in the same request) they are cleared
+    as before.
     """
 
-    __slots__ = ("_kept", "_scopes", "_trace")
+    __slots__ = ("_keep_outer", "_scopes", "_trace")
 
     def __init__(self, request: dict[str, Any] | None = None, *, keep_outer: bool = False) -> None:
         user: dict[str, Any] | None = None
         tags: tuple[str, ...] = ()
+        self._keep_outer = keep_outer
         if keep_outer and _REQUEST.get() is None:  # not in an earlier request's open scope
-            user, tags = _USER.get(), _TAGS.get()
-        self._kept = user is not None or bool(tags)
+            user_set, added = _SINCE.get()
+            user = _USER.get() if user_set else None
+            tags = tuple(tag for tag in _TAGS.get() if tag in added)
         self._scopes: list[Scope[Any]] = [
             Scope(_USER, user),
             Scope(_TAGS, tags),
@@ -283,10 +299,8 @@ class RequestScope:
         for scope in reversed(scopes):
             with contextlib.suppress(ValueError):  # reset from another context: leave it alone
                 scope.reset()
-        if self._kept and scopes:  # the outer code's, for this request only
-            self._kept = False
-            _USER.set(None)
-            _TAGS.set(())
+        if self._keep_outer and scopes:  # what is set from now on is for the next request
+            _SINCE.set((False, ()))
         if trace is not None:
             with contextlib.suppress(ValueError):
                 tracelog.reset_scope_ring(trace)

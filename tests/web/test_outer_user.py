@@ -45,7 +45,9 @@ def app(environ, start_response):  # an auth wrapper outside the middleware, nev
     if environ.get("HTTP_X_USER"):
         eventlog_handler.set_user(environ["HTTP_X_USER"])
         eventlog_handler.add_tags("signed-in", "as-" + environ["HTTP_X_USER"])
-    return wrapped(environ, start_response)
+    response = wrapped(environ, start_response)
+    logging.getLogger("app").error("after " + environ.get("HTTP_X_USER", "nobody"))
+    return response
 """
 
 DJANGO_APP = """
@@ -62,7 +64,9 @@ def identify(get_response):  # listed before the package's middleware, never res
         if request.headers.get("X-User"):
             eventlog_handler.set_user(request.headers["X-User"])
             eventlog_handler.add_tags("signed-in", "as-" + request.headers["X-User"])
-        return get_response(request)
+        response = get_response(request)
+        logging.getLogger("app").error("after " + request.headers.get("X-User", "nobody"))
+        return response
 
     return middleware
 
@@ -126,7 +130,7 @@ def test_a_user_set_around_the_middleware_belongs_to_its_request_only(
     finally:
         process.send_signal(signal.SIGTERM)  # its exit sends what is left
         _, stderr = process.communicate(timeout=30)
-    server.wait_for(5, timeout=10)
+    server.wait_for(10, timeout=10)
     assert seen == [
         {"user": {"identity": "alice"}, "tags": ["signed-in", "as-alice"]},
         {"user": None, "tags": []},
@@ -145,3 +149,9 @@ def test_a_user_set_around_the_middleware_belongs_to_its_request_only(
         (None, None),
     ]
     assert all(e["data"]["@request"]["path"] == "/who" for e in events)
+    # The code around the middleware has its user and tags back after the response (what it
+    # never resets piles up in its own context, as it would without the package).
+    after = {e["message"]: (e.get("@user"), e.get("tags") or []) for e in server.events}
+    for name in ("alice", "bob", "carol"):
+        user, tags = after[f"after {name}"]
+        assert user == {"identity": name} and f"as-{name}" in tags, after
