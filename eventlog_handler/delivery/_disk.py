@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 if sys.platform != "win32":  # Windows: no flock, so no claims of other processes' files
     import fcntl
@@ -243,35 +243,45 @@ def salvage(
     db: sqlite3.Connection, write: Callable[[list[tuple[float, bool, bytes, int]]], bool]
 ) -> tuple[int | None, bool]:
     """Read the rows of a damaged spool file that can still be read, oldest first, and hand
-    them to ``write`` in chunks (it returns ``False`` to stop: no room for them). A row that
-    can't be read (on a bad page, or its body) is stepped over by its id, up to the file's
-    highest id. Returns the ids stepped over, an estimate of the rows lost (ids of rows deleted
-    before the damage count too; ``None`` when it can't be told: the damage comes before the
-    first row read, among the ids of rows sent and deleted long ago), and whether every
-    readable row was written. After :data:`_STEPS_ONE_BY_ONE` ids in a row that can't be read,
-    the steps double (a damaged inner page hides a run of rows)."""
+    them to ``write`` in chunks (it returns ``False`` to stop: no room for them). Where rows
+    can't be read (a bad page, or a body), the next id from which they can is searched for
+    (steps that double, then halve back), up to the file's highest id. Returns the ids
+    stepped over, an estimate of the rows lost (``None`` when it can't be told: the damage
+    comes before the first row read, among the ids of rows sent and deleted long ago), and
+    whether every readable row was written."""
     columns = {column[1] for column in db.execute("PRAGMA table_info(events)")}
     weight = "weight" if "weight" in columns else "1"
+    query = f"SELECT id, created, is_error, body, {weight} FROM events WHERE id >= ? ORDER BY id"
     upper: int | None = None
-    for query in ("SELECT seq FROM sqlite_sequence WHERE name = 'events'", _MAX_ID):
+    for highest in ("SELECT seq FROM sqlite_sequence WHERE name = 'events'", _MAX_ID):
         with contextlib.suppress(sqlite3.DatabaseError):
-            found = db.execute(query).fetchone()
+            found = db.execute(highest).fetchone()
             if found and found[0] is not None:
                 upper = int(found[0])
                 break
-    last, skipped, failing = 0, 0, 0
+
+    def first_from(first: int) -> Any:
+        """The row of the lowest id from ``first`` on, ``None`` (no more), or ``False`` (it
+        can't be read). One row (``LIMIT 1``): sqlite3 reads a row ahead, and a bad row
+        after the one asked for would make that one fail too."""
+        try:
+            return db.execute(query + " LIMIT 1", (first,)).fetchone()
+        except sqlite3.DatabaseError as exc:
+            if is_full(exc) and not is_corrupt(exc):
+                raise
+            return False
+
+    def readable_from(first: int) -> bool:
+        return first_from(first) is not False
+
+    start, skipped = 0, 0  # start: the next id to read
     read_any, told = False, True  # told: no damage came before the first row read
     chunk: list[tuple[float, bool, bytes, int]] = []
     while True:
         try:
-            cursor = db.execute(
-                f"SELECT id, created, is_error, body, {weight} FROM events WHERE id > ? "
-                "ORDER BY id",
-                (last,),
-            )
-            for rowid, created, error, body, count in cursor:
+            for rowid, created, error, body, count in db.execute(query, (start,)):
                 chunk.append((float(created), bool(error), bytes(body), int(count)))
-                last, failing, read_any = int(rowid), 0, True
+                start, read_any = int(rowid) + 1, True
                 if len(chunk) >= CHUNK_ROWS:
                     if not write(chunk):
                         return (skipped if told else None), False
@@ -280,21 +290,36 @@ def salvage(
         except sqlite3.DatabaseError as exc:
             if is_full(exc) and not is_corrupt(exc):
                 raise
+            while (row := first_from(start)) not in (None, False):  # the bulk read's last
+                rowid, created, error, body, count = row
+                chunk.append((float(created), bool(error), bytes(body), int(count)))
+                start, read_any = int(rowid) + 1, True
+            if row is None:
+                break
             if upper is None:
                 return None, not chunk or write(chunk)
-            if last >= upper:
-                break
             told = told and read_any
-            failing += 1
-            step = 1 if failing <= _STEPS_ONE_BY_ONE else 2 ** (failing - _STEPS_ONE_BY_ONE)
-            step = min(step, upper - last)
-            last += step  # the row after the last one read is unreadable: step over it
-            skipped += step
+            # Rows from ``start`` on can't be read: find the first id from which they can
+            # (ahead in steps that double, then back by halves), passing no readable row.
+            behind, ahead, step = start, None, 1
+            while behind < upper:
+                probe = min(behind + step, upper)
+                if readable_from(probe):
+                    ahead = probe
+                    break
+                behind, step = probe, step * 2
+            if ahead is None:
+                skipped += upper + 1 - start
+                break
+            while ahead - behind > 1:
+                middle = (behind + ahead) // 2
+                if readable_from(middle):
+                    ahead = middle
+                else:
+                    behind = middle
+            skipped += ahead - start
+            start = ahead
     return (skipped if told else None), not chunk or write(chunk)
-
-
-#: Ids stepped over one at a time where rows can't be read, before the steps double.
-_STEPS_ONE_BY_ONE = 256
 
 
 _MAX_ID = "SELECT MAX(id) FROM events"
