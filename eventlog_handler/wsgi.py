@@ -70,7 +70,10 @@ class EventLogMiddleware:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.app!r}>"
 
-    def __call__(self, environ: dict[str, Any], *start: StartResponse) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], *start: StartResponse, **named: StartResponse
+    ) -> Iterable[bytes]:
+        start = (*start, *named.values())
         if len(start) != 1:  # an ASGI call (scope, receive, send), or Django's (request)
             raise _wrong_kind(environ, start[1:])
         start_response = start[0]

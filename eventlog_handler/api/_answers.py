@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import re
 import ssl
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
@@ -200,6 +201,10 @@ def _proxy_error(chain: list[BaseException], where: str) -> errors.TransportErro
         what, kind = "refused the connection: is it running?", "refused"
     elif any(isinstance(item, _TIMEOUTS) for item in chain):
         what, kind = "did not answer in time", "timeout"
+    elif answered := re.search(
+        r"Tunnel connection failed: (\d{3}(?: [A-Za-z][A-Za-z -]{0,40})?)", texts
+    ):
+        what = f"answered {answered.group(1).strip()} to the tunnel (the server behind it?)"
     else:
         what = f"failed: {type(chain[-1]).__name__}"
     return errors.TransportError(

@@ -325,16 +325,21 @@ def salvage(
 _MAX_ID = "SELECT MAX(id) FROM events"
 
 
-def rows_waiting(directory: Path) -> int:
+def rows_waiting(directory: Path) -> tuple[int, bool]:
     """How many events the spool files in ``directory`` hold, read without writing anything
-    (a read-only file system): 0 when none can be read."""
-    total = 0
+    (a read-only file system): 0 when none can be read; and whether there may be more (a
+    process that was killed left some in a journal, which a read-only file can't take in)."""
+    total, more = 0, False
     for path in directory.glob(f"*{SUFFIX}"):
         with contextlib.suppress(sqlite3.Error, OSError, ValueError):
+            if not path.is_file():  # a FIFO would block the open for ever
+                continue
+            journal = Path(f"{path}-wal")
+            more = more or (journal.is_file() and journal.stat().st_size > 0)
             uri = f"{path.as_uri()}?mode=ro&immutable=1"
             db = sqlite3.connect(uri, 5.0, uri=True, check_same_thread=False)
             try:
                 total += int(db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
             finally:
                 db.close()
-    return total
+    return total, more

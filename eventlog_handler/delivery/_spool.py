@@ -106,9 +106,10 @@ class Spool:
             probe.unlink()
         except OSError as exc:
             why = exc.strerror or type(exc).__name__
-            waiting = rows_waiting(directory) if directory.is_dir() else 0
-            if waiting:  # kept by earlier runs: they wait until the directory can be written
-                why += f"; {waiting} event(s) of earlier runs wait in it, unsent until then"
+            waiting, more = rows_waiting(directory) if directory.is_dir() else (0, False)
+            if waiting or more:  # kept by earlier runs: they wait until it can be written
+                count = f"{waiting} or more" if more else str(waiting)
+                why += f"; {count} event(s) of earlier runs wait in it, unsent until then"
             return why
         except ValueError as exc:  # a path the system can't take (a NUL in it)
             return str(exc)

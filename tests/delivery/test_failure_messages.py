@@ -184,7 +184,7 @@ def test_a_tunnel_the_proxy_refuses_and_a_proxy_not_running_are_the_proxys(
     that isn't running was "connection to <the server> refused" while the server was up."""
     from tests.support.proxy import Proxy
 
-    with Proxy(refuse_credentials=True) as proxy:
+    with Proxy(tunnel_status=407) as proxy:
         credentials = proxy.url.replace("http://", "http://someone:pr0xy-pass@")
         target = f"https://127.0.0.1:{server.port}"
         status, stderr, _ = run_program(
@@ -203,3 +203,8 @@ def test_a_tunnel_the_proxy_refuses_and_a_proxy_not_running_are_the_proxys(
     assert f"connection to 127.0.0.1:{server.port} refused" not in stderr
     assert "pr0xy-pass" not in stderr
     assert server.requests == []  # the server was up, and never reached
+
+    with Proxy(tunnel_status=502) as proxy:  # the proxy can't reach the server behind it
+        status, stderr, _ = run_program(PROGRAM, target, tmp_path, HTTPS_PROXY=proxy.url)
+    assert status == 0, stderr
+    assert "which answered 502 Bad Gateway to the tunnel (the server behind it?)" in stderr

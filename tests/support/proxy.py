@@ -17,10 +17,11 @@ from urllib.parse import urlsplit
 
 
 class Proxy:
-    def __init__(self, *, refuse_credentials: bool = False) -> None:
+    def __init__(self, *, tunnel_status: int | None = None) -> None:
         self.seen: list[tuple[str, str, str | None]] = []  # (method, target, Proxy-Authorization)
-        #: Answer every request with 407 Proxy Authentication Required.
-        self.refuse_credentials = refuse_credentials
+        #: Answer every ``CONNECT`` with this status (407: the credentials are refused; 502:
+        #: the server behind it can't be reached) instead of opening the tunnel.
+        self.tunnel_status = tunnel_status
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.owner = self  # type: ignore[attr-defined]
@@ -48,8 +49,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_CONNECT(self) -> None:
         self._note()
-        if self.server.owner.refuse_credentials:  # type: ignore[attr-defined]
-            self.send_response(407)
+        status = self.server.owner.tunnel_status  # type: ignore[attr-defined]
+        if status is not None:
+            self.send_response(status)
             self.send_header("Content-Length", "0")
             self.end_headers()
             return

@@ -363,3 +363,13 @@ def test_the_wsgi_middleware_on_an_asgi_app_says_which_class_to_use(
     assert output.count(f"eventlog_handler: {wrong}") == 1, output  # said once
     assert "init_flask() takes a Flask application, not FastAPI" in output
     assert "missing 1 required positional argument" not in output
+
+
+def test_start_response_may_be_given_by_name() -> None:
+    """The check for calls of another kind refused ``app(environ, start_response=...)``."""
+    started: list[str] = []
+    app = EventLogMiddleware(lambda environ, start_response: start_response("200 OK", []) or [])
+    environ: dict[str, Any] = {}
+    setup_testing_defaults(environ)
+    assert list(app(environ, start_response=lambda status, headers: started.append(status))) == []
+    assert started == ["200 OK"]
