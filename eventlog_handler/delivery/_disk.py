@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 if sys.platform != "win32":  # Windows: no flock, so no claims of other processes' files
     import fcntl
@@ -243,15 +243,18 @@ def salvage(
     db: sqlite3.Connection, write: Callable[[list[tuple[float, bool, bytes, int]]], bool]
 ) -> tuple[int | None, bool]:
     """Read the rows of a damaged spool file that can still be read, oldest first, and hand
-    them to ``write`` in chunks (it returns ``False`` to stop: no room for them). Where rows
-    can't be read (a bad page, or a body), the next id from which they can is searched for
-    (steps that double, then halve back), up to the file's highest id. Returns the ids
-    stepped over, an estimate of the rows lost (``None`` when it can't be told: the damage
-    comes before the first row read, among the ids of rows sent and deleted long ago), and
-    whether every readable row was written."""
+    them to ``write`` in chunks (it returns ``False`` to stop: no room for them). A range of
+    ids that can't be read whole is halved until each row that can be read is, and each id
+    that can't is known (up to the file's highest id). Returns an estimate of the rows lost
+    (the ids that can't be read past the oldest row read: rows sent and deleted before it
+    don't count; ``None`` when no row could be read), and whether every readable row was
+    written."""
     columns = {column[1] for column in db.execute("PRAGMA table_info(events)")}
     weight = "weight" if "weight" in columns else "1"
-    query = f"SELECT id, created, is_error, body, {weight} FROM events WHERE id >= ? ORDER BY id"
+    query = (
+        f"SELECT id, created, is_error, body, {weight} FROM events "
+        "WHERE id >= ? AND id <= ? ORDER BY id"
+    )
     upper: int | None = None
     for highest in ("SELECT seq FROM sqlite_sequence WHERE name = 'events'", _MAX_ID):
         with contextlib.suppress(sqlite3.DatabaseError):
@@ -259,67 +262,67 @@ def salvage(
             if found and found[0] is not None:
                 upper = int(found[0])
                 break
-
-    def first_from(first: int) -> Any:
-        """The row of the lowest id from ``first`` on, ``None`` (no more), or ``False`` (it
-        can't be read). One row (``LIMIT 1``): sqlite3 reads a row ahead, and a bad row
-        after the one asked for would make that one fail too."""
-        try:
-            return db.execute(query + " LIMIT 1", (first,)).fetchone()
-        except sqlite3.DatabaseError as exc:
-            if is_full(exc) and not is_corrupt(exc):
-                raise
-            return False
-
-    def readable_from(first: int) -> bool:
-        return first_from(first) is not False
-
-    start, skipped = 0, 0  # start: the next id to read
-    read_any, told = False, True  # told: no damage came before the first row read
+    if upper is None:
+        return None, True
     chunk: list[tuple[float, bool, bytes, int]] = []
-    while True:
+    unreadable: list[int] = []
+    oldest: int | None = None
+    waiting = [(0, upper)]  # id ranges still to read; the lowest last (taken first)
+    while waiting:
+        low, high = waiting.pop()
         try:
-            for rowid, created, error, body, count in db.execute(query, (start,)):
+            rows = db.execute(query, (low, high))
+            for rowid, created, error, body, count in rows:
                 chunk.append((float(created), bool(error), bytes(body), int(count)))
-                start, read_any = int(rowid) + 1, True
+                low = int(rowid) + 1
+                oldest = int(rowid) if oldest is None else oldest
                 if len(chunk) >= CHUNK_ROWS:
                     if not write(chunk):
-                        return (skipped if told else None), False
+                        return _lost(unreadable, oldest), False
                     chunk = []
-            break
+            continue
         except sqlite3.DatabaseError as exc:
             if is_full(exc) and not is_corrupt(exc):
                 raise
-            while (row := first_from(start)) not in (None, False):  # the bulk read's last
-                rowid, created, error, body, count = row
-                chunk.append((float(created), bool(error), bytes(body), int(count)))
-                start, read_any = int(rowid) + 1, True
-            if row is None:
-                break
-            if upper is None:
-                return None, not chunk or write(chunk)
-            told = told and read_any
-            # Rows from ``start`` on can't be read: find the first id from which they can
-            # (ahead in steps that double, then back by halves), passing no readable row.
-            behind, ahead, step = start, None, 1
-            while behind < upper:
-                probe = min(behind + step, upper)
-                if readable_from(probe):
-                    ahead = probe
-                    break
-                behind, step = probe, step * 2
-            if ahead is None:
-                skipped += upper + 1 - start
-                break
-            while ahead - behind > 1:
-                middle = (behind + ahead) // 2
-                if readable_from(middle):
-                    ahead = middle
-                else:
-                    behind = middle
-            skipped += ahead - start
-            start = ahead
-    return (skipped if told else None), not chunk or write(chunk)
+        # From ``low`` on, a row can't be read (sqlite3 reads a row ahead: the one before a
+        # bad one fails too, so the range starts again from the last row not taken).
+        if low >= high:
+            found = _one_row(db, query, low, chunk) if low == high else None
+            if found is False:
+                unreadable.append(low)
+            elif found and oldest is None:
+                oldest = low
+            continue
+        middle = (low + high) // 2
+        waiting += [(middle + 1, high), (low, middle)]
+    return _lost(unreadable, oldest), not chunk or write(chunk)
+
+
+def _one_row(
+    db: sqlite3.Connection, query: str, rowid: int, chunk: list[tuple[float, bool, bytes, int]]
+) -> bool | None:
+    """Read the row ``rowid`` into ``chunk`` (``True``); ``None``: there is none (sent and
+    deleted); ``False``: it can't be read. By its id alone: a range, even of one id, steps on
+    to the next row, which may be the bad one."""
+    try:
+        found = db.execute(query.replace("id >= ? AND id <= ?", "id = ?"), (rowid,)).fetchone()
+    except sqlite3.DatabaseError as exc:
+        if is_full(exc) and not is_corrupt(exc):
+            raise
+        return False
+    if found is None:
+        return None
+    _, created, error, body, count = found
+    chunk.append((float(created), bool(error), bytes(body), int(count)))
+    return True
+
+
+def _lost(unreadable: list[int], oldest: int | None) -> int | None:
+    """The ids that could not be read, or ``None`` when that says nothing: no row was read,
+    or some came before the oldest row read, among rows sent and deleted long ago."""
+    if oldest is None or any(rowid < oldest for rowid in unreadable):
+        return None
+    return len(unreadable)
 
 
 _MAX_ID = "SELECT MAX(id) FROM events"

@@ -108,7 +108,7 @@ class Spool:
             why = exc.strerror or type(exc).__name__
             waiting, more = rows_waiting(directory) if directory.is_dir() else (0, False)
             if waiting or more:  # kept by earlier runs: they wait until it can be written
-                count = f"{waiting} or more" if more else str(waiting)
+                count = f"{waiting} or more" if waiting and more else str(waiting or "some")
                 why += f"; {count} event(s) of earlier runs wait in it, unsent until then"
             return why
         except ValueError as exc:  # a path the system can't take (a NUL in it)
