@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import weakref
 from collections import deque
 from typing import Any, TypeGuard
 
@@ -99,7 +100,7 @@ class _Forwarded(threading.local):
     meets on its way (its logger's handlers, its parents') all run on the logging thread, one
     after another."""
 
-    record: logging.LogRecord | None = None
+    record: weakref.ref[logging.LogRecord] | None = None  # not kept alive: its traceback
     targets: tuple[logging.Handler, ...] = ()
 
 
@@ -108,12 +109,13 @@ _FORWARDED = _Forwarded()
 
 def _forwarded_already(record: logging.LogRecord, target: logging.Handler) -> bool:
     """Whether ``record`` was forwarded to ``target`` already; if not, noted as it is now."""
-    if _FORWARDED.record is record:
+    last = _FORWARDED.record
+    if last is not None and last() is record:
         if any(item is target for item in _FORWARDED.targets):
             return True
         _FORWARDED.targets = (*_FORWARDED.targets, target)
     else:
-        _FORWARDED.record, _FORWARDED.targets = record, (target,)
+        _FORWARDED.record, _FORWARDED.targets = weakref.ref(record), (target,)
     return False
 
 
