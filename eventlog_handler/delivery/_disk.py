@@ -280,7 +280,10 @@ def salvage(
                     if not write(chunk):
                         return _lost(unreadable, oldest), False
                     chunk = []
-            continue
+            # A page overwritten with bytes that read as a page can end the range early
+            # without an error: rows left in it are looked for by halves, as after an error.
+            if low > high or _none_from(db, low, high):
+                continue
         except sqlite3.DatabaseError as exc:
             if is_full(exc) and not is_corrupt(exc):
                 raise
@@ -296,6 +299,19 @@ def salvage(
         middle = (low + high) // 2
         waiting += [(middle + 1, high), (low, middle)]
     return _lost(unreadable, oldest), not chunk or write(chunk)
+
+
+def _none_from(db: sqlite3.Connection, low: int, high: int) -> bool:
+    """Whether no row has an id from ``low`` to ``high`` (``False`` when that can't be read)."""
+    try:
+        found = db.execute(
+            "SELECT MAX(id) FROM events WHERE id >= ? AND id <= ?", (low, high)
+        ).fetchone()
+    except sqlite3.DatabaseError as exc:
+        if is_full(exc) and not is_corrupt(exc):
+            raise
+        return False
+    return found is None or found[0] is None
 
 
 def _one_row(
