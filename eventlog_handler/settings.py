@@ -419,9 +419,20 @@ def _masked_query(text: str) -> str:
 
 def validate_server_url(name: str, value: Any) -> str:
     """A ``http(s)://host[:port][/path]`` URL, without a trailing slash."""
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):  # its repr could show a password: the type says enough
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be a URL (a str), got a "
+            f"{type(value).__name__}"
+        )
+    if not value.strip():
         raise ValueError(f"eventlog_handler: setting {name!r} must be a URL, got {value!r}")
     value = value.strip()
+    if _looks_like_token(value):  # the API key in its place: the two swapped
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be an http:// or https:// URL, got what "
+            f"looks like a token ({mask_secret(value)}, {len(value)} characters): are the API "
+            "key and the server URL swapped?"
+        )
     shown = shown_url(value)
     url: str = value.rstrip("/")
     try:
@@ -456,11 +467,23 @@ def validate_server_url(name: str, value: Any) -> str:
     return url
 
 
+def _looks_like_token(text: str) -> bool:
+    """Letters, digits, ``-`` and ``_`` only, 20 characters or more: a key, not a host name
+    (which a URL without its scheme would at least have a dot or a colon in)."""
+    return len(text) >= 20 and text.replace("-", "").replace("_", "").isalnum()
+
+
 def validate_token(name: str, value: Any) -> str:
     """A token: no whitespace, at least 10 characters (real keys have 40)."""
     if not isinstance(value, str):
         raise ValueError(f"eventlog_handler: setting {name!r} must be a string")
     token = value.strip()
+    if "://" in token:  # setup("http://...") or the two swapped: the URL is not secret
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be a token, got a URL "
+            f"({shown_url(token)!r}): are the API key and the server URL swapped? (setup() "
+            "takes the API key first)"
+        )
     if any(ch.isspace() for ch in token) or len(token) < 10 or not token.isprintable():
         raise ValueError(
             f"eventlog_handler: setting {name!r} does not look like a token "

@@ -118,3 +118,45 @@ def test_secrets_in_bytes_values_are_masked_as_in_text(server: FaultServer, tmp_
     assert upload["dsn"] == "b'postgres://admin:[excluded]@db/app'"
     assert upload["chunks"] == ["b'Authorization: Bearer [excluded]'"]
     assert by_message["token refresh"]["request_body"] == "b'password=[excluded]'"
+
+
+MISPLACED_PROGRAM = """
+import logging, os
+import eventlog_handler
+url, key = os.environ["EVENTLOG_SERVER_URL"], os.environ["EVENTLOG_API_KEY"]
+PASSWORD = {password!r}
+handle = eventlog_handler.setup({call}, shutdown_timeout=1)
+logging.getLogger("app").warning("lost")
+print(repr(handle))
+"""
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "url, key",  # the order of Client(server_url, token), given to setup(api_key, server_url)
+        "server_url=key",  # a swapped line in an env file
+        "server_url=url.replace('//', f'//ci:{PASSWORD}@').encode()",  # a config's bytes
+        "server_url=[url.replace('//', f'//ci:{PASSWORD}@')]",  # a YAML list
+    ],
+)
+def test_a_key_or_password_in_the_wrong_place_is_never_printed(
+    server: FaultServer, tmp_path: Path, call: str
+) -> None:
+    """The API key given as the server URL was printed whole in the message that the URL is
+    not one ('got 'mfE4BSrv…'' in stderr and the handler's repr), and so was a URL's password
+    given as bytes or in a list. The program runs on, stderr names the setting and the cause."""
+    status, stderr, stdout = run_program(
+        MISPLACED_PROGRAM.format(call=call, password=PASSWORD), server.url, tmp_path
+    )
+
+    assert status == 0, stderr
+    for text in (stderr, stdout[-1]):
+        assert API_KEY not in text and API_KEY[4:12] not in text, text
+        assert PASSWORD not in text, text
+    assert "setting 'server_url'" in stderr or "setting 'api_key'" in stderr, stderr
+    if call.startswith(("url", "server_url=key")):
+        assert "swapped" in stderr, stderr
+    else:
+        assert "must be a URL (a str), got a " in stderr, stderr
+    assert server.accepted == []
