@@ -17,9 +17,16 @@ import re
 from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
-from urllib.parse import urlsplit
 
 from eventlog_handler import _values as checks
+
+# Importable from here, as they always were.
+from eventlog_handler._values import MASK as MASK
+from eventlog_handler._values import mask_secret as mask_secret
+from eventlog_handler._values import shown_url as shown_url
+from eventlog_handler._values import url_password as url_password
+from eventlog_handler._values import validate_server_url as validate_server_url
+from eventlog_handler._values import validate_token as validate_token
 
 #: Where events go when neither ``server_url`` nor ``EVENTLOG_SERVER_URL`` says otherwise:
 #: the local collector (``eventlog serve``).
@@ -86,7 +93,6 @@ DEFAULT_DATA_EXCLUSIONS: tuple[str, ...] = (
     "securitycode",
 )
 
-MASK = "[excluded]"
 
 ENV_API_KEY = "EVENTLOG_API_KEY"
 ENV_SERVER_URL = "EVENTLOG_SERVER_URL"
@@ -94,15 +100,6 @@ ENV_USER_TOKEN = "EVENTLOG_USER_TOKEN"
 ENV_SPOOL_PATH = "EVENTLOG_SPOOL_PATH"
 ENV_VERSION = "EVENTLOG_VERSION"
 ENV_ENVIRONMENT = "EVENTLOG_ENVIRONMENT"
-
-
-def mask_secret(secret: str | None) -> str:
-    """A form of ``secret`` safe to print: its first 4 characters, then ``…``."""
-    if not secret:
-        return "<none>"
-    if len(secret) <= 8:
-        return "****"
-    return secret[:4] + "…"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,172 +329,6 @@ def _unknown_options(unknown: list[str], known: AbstractSet[str]) -> str:
     close = {n: difflib.get_close_matches(n, sorted(known), 1, 0.8) for n in unknown}
     said = ", ".join(f"{n} (did you mean {c[0]}?)" if c else n for n, c in close.items())
     return f"eventlog_handler: unknown option(s): {said}"
-
-
-def url_password(url: str, part: str = "password") -> str | None:
-    """The password (or, with ``part="username"``, the user) in ``url``'s ``user:password@``."""
-    try:
-        return getattr(urlsplit(url), part) or None
-    except ValueError:
-        return None
-
-
-def shown_url(url: str) -> str:
-    """``url`` as it may be printed: a password in it masked (``https://ci:[excluded]@host``),
-    and the values of a query and a fragment (``?api_key=[excluded]``), which a URL copied from
-    a browser or another tool may carry."""
-    url = _unencoded_password(url)
-    head, mark, query = url.partition("?")
-    if not mark:
-        head, mark, query = url.partition("#")
-    if mark:
-        url = head + mark + _masked_query(query)
-    password = url_password(url)
-    if not password and url_password(url, "username") is None:
-        # Not a URL to urlsplit (no scheme, or a mistyped one: "user:pw@host",
-        # "https//user:pw@host"): a "name:secret@" in it is masked all the same.
-        return url if _has_netloc(url) else _LOOSE_USERINFO.sub(rf"\1\2:{MASK}@", url)
-    head, sep, tail = url.partition("://")
-    authority, slash, path = tail.partition("/")  # an "@" in the path is not the user's
-    userinfo, at, host = authority.rpartition("@")
-    if not at:
-        return url.replace(password, MASK) if password else url
-    if not password:
-        return f"{head}{sep}{MASK}{at}{host}{slash}{path}"  # a token as the user
-    user = userinfo.partition(":")[0]
-    return f"{head}{sep}{user}:{MASK}{at}{host}{slash}{path}"
-
-
-def _unencoded_password(url: str) -> str:
-    """``url`` with a password that holds a ``/``, ``?`` or ``#`` not %-encoded (pasted as it
-    is: ``https://ci:kX9/q2@host``) masked up to the last ``@``. A URL parser ends the host at
-    that mark: it reads ``ci:kX9`` as a host and a bad port, or, with an ``@`` before the mark
-    (``https://ci:k@X9/q2@host``), a host ``X9``, where the key would go."""
-    scheme, sep, tail = url.partition("://")
-    authority = re.split(r"[/?#]", tail, maxsplit=1)[0]
-    user, colon, port = authority.partition(":")
-    at = tail.rfind("@")
-    # No user here: a host and port (an "@" further on is in the path), an IPv6 host.
-    plain = not sep or not colon or port.isdigit() or not port or authority.startswith("[")
-    found = "@" in authority and not _HOST.fullmatch(tail[at + 1 :])  # no host after a later @
-    if found or plain or at < len(authority) or any(c.isspace() for c in user):
-        return url
-    return f"{scheme}{sep}{user}:{MASK}{tail[at:]}"
-
-
-#: A host (a name with a dot, ``localhost``, IPv6; or a name and a port), maybe with a path.
-_HOST = re.compile(r"(localhost|[\w-]+(\.[\w-]+)+|\[[\w:.]+\])(:\d+)?(/[\w./-]*)?|[\w-]+:\d+")
-#: A ``name:secret@`` at the start of a text or after a ``/`` or ``:``.
-_LOOSE_USERINFO = re.compile(r"(^|[/:])([^/:@\s]*):([^/@\s]+)@")
-
-
-def _has_netloc(url: str) -> bool:
-    try:
-        return bool(urlsplit(url).netloc)
-    except ValueError:
-        return False
-
-
-#: Query names of the service's own paging, whose values are no one's secret (an error
-#: message showing ``?page=[excluded]&limit=[excluded]`` only puzzles).
-_PLAIN_QUERY_NAMES = frozenset(("page", "limit", "sort", "mode", "v", "before", "after", "offset"))
-
-
-def _masked_query(text: str) -> str:
-    """A query (and fragment) with every value masked, the names kept (and the values of the
-    service's paging: :data:`_PLAIN_QUERY_NAMES`)."""
-    query, hash_mark, fragment = text.partition("#")
-    pairs = []
-    for pair in query.split("&") if query else []:
-        key, equals, value = pair.partition("=")
-        if key.lower() in _PLAIN_QUERY_NAMES and value.isprintable() and len(value) <= 100:
-            pairs.append(pair)
-        else:
-            pairs.append(f"{key}={MASK}" if equals else MASK)
-    return "&".join(pairs) + (f"{hash_mark}{MASK}" if hash_mark and fragment else hash_mark)
-
-
-def validate_server_url(name: str, value: Any) -> str:
-    """A ``http(s)://host[:port][/path]`` URL, without a trailing slash."""
-    if not isinstance(value, str):  # its repr could show a password: the type says enough
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must be a URL (a str), got a "
-            f"{type(value).__name__}"
-        )
-    if not value.strip():
-        raise ValueError(f"eventlog_handler: setting {name!r} must be a URL, got {value!r}")
-    value = value.strip()
-    if _looks_like_token(value):  # the API key in its place: the two swapped
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must be an http:// or https:// URL, got what "
-            f"looks like a token ({mask_secret(value)}, {len(value)} characters): are the API "
-            "key and the server URL swapped?"
-        )
-    shown = shown_url(value)
-    url: str = value.rstrip("/")
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise ValueError(f"eventlog_handler: setting {name!r} is not a valid URL: {exc}") from None
-    if any(character.isspace() for character in url):
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must not contain blanks (%20 in a path), "
-            f"got {shown!r}"
-        )
-    if _unencoded_password(url) != url:
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} has a password with a '/', '?', '#' or '@' in "
-            f"it: write them %-encoded (%2F, %3F, %23, %40; an '@' in a path too), got {shown!r}"
-        )
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must be an http:// or https:// URL "
-            f"with a host, got {shown!r}"
-        )
-    try:
-        parts.port  # noqa: B018 - raises ValueError for a bad port
-    except ValueError:
-        raise ValueError(f"eventlog_handler: setting {name!r} has a bad port: {shown!r}") from None
-    if not url.startswith(parts.scheme):  # "HTTP://": written as every check reads it
-        url = parts.scheme + url[len(parts.scheme) :]
-    if parts.query or parts.fragment:
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must not carry a query or fragment: {shown!r}"
-        )
-    return url
-
-
-def _looks_like_token(text: str) -> bool:
-    """Letters, digits, ``-`` and ``_`` only, 20 characters or more: a key, not a host name
-    (which a URL without its scheme would at least have a dot or a colon in)."""
-    return len(text) >= 20 and text.replace("-", "").replace("_", "").isalnum()
-
-
-def validate_token(name: str, value: Any) -> str:
-    """A token: no whitespace, at least 10 characters (real keys have 40)."""
-    if not isinstance(value, str):
-        raise ValueError(f"eventlog_handler: setting {name!r} must be a string")
-    token = value.strip()
-    if "://" in token:  # setup("http://...") or the two swapped: the URL is not secret
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} must be a token, got a URL "
-            f"({shown_url(token)!r}): are the API key and the server URL swapped? (setup() "
-            "takes the API key first)"
-        )
-    if any(ch.isspace() for ch in token) or len(token) < 10 or not token.isprintable():
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} does not look like a token "
-            f"({mask_secret(token)!s}, {len(token)} characters): a token has no spaces "
-            "and at least 10 characters"
-        )
-    odd = sorted({repr(ch) for ch in token if not ch.isascii() or ch in "\"'`"})
-    if odd:  # not in a header, or quotes an env file kept: a quote pasted with it?
-        raise ValueError(
-            f"eventlog_handler: setting {name!r} does not look like a token "
-            f"({mask_secret(token)!s}): it holds {', '.join(odd)}; a token is letters and "
-            "digits (a quote copied with it?)"
-        )
-    return token
 
 
 def _exclusions(name: str, value: Any) -> tuple[str, ...]:
