@@ -18,6 +18,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import copy as _copy
+import math
 from collections import deque
 from itertools import islice
 from sys import getsizeof
@@ -446,13 +447,17 @@ class EventBuffer:
         (self.errors if entry.is_error else self.logs).appendleft(entry)
         self.bytes += entry.size
 
-    def take(self, count: int) -> list[Entry]:
-        """Remove and return up to ``count`` entries: errors first, then logs, oldest first."""
+    def take(self, count: int, size: float = math.inf) -> list[Entry]:
+        """Remove and return up to ``count`` entries, stopping once they reach ``size`` bytes:
+        errors first, then logs, oldest first."""
         taken: list[Entry] = []
+        held = 0
         for source in (self.errors, self.logs):
-            while source and len(taken) < count:
-                taken.append(source.popleft())
-        self.bytes = 0 if not self else self.bytes - sum(entry.size for entry in taken)
+            while source and len(taken) < count and held < size:
+                entry = source.popleft()
+                held += entry.size
+                taken.append(entry)
+        self.bytes = 0 if not self else self.bytes - held
         return taken
 
     def oldest(self) -> tuple[Entry | None, Entry | None]:

@@ -380,7 +380,7 @@ class Delivery:
                     if spilling:
                         due = intake.due(now)
                         if due <= now:
-                            spill = intake.buffer.take(len(intake.buffer))
+                            spill = intake.take()  # a part at a time: its build is in memory
                             ledger.in_flight += len(spill)
                             spilled_bytes = sum(entry.size for entry in spill)
                             ledger.in_flight_bytes += spilled_bytes  # in memory until written

@@ -99,6 +99,9 @@ class Intake:
         self.full_bytes = self.budget * 5 // 8
         #: ... and below the room the batch in flight leaves, less this.
         self.headroom = self.budget // 8
+        #: The most bytes of entries the worker takes at once (a batch to send, a part to
+        #: spool): what it builds and encodes from them is in memory beside the budget.
+        self.part_bytes = max(1, self.budget // 16)
         self.waiting = 0  # logging threads waiting for the worker
         self._pushback_off_until = 0.0
         self._error_delay = settings.error_delay
@@ -252,6 +255,12 @@ class Intake:
         if oldest_log is not None:
             due = min(due, oldest_log.enqueued + self._log_delay)
         return due
+
+    def take(self, most: int | None = None) -> list[Entry]:
+        """The next batch's entries (the lock is held): a batch at most (or ``most``), stopping
+        once they reach :attr:`part_bytes`."""
+        count = self._batch if most is None else min(most, self._batch)
+        return self.buffer.take(count, self.part_bytes)
 
     def taken(self) -> None:
         """The worker took entries (the lock is held): release logging threads waiting."""

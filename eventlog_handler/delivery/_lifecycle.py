@@ -316,15 +316,19 @@ class Lifecycle:
         spooling = self.spooling
         if spooling is None:
             return 0
-        ledger, buffer = self.ledger, self.intake.buffer
+        ledger, intake = self.ledger, self.intake
         with ledger.lock:
-            entries = buffer.take(len(buffer))
-            ledger.in_flight += len(entries)
             current = list(self.delivery.current)
             on_wire = current.pop(0) if ledger.posting and current else None
             worker_gone = self.worker.thread is None
-        if entries:
-            spooling.spill_entries(entries)
+            left = len(intake.buffer)  # not what threads still logging add meanwhile
+        while left > 0:  # a part at a time: what is built and encoded from it is in memory
+            with ledger.lock:
+                entries = intake.take(left)
+                ledger.in_flight += len(entries)
+            left -= len(entries)
+            if not entries or spooling.spill_entries(entries) is None:
+                break  # None: the spool can't take them now; they went back to the buffer
         if worker_gone and self.rollup.held:  # the worker's own state, now that it has ended
             events, created, counts = self.pipeline.pending_rollups(True)
             if events:
@@ -417,7 +421,7 @@ class Lifecycle:
                 with ledger.lock:
                     if intake.finished or ledger.in_flight:
                         break
-                    batch: list[Entry] = intake.buffer.take(self.settings.batch_size)
+                    batch: list[Entry] = intake.take()
                     if not batch:
                         break
                     ledger.in_flight += len(batch)

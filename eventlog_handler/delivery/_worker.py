@@ -294,7 +294,7 @@ class Worker:
                         continue
                     due = intake.due(now)
                     if due <= now:
-                        batch = buffer.take(self.settings.batch_size)
+                        batch = intake.take()
                         ledger.in_flight += len(batch)
                         ledger.in_flight_bytes = sum(entry.size for entry in batch)
                         intake.taken()

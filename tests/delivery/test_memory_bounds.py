@@ -139,6 +139,35 @@ def test_large_payloads_while_the_server_is_down(tmp_path: Path) -> None:
     assert peak - start < BUDGET_MB + SLACK_MB, (start, peak)
 
 
+def test_large_payloads_while_the_server_is_down_with_a_spool(tmp_path: Path) -> None:
+    """With a spool, what piles up during the retry's pause goes to disk. It was taken from
+    memory all at once (up to ``queue_size`` events) and built and encoded in one list before
+    it was written: 200-250 MB of RSS for a 64 MB budget, while the logging threads filled
+    the buffer again. Now a part at a time."""
+    with FaultServer() as server:
+        url = server.url
+    spool = tmp_path / "spool"
+    start, peak, stderr = watch(
+        f"""
+        import logging
+        import eventlog_handler
+        handle = eventlog_handler.setup(memory_budget={BUDGET_MB} * 1024 * 1024,
+                                        spool_path={str(spool)!r}, shutdown_timeout=0.5)
+        log = logging.getLogger("bulk")
+        print("ready", flush=True)
+        for i in range(20_000):
+            log.info("upload %d", i, extra={{"pad": "q" * 10_000}})
+        stats = handle.stats()
+        assert stats["memory_bytes"] <= {BUDGET_MB} * 1024 * 1024, stats
+        """,
+        url,
+        tmp_path,
+        timeout=90,
+    )
+    assert "kept" in stderr or "spool" in stderr, stderr
+    assert peak - start < BUDGET_MB + SLACK_MB, (start, peak)
+
+
 def test_a_small_budget_at_a_slow_healthy_server_waits_rather_than_evicts(tmp_path: Path) -> None:
     """A healthy service that takes 0.2 s per post, the smallest budget (1 MB) and records of
     about 1.3 KB: a batch on the wire holds most of the budget. The logging thread waits for

@@ -99,6 +99,18 @@ def test_take_returns_errors_first_then_logs_oldest_first() -> None:
     assert buffer.take(3) == []
 
 
+def test_take_stops_once_it_reaches_a_size() -> None:
+    """A part the worker builds and encodes beside the budget: taken until it reaches the
+    size asked."""
+    buffer = EventBuffer(10)
+    fill(buffer, log("l1", 400), log("l2", 400), log("l3", 400), log("l4", 5000))
+    assert names(buffer.take(10, 700)) == ["l1", "l2"]  # 800: the one that passed 700 is in
+    assert buffer.bytes == 5400
+    assert names(buffer.take(10, 100)) == ["l3"]
+    assert names(buffer.take(10, 100)) == ["l4"]  # larger than the size: taken alone
+    assert buffer.bytes == 0 and buffer.take(10, 100) == []
+
+
 def test_oldest_gives_the_oldest_error_and_log() -> None:
     buffer = EventBuffer(10)
     assert buffer.oldest() == (None, None)
