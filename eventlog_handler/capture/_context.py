@@ -39,6 +39,7 @@ from typing import Any, Generic, TypeVar
 
 from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import reference_of
+from eventlog_handler.delivery._stderr import say_once
 from eventlog_handler.wire._events import normalize_tags, quote_reference, user_info
 
 _T = TypeVar("_T")
@@ -109,10 +110,31 @@ def set_user(
     previous user. Without a reset, the user stays set for the rest of the context (for a thread
     or task, until it ends).
     """
-    user = user_info(identity, name, data)
+    user = _user(identity, name, data)
     _tell_listener(user)
     _SINCE.set((True, _SINCE.get()[1]))
     return Scope(_USER, user)
+
+
+def _user(identity: Any, name: Any, data: Any) -> dict[str, Any] | None:
+    """The ``@user`` object; ``data`` that is not a mapping (or can't be read as one) is left
+    out and said once: setting the user never raises (it sits in a request's hook)."""
+    if data is not None and not isinstance(data, Mapping):
+        say_once(
+            "set_user data",
+            f"eventlog_handler: set_user()'s data must be a mapping (a dict), got a "
+            f"{type(data).__name__}; the user is set without it",
+        )
+        data = None
+    try:
+        return user_info(identity, name, data)
+    except Exception as exc:  # a mapping whose items raise
+        say_once(
+            "set_user data",
+            f"eventlog_handler: set_user()'s data could not be read ({type(exc).__name__}); "
+            "the user is set without it",
+        )
+        return user_info(identity, name)
 
 
 def _tell_listener(user: dict[str, Any] | None) -> None:
@@ -157,11 +179,21 @@ def add_tags(*tags: str | Iterable[str]) -> Scope[tuple[str, ...]]:
     :class:`Scope` whose ``reset()`` (or the end of a ``with`` block) removes them again.
     """
     flat: list[str] = []
+    tag: Any  # what a caller passes is not always what the signature says
     for tag in tags:
         if isinstance(tag, str):
             flat.append(tag)
-        else:
-            flat.extend(tag)
+            continue
+        try:
+            if isinstance(tag, (bytes, bytearray)):
+                raise TypeError
+            flat.extend(tag)  # setting tags never raises (it sits in a request's hook)
+        except Exception:
+            say_once(
+                "add_tags",
+                "eventlog_handler: add_tags() takes strings, or lists of strings; a "
+                f"{type(tag).__name__} was left out",
+            )
     user_set, added = _SINCE.get()
     _SINCE.set((user_set, tuple(normalize_tags((*flat, *added)))))  # the newest 50
     return Scope(_TAGS, tuple(normalize_tags((*_TAGS.get(), *flat))))
