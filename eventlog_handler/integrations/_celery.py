@@ -43,6 +43,8 @@ from eventlog_handler.capture._context import RequestScope, add_tags
 from eventlog_handler.capture._exceptions import capture_exception
 from eventlog_handler.capture._records import exception_of
 from eventlog_handler.delivery import _engine as transport
+from eventlog_handler.wire._simple_error import type_name
+from eventlog_handler.wire._stacking import manual_stack
 
 #: The handlers to keep on the root logger (set by setup()), or an empty list.
 _handlers: Callable[[], list[logging.Handler]] = list
@@ -198,12 +200,19 @@ def _report_pool_failure(
         name = name if isinstance(name, str) and name else None
         scope = RequestScope()
         tags = add_tags("celery", name) if name else add_tags("celery")
+        # Raised in the pool's code (billiard), its frames are the same for every task: one
+        # stack per task and kind of end (its text holds a job number, and is left out).
+        kind = type_name(type(exc))
+        signature = {"type": kind, "task": name or "?"}
         try:
             capture_exception(
                 exc,
                 submission_method="celery_task",
                 source=name,
                 data={"@celery": {"task": name, "id": task_id}},
+                stack=manual_stack(
+                    {"title": f"{name or '?'}: {kind}", "signature_data": signature}
+                ),
             )
         finally:
             tags.reset()

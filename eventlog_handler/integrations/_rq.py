@@ -221,11 +221,17 @@ def _report_the_end(job: Any, status: Any) -> None:
     function = _function_of(job) or "?"
     signature = {"type": type_name(WorkHorseTerminated), "function": function, "how": how}
     title = f"{function}: {exc}"
-    _report(
-        job,
-        (WorkHorseTerminated, exc, None),
-        manual_stack({"title": title, "signature_data": signature}),
-    )
+    # In the worker's process, in the job's scope as a failure in the horse is: tagged with
+    # its function, and a trace of its own, not the lines of the jobs the worker ran before.
+    scope, tags = _enter(job)
+    try:
+        _report(
+            job,
+            (WorkHorseTerminated, exc, None),
+            manual_stack({"title": title, "signature_data": signature}),
+        )
+    finally:
+        _leave(scope, tags)
 
 
 def _after_a_step(worker: Any) -> None:

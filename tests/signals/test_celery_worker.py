@@ -133,13 +133,19 @@ def test_a_hard_time_limit_is_its_own_error_and_printed_lines_are_no_events(
             tmp_path,
             server,
             "prefork",
-            ["tasks.printing", "tasks.hard"],
-            lambda: bool(error_types(server)),
+            ["tasks.printing", "tasks.hard", "tasks.export"],
+            lambda: len(error_types(server)) == 2,
         )
         events = list(server.accepted)
     assert returncode == 0, output[-3000:]
     assert "printed by a task" in output  # Celery's console has it, as without the package
-    [error] = [event for event in events if event.get("type") == "error"]
+    errors = [event for event in events if event.get("type") == "error"]
+    # Raised in billiard's code, the same frames for every task: they were one stack for all
+    # the app's tasks that hit their limit ("TimeLimitExceeded in billiard.pool...").
+    stacks = {e["source"]: e["data"]["@stack"] for e in errors}
+    assert stacks["tasks.hard"] != stacks["tasks.export"], stacks
+    assert stacks["tasks.export"]["title"] == "tasks.export: billiard.exceptions.TimeLimitExceeded"
+    [error] = [event for event in errors if event["source"] == "tasks.hard"]
     assert error["@simple_error"]["type"].endswith("TimeLimitExceeded"), error["@simple_error"]
     assert not [e for e in events if "printed by a task" in str(e.get("message"))]
     # The error names its task (Celery's own line did, as a second event of its own).

@@ -262,6 +262,9 @@ def test_a_killed_work_horse_is_one_error_and_rqs_warnings_reach_the_handler(
         signature = error["data"]["@stack"]["signature_data"]
         assert signature["function"] == "jobs.killed", signature
         assert all(isinstance(value, str) for value in signature.values())
+        # In the job's scope, as a failure in the horse is (it had only the worker's tags,
+        # and a trace of the worker's lines for the jobs before it).
+        assert {"rq", "jobs.killed"} <= set(error["tags"]), error["tags"]
     assert errors[0]["data"]["@stack"] == errors[1]["data"]["@stack"]  # one bug, one stack
     assert errors[0]["data"]["@rq"]["job_id"] != errors[1]["data"]["@rq"]["job_id"]
     logs = {str(event.get("message")) for event in events if event.get("type") != "error"}

@@ -76,6 +76,12 @@ def hard():
     time.sleep(30)
 
 
+@app.task(name="tasks.export", time_limit=1)
+def export():
+    """Another task killed at its time limit: another bug, another stack."""
+    time.sleep(30)
+
+
 @app.task(name="tasks.hard_requeued", time_limit=1, acks_late=True, acks_on_timeout=False)
 def hard_requeued():
     """Killed at its time limit twice, requeued each time (acks_late), then done."""
