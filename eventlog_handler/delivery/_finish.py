@@ -84,11 +84,15 @@ def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
         if type(site) is CallSite:
             assert type(data) is dict
             if STACK_KEY not in data:
-                stack = log_stack(site.source, site.template, site, site.innermost, site.program)
+                # An error without frames (never raised): its type and call site, and its
+                # type as the title where no message was logged with it.
+                kind = error.get("type") if type(error) is dict else None
+                kind = kind if isinstance(kind, str) else None
+                template = kind if site.template is None else site.template
+                stack = log_stack(site.source, template, site, site.innermost, site.program)
                 if stack is not None:
-                    if type(error) is dict and isinstance(error.get("type"), str):
-                        # an error without frames (never raised): its type and call site
-                        stack["signature_data"] = {"type": error["type"], **stack["signature_data"]}
+                    if kind is not None:
+                        stack["signature_data"] = {"type": kind, **stack["signature_data"]}
                     data[STACK_KEY] = stack
             if site:
                 data[FRAMES_KEY] = resolve(site, include, exclude, settings.secrets)

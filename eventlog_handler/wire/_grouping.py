@@ -210,7 +210,7 @@ def log_stack(
         return None
     module, function, source = main_named(site_ref[3]), site_ref[2], main_named(source)
     site = f"{module}.{function}" if module else str(function)
-    text = template if isinstance(template, str) else _safe(template)
+    text = template if isinstance(template, str) else "" if template is None else _safe(template)
     signature: dict[str, str] = {}
     if source:
         signature["source"] = _cut(str(source), MAX_VALUE)

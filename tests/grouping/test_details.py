@@ -3,6 +3,7 @@ environment, and the version from a git checkout."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from eventlog_handler import EventLogHandler
+from eventlog_handler.capture._exceptions import capture_exception
+from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.wire import _frames
 from tests.support.constants import API_KEY
@@ -418,6 +421,21 @@ def test_exceptions_never_raised_are_told_apart_by_where_they_were_logged(make_h
     stacks = {event["message"]: event["data"]["@stack"] for event in events}
     assert stacks["invoice rejected"]["signature_data"]["type"] == "ValueError"
     assert "reject_invoice" in stacks["invoice rejected"]["signature_data"]["site"]
+
+
+def test_an_exception_captured_unraised_is_titled_by_its_type(server):
+    """``capture_exception(ValueError("..."))`` of an exception raised nowhere: no message was
+    logged with it, and its stack was titled "None (in ...)", with "None" in its signature."""
+    settings = Settings.from_options({"api_key": API_KEY, "server_url": server.url})
+    try:
+        assert capture_exception(KeyError("sku-1"), settings=settings)
+        assert transport.get_engine(settings).flush(5)
+    finally:
+        transport.get_engine(settings).shutdown(1)
+    [event] = server.wait_for(1)
+    stack = event["data"]["@stack"]
+    assert stack["title"].startswith("KeyError (in tests.grouping.test_details."), stack
+    assert "None" not in json.dumps(stack), stack
 
 
 GROUP_CAUGHT_IN_PLACE = """
