@@ -1,7 +1,8 @@
-"""Setting the user and tags sits in a request's hook or middleware, where an exception makes
-every request a 500: a value of the wrong kind (``set_user(data="...")``, ``add_tags(None)``)
-raised ``TypeError``/``ValueError`` from inside the package. Now it is left out, said once on
-stderr, and the rest is set. A program in a process of its own, against a loopback server."""
+"""Calls a program makes where an exception hurts most: setting the user and tags sits in a
+request's hook or middleware (an exception makes every request a 500), ``capture_exception``
+in an ``except`` block (an exception takes the place of the one being handled). A value of the
+wrong kind raised from inside the package. Now it is left out, said once on stderr, and the
+rest is done. Programs in processes of their own, against a loopback server."""
 
 from __future__ import annotations
 
@@ -46,4 +47,47 @@ def test_a_wrong_kind_of_user_data_or_tag_is_left_out_and_said_once(
         "eventlog_handler: set_user()'s data must be a mapping (a dict), got a str; the user "
         "is set without it",
         "eventlog_handler: add_tags() takes strings, or lists of strings; a NoneType was left out",
+    ], stderr
+
+
+CAPTURE_PROGRAM = """
+import logging
+import eventlog_handler
+from eventlog_handler import capture_exception
+
+print(capture_exception(ValueError("before setup")))
+handle = eventlog_handler.setup()
+for n in range(2):
+    try:
+        raise KeyError(f"sku-{n}")
+    except KeyError as exc:
+        capture_exception(exc, lvl="Warn", level="warning", data="not a dict")
+        capture_exception(KeyError)  # the class, not the exception
+try:
+    raise OSError("disk")
+except OSError as exc:
+    capture_exception(exc, level="chatty")
+handle.flush(5)
+print("done")
+"""
+
+
+def test_capture_exception_with_wrong_arguments_reports_what_it_can_and_says_why(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    status, stderr, stdout = run_program(CAPTURE_PROGRAM, server.url, tmp_path)
+
+    assert status == 0, stderr
+    assert stdout == ["False", "done"], stdout
+    levels = {event["@simple_error"]["message"]: event["@level"] for event in server.accepted}
+    assert levels == {"'sku-0'": "Warn", "'sku-1'": "Warn", "disk": "Error"}, server.accepted
+    said = [line for line in stderr.splitlines() if line.startswith("eventlog_handler:")]
+    assert said == [
+        "eventlog_handler: capture_exception() was called before setup(): nothing is sent.",
+        "eventlog_handler: capture_exception() has no option 'lvl' (it takes level, source and "
+        "data); ignored.",
+        "eventlog_handler: capture_exception() takes data as a dict, got str; left out.",
+        "eventlog_handler: capture_exception() takes an exception (an instance), got the class "
+        "KeyError; nothing is sent.",
+        "eventlog_handler: capture_exception() has no level 'chatty'; Error is used.",
     ], stderr
