@@ -53,6 +53,7 @@ structlog itself is not imported here: the processor only receives plain values,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import sys
@@ -76,6 +77,8 @@ from eventlog_handler.wire import _extras as extras
 from eventlog_handler.wire._jsonsafe import safe_str
 from eventlog_handler.wire._simple_error import main_named
 from eventlog_handler.wire._stacking import is_stack
+
+_FIELDS = frozenset(field.name for field in dataclasses.fields(Settings))
 
 __all__ = ["EventLogProcessor"]
 
@@ -129,7 +132,8 @@ def level_number(level: Any, method_name: str | None) -> int:
 class EventLogProcessor:
     """Send structlog events to the service; return the event dict unchanged.
 
-    ``api_key`` and ``server_url`` default to ``EVENTLOG_API_KEY`` / ``EVENTLOG_SERVER_URL``;
+    Without ``api_key`` and ``server_url``, it follows the current ``setup()`` (its options
+    over those of ``setup()``), else ``EVENTLOG_API_KEY`` / ``EVENTLOG_SERVER_URL``;
     ``level`` (a number or a name, default ``INFO``) is the lowest level sent; every other
     keyword is an option of :class:`~eventlog_handler.EventLogHandler` (``tags``,
     ``data_exclusions``, ``include_environment``, delivery options). The processor shares the
@@ -146,12 +150,15 @@ class EventLogProcessor:
         **options: Any,
     ) -> None:
         self.level = check_level(level)
-        #: Made without a key, URL or options: the settings of the current ``setup()`` (its
-        #: tags, version, server and key) apply when there is one.
-        self._follows_setup = api_key is None and server_url is None and not options
+        #: Made without a key or URL: the settings of the current ``setup()`` (its server and
+        #: key, tags, version) apply when there is one, with this processor's options over
+        #: them (``tags=[...]`` on its events only).
+        self._follows_setup = api_key is None and server_url is None
         self._own = Settings.from_options(
             {"api_key": api_key, "server_url": server_url, **options}, lenient=True
         )
+        self._options = tuple(name for name in options if name in _FIELDS)
+        self._over: tuple[Settings, Settings] | None = None  # (setup()'s, with the options)
         if not self._follows_setup:  # one that follows setup() says it at its first event
             say_unconfigured(self._own)
         #: Events that could not be converted (skipped, never raised).
@@ -171,7 +178,13 @@ class EventLogProcessor:
         if self._follows_setup:
             active = current_settings()
             if active is not None:
-                return active
+                if not self._options:
+                    return active
+                over = self._over
+                if over is None or over[0] is not active:
+                    own = {name: getattr(self._own, name) for name in self._options}
+                    over = self._over = (active, dataclasses.replace(active, **own))
+                return over[1]
         return self._own
 
     @property

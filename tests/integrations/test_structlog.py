@@ -456,7 +456,9 @@ import eventlog_handler
 from eventlog_handler.structlog import EventLogProcessor
 
 key, url = os.environ.pop("EVENTLOG_API_KEY"), os.environ.pop("EVENTLOG_SERVER_URL")
-structlog.configure(processors=[EventLogProcessor(), structlog.processors.KeyValueRenderer()])
+structlog.configure(
+    processors=[EventLogProcessor({options}), structlog.processors.KeyValueRenderer()]
+)
 print("configured", file=sys.stderr, flush=True)
 handle = eventlog_handler.setup(api_key=key, server_url=url) if sys.argv[1] == "setup" else None
 structlog.get_logger("app").warning("after setup")
@@ -466,23 +468,27 @@ if handle is not None:
 """
 
 
+@pytest.mark.parametrize("options", ["", 'tags=["web"]'])
 @pytest.mark.parametrize("then", ["setup", "none"])
 def test_a_processor_made_before_setup_says_nothing_is_sent_only_when_nothing_is(
-    tmp_path: Any, then: str
+    tmp_path: Any, then: str, options: str
 ) -> None:
     """``EventLogProcessor()`` in a settings module, ``setup(api_key=...)`` after: the processor
-    said "nothing will be sent: no API key is set", then sent everything."""
+    said "nothing will be sent: no API key is set", then sent everything. With an option of its
+    own (``tags=``), it did not follow ``setup()`` at all: every event was dropped."""
     from tests.support.faultserver import FaultServer
     from tests.support.processes import run_script
 
     with FaultServer() as sink:
-        result = run_script(BEFORE_SETUP, sink.url, tmp_path, then, timeout=60)
+        program = BEFORE_SETUP.replace("{options}", options)
+        result = run_script(program, sink.url, tmp_path, then, timeout=60)
         assert result.returncode == 0, result.stderr
         lines = result.stderr.splitlines()
         said = [index for index, line in enumerate(lines) if "nothing will be sent" in line]
         if then == "setup":
             assert said == [], result.stderr
             assert sink.wait_for(1) and sink.accepted[0]["message"] == "after setup"
+            assert sink.accepted[0].get("tags", []) == (["web"] if options else [])
         else:  # said at its first event, once
             assert len(said) == 1, result.stderr
             assert lines.index("configured") < said[0] < lines.index("logged"), result.stderr
