@@ -21,6 +21,9 @@ signature the service hashes instead (SHA1 of the UTF-16LE concatenation of the 
   exception's type and its application frames. When the outermost exception has no
   application frame (a library wrapped the application's error), the first error of the chain
   that has some lends its frames, and its type is added as ``cause`` (``from KeyError``).
+- A process pool's failure raised again in the caller: after the caller's application frames,
+  the worker's, read from its traceback, which the pool passes on as text only (the
+  ``RemoteTraceback`` cause), by module name (a path varies between machines).
 - An exception group (``asyncio.TaskGroup``, ``except*``) also has ``members``: each member's
   type and innermost application frame, sorted and each once
   (``with KeyError in shop.ship, ValueError in shop.charge``), so two groups that fail for
@@ -48,6 +51,7 @@ A stack the user gave (``extra=stack(...)``) always wins.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -118,15 +122,23 @@ def error_stack(error: Any, program: str | None = None) -> dict[str, Any] | None
     outer_type: str = error["type"]
     chosen: Mapping[str, Any] | None = None
     names: list[str] = []
+    remote: list[str] = []
     node: Any = error
     depth = 0
     while isinstance(node, dict) and depth < 10:
-        names = _app_names(_frames_of(node))
-        if names:
-            chosen = node
+        if not remote and str(node.get("type")).endswith(_REMOTE):
+            remote = _app_names(remote_frames(node.get("message")))
+        if not names:
+            names = _app_names(_frames_of(node))
+            if names:
+                chosen = node
+        if names and remote:
             break
         node = node.get("inner")
         depth += 1
+    if remote:  # where the pool's worker failed, after where its result was asked for
+        names = _once(names + remote)
+        chosen = chosen if chosen is not None else error
     signature: dict[str, str] = {"type": outer_type}
     members = _members(error) or (_members(chosen) if chosen is not None else "")
     short = outer_type.rpartition(".")[2] or outer_type
@@ -151,6 +163,51 @@ def error_stack(error: Any, program: str | None = None) -> dict[str, Any] | None
         _add_program(signature, program)
     title = f"{short} in {where}" + (f" ({members})" if members else "")
     return {"title": _cut(title, MAX_TITLE), "signature_data": signature}
+
+
+#: The type that carries a process pool worker's traceback, as text, as the cause of the
+#: exception raised again in the caller (``multiprocessing.pool.RemoteTraceback``,
+#: ``concurrent.futures.process._RemoteTraceback``).
+_REMOTE = "RemoteTraceback"
+_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"\n]+)", line \d+, in (?P<function>[^\n]+)$', re.M)
+
+
+def remote_frames(text: Any) -> list[dict[str, Any]]:
+    """The frames of a traceback written as text (a pool worker's, in another process), as
+    the grouping reads frames: ``module`` (the module of that file in this process, else the
+    file's name), ``function`` and ``in_app``. Paths vary between machines: they are left out."""
+    from eventlog_handler.wire._frames import is_in_app
+
+    if not isinstance(text, str):
+        return []
+    frames = []
+    for match in _FILE_LINE.finditer(text[-20_000:]):
+        filename, function = match.group("file"), match.group("function").strip()
+        module = _module_of(filename)
+        frames.append(
+            {"module": module, "function": function, "in_app": is_in_app(filename, module)}
+        )
+    return frames
+
+
+@functools.lru_cache(maxsize=256)
+def _module_of(filename: str) -> str:
+    """The name of the module loaded from ``filename`` (``__main__`` for the program, whose
+    spawned workers load it as ``__mp_main__``), else the file's name without ``.py``. A
+    relative name (as the message's paths are sent) is the end of a module's path."""
+    import os
+    import sys
+
+    from eventlog_handler.wire._appversion import main_module
+
+    tail = None if os.path.isabs(filename) else os.sep + filename
+    # The program first: at exit, when the last events are made, Python has emptied __main__.
+    modules = [("__main__", main_module()), *list(sys.modules.items())]
+    for name, module in modules:
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and (path == filename or (tail and path.endswith(tail))):
+            return "__main__" if name == "__mp_main__" else name
+    return os.path.splitext(os.path.basename(filename))[0]
 
 
 def _members(error: Any, groups: int = 2) -> str:

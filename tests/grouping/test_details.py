@@ -525,3 +525,59 @@ def test_ids_of_letters_and_digits_in_a_formatted_message_are_one_stack(server, 
     assert len(by_kind["request"]) == 1, by_kind
     assert len(by_kind["job"]) == 1, by_kind
     assert len({event["message"] for event in events}) == 6  # the ids did differ
+
+
+POOL_FAILURES = """
+import concurrent.futures, logging, multiprocessing, sys
+import eventlog_handler
+
+eventlog_handler.setup(flush_interval=0.05)
+log = logging.getLogger("batch")
+
+
+def parse_invoice(number):
+    raise ValueError(f"invoice {number}: bad date")
+
+
+def resize_image(number):
+    raise ValueError(f"image {number}: bad size")
+
+
+def run(work):
+    method = sys.argv[1]
+    try:
+        if method == "executor":
+            with concurrent.futures.ProcessPoolExecutor(1) as pool:
+                list(pool.map(work, range(2)))
+        else:
+            with multiprocessing.get_context(method).Pool(1) as pool:
+                pool.map(work, range(2))
+    except ValueError:
+        log.exception("batch failed")
+
+
+if __name__ == "__main__":
+    run(parse_invoice)
+    run(resize_image)
+"""
+
+
+def test_a_failure_in_a_pool_worker_is_stacked_by_the_workers_function(server, tmp_path):
+    """A process pool raises the worker's exception again in the caller, with the worker's
+    traceback as text only (its ``RemoteTraceback`` cause): two different functions failing
+    in a pool were one stack, by the caller's frames ("ValueError in __main__.run")."""
+    path = tmp_path / "batch.py"
+    path.write_text(POOL_FAILURES)
+    methods = ("fork", "spawn", "executor")
+    for method in methods:
+        result = run_python(server.url, [str(path), method], timeout=60)
+        assert result.returncode == 0, result.stderr
+    events = server.wait_for(2 * len(methods))
+    stacks = {}
+    for event in events:
+        stacks.setdefault(event["data"]["@stack"]["title"], set()).add(server_signature(event))
+    assert stacks.keys() == {
+        "ValueError in __main__.parse_invoice",
+        "ValueError in __main__.resize_image",
+    }, stacks
+    assert all(len(signatures) == 1 for signatures in stacks.values()), stacks  # each method
