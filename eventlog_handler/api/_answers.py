@@ -8,6 +8,7 @@ import dataclasses
 import datetime as _dt
 import json
 import re
+import socket
 import ssl
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
@@ -174,7 +175,13 @@ def transport_error(exc: BaseException, url: str) -> errors.TransportError:
     if any(isinstance(item, _PROXY_ERRORS) for item in chain):
         return _proxy_error(chain, where)
     if any(isinstance(item, _SSL_ERRORS) for item in chain):
-        return errors.TransportError(f"TLS failure talking to {where}: {exc}", "tls")
+        return errors.TransportError(
+            f"TLS failure talking to {where}: {exc}{_tls_hint(chain)}", "tls"
+        )
+    if any(isinstance(item, socket.gaierror) for item in chain) or _UNRESOLVED.search(str(exc)):
+        return errors.TransportError(
+            f"cannot reach {where}: its name does not resolve (a typo in the URL?)"
+        )
     if any(isinstance(item, ConnectionRefusedError) for item in chain) or "refused" in str(exc):
         return errors.TransportError(f"connection to {where} refused", "refused")
     if any(
@@ -188,6 +195,16 @@ def transport_error(exc: BaseException, url: str) -> errors.TransportError:
     ):
         return errors.TransportError(f"connection to {where} reset", "reset", sent=True)
     return errors.TransportError(f"cannot reach {where}: {type(exc).__name__}", "other")
+
+
+def _tls_hint(chain: list[BaseException]) -> str:
+    """What a TLS failure most likely means, where its text tells."""
+    texts = " ".join(str(item) for item in chain)
+    if "WRONG_VERSION_NUMBER" in texts or "record layer failure" in texts:
+        return " (the server does not speak TLS: an https:// URL to an http:// server?)"
+    if "CERTIFICATE_VERIFY_FAILED" in texts:
+        return " (its certificate is not trusted here: give verify= the CA bundle that signed it)"
+    return ""
 
 
 def _proxy_error(chain: list[BaseException], where: str) -> errors.TransportError:
@@ -212,6 +229,7 @@ def _proxy_error(chain: list[BaseException], where: str) -> errors.TransportErro
     )
 
 
+_UNRESOLVED = re.compile(r"Name or service not known|nodename nor servname|Failed to resolve")
 _PROXY_ERRORS = (requests.exceptions.ProxyError, urllib3.exceptions.ProxyError)
 _SSL_ERRORS = (requests.exceptions.SSLError, urllib3.exceptions.SSLError, ssl.SSLError)
 _TIMEOUTS = (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)

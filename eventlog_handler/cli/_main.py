@@ -527,7 +527,7 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, errors.PermissionDeniedError):
         return f"the token lacks the scope for this ({exc}); a user-scoped token is needed"
     if isinstance(exc, errors.TransportError):
-        return f"{exc} (is the server running?)"
+        return f"{exc} (is the server running?)" if exc.kind in ("refused", "timeout") else str(exc)
     if isinstance(exc, errors.RateLimitedError | errors.ServiceUnavailableError):
         return f"{exc}; {_retry_when(exc.retry_after)}"
     if isinstance(exc, errors.ApiError) and exc.location:

@@ -87,6 +87,17 @@ def test_an_untrusted_certificate_is_a_tls_failure_and_nothing_is_sent(make_engi
     assert stats["delivered"] == 0, stats
     assert tls_server.accepted_count() == 0
     assert "TLS" in (stats["last_error"] or ""), stats
+    assert "give verify= the CA bundle that signed it" in stats["last_error"], stats
+
+
+def test_an_https_url_to_a_plain_http_server_says_so(make_engine, server):
+    """The server speaks plain HTTP: the failure said only ``[SSL: WRONG_VERSION_NUMBER]``."""
+    url = server.url.replace("http://", "https://")
+    stats = _send_one(make_engine, url, wait=1.0, retry_initial=5.0)
+    assert stats["delivered"] == 0, stats
+    assert "the server does not speak TLS: an https:// URL to an http:// server?" in str(
+        stats["last_error"]
+    ), stats
 
 
 def test_verify_off_sends_to_any_certificate(make_engine, tls_server):

@@ -341,6 +341,8 @@ def test_transport_errors(mocked, client, exc, kind):
     err = info.value
     assert err.kind == kind
     assert "127.0.0.1:5000" in str(err)
+    if "Name or service" in str(exc):
+        assert "its name does not resolve (a typo in the URL?)" in str(err), err
     assert TOKEN not in str(err) and TOKEN not in repr(err)
     assert err.__cause__ is None or TOKEN not in str(err.__cause__)
 
