@@ -279,7 +279,7 @@ class Settings:
                     elif lenient and field.name in from_environment:
                         ignored.append(
                             f"{from_environment[field.name]}: {said}; "
-                            f"the default ({field.default!r}) is used"
+                            f"the default ({_shown_default(field.default)}) is used"
                         )
                     else:
                         raise
@@ -318,10 +318,19 @@ class Settings:
                 if value is not None and name not in _CONNECTION:
                     checks.checked(_CONVERTERS[name], name, value)
             except ValueError as exc:
-                said.append(f"{exc}; the default ({getattr(defaults, name)!r}) is used")
+                said.append(
+                    f"{exc}; the default ({_shown_default(getattr(defaults, name))}) is used"
+                )
                 continue
             usable[name] = value
         return usable, said
+
+
+def _shown_default(value: Any) -> str:
+    """A default as a line shows it: a long list by its first words (the data exclusions)."""
+    if isinstance(value, tuple) and len(value) > 5:
+        return f"{', '.join(map(repr, value[:3]))} and {len(value) - 3} more"
+    return repr(value)
 
 
 def _unknown_options(unknown: list[str], known: AbstractSet[str]) -> str:

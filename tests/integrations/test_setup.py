@@ -242,6 +242,7 @@ def test_setup_names_a_misspelt_option_and_the_handlers_hooks_option(
         flush_intervall=1,
         hooks=False,
         queue_size="many",
+        data_exclusions=5,
         flush_timeout="soon",
         force_hooks=True,
         **FAST,
@@ -250,6 +251,8 @@ def test_setup_names_a_misspelt_option_and_the_handlers_hooks_option(
     assert "flush_intervall (did you mean flush_interval?): ignored" in said
     assert "capture_exceptions=True/False" in said and "not hooks=" in said
     assert "'queue_size' must be a number, got 'many'; the default (10000) is used" in said
+    # a long default by its first words: the 51 exclusions filled a line of 700 characters
+    assert "the default ('password', 'passwords', 'passwd' and 48 more) is used" in said, said
     assert "'flush_timeout'" in said and "'soon'" in said
     assert root_eventlog_handlers() == [handle.handler]
     assert handle.hooks is not None  # hooks= was ignored, not taken as capture_exceptions
