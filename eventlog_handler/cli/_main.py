@@ -278,7 +278,11 @@ def cmd_settings_set(args: argparse.Namespace) -> int:
 
 def cmd_settings_delete(args: argparse.Namespace) -> int:
     key = args.key.strip()
-    _user_client(args).delete_project_setting(args.project_id, key)
+    client = _user_client(args)
+    if key not in client.project_config(args.project_id).settings:  # a typo deletes nothing
+        print(f"{key} is not set: nothing deleted")
+        return EXIT_OK
+    client.delete_project_setting(args.project_id, key)
     print(f"deleted {key}")
     return EXIT_OK
 
@@ -286,7 +290,9 @@ def cmd_settings_delete(args: argparse.Namespace) -> int:
 def _check_setting(key: str, value: str) -> None:
     """A warning line for a value the package will not understand (it is still stored)."""
     lowered = key.lower()
-    if lowered.startswith("@@log:"):
+    if lowered.startswith(("log:", "error:", "dataexclusions", "@log:", "@error:", "@dataexcl")):
+        _warn(f"{key} is stored, but the package reads @@{key.lstrip('@')}")
+    elif lowered.startswith("@@log:"):
         if value.lower() not in _LOG_VALUES:
             _warn(f"{value!r} is not a level: {key} takes {', '.join(LEVELS)} or Off (stored)")
     elif lowered.startswith("@@") and ":" in lowered and value.lower() not in _BOOLEAN_VALUES:

@@ -289,6 +289,24 @@ def test_a_value_that_is_not_a_level_is_stored_with_a_warning(
     assert config.settings["@@log:shop"] == "Verbose"
 
 
+def test_a_key_without_its_marks_is_stored_with_a_warning_and_a_missing_one_is_not_deleted(
+    run: Run, collector: Collector, user_args
+) -> None:
+    """``log:shop.*`` (the ``@@`` left out) was stored without a word, and the package never
+    read it; deleting a key that is not set (a typo) said "deleted"."""
+    pid = collector.project_id
+    result = run("settings", "set", pid, "log:shop.*", "Warn", user_args)
+    assert result.code == 0, result.err
+    assert result.err.splitlines() == [
+        "eventlog: warning: log:shop.* is stored, but the package reads @@log:shop.*"
+    ]
+    before = json.loads(run("settings", "get", pid, "--json", user_args).out)
+    result = run("settings", "delete", pid, "@@log:shop.x", user_args)
+    assert (result.code, result.out) == (0, "@@log:shop.x is not set: nothing deleted\n")
+    after = json.loads(run("settings", "get", pid, "--json", user_args).out)
+    assert after == before
+
+
 @pytest.mark.parametrize(("key", "value"), [("@@log:*", " "), (" ", "Warn")])
 def test_blank_keys_and_values_are_refused(run: Run, collector, user_args, key, value) -> None:
     message = run("settings", "set", collector.project_id, key, value, user_args).error_message()
