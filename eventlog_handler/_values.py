@@ -17,6 +17,25 @@ from urllib.parse import urlsplit
 #: timeouts fail (``OverflowError``), and no wait of the package is meant to be longer.
 MAX_SECONDS = 1_000_000.0
 
+#: The first character that takes two UTF-16 code units (a surrogate pair): an emoji, say.
+_ASTRAL = "\U00010000"
+
+
+def utf16_len(text: str) -> int:
+    """The length of ``text`` as the service (C#) counts it: in UTF-16 code units, where a
+    character past U+FFFF (most emoji) counts 2. ASCII text and text of the Basic Multilingual
+    Plane cost one look (``isascii`` is free, ``max`` one pass); the rest one encoding."""
+    if text.isascii() or max(text) < _ASTRAL:
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) >> 1
+
+
+def fits(text: str, limit: int) -> bool:
+    """Whether ``text`` is at most ``limit`` UTF-16 code units (:func:`utf16_len`); free for a
+    text of at most half of it, or of ASCII."""
+    size = len(text)
+    return size <= limit and (size <= limit >> 1 or text.isascii() or utf16_len(text) <= limit)
+
 
 def checked(check: Callable[[str, Any], Any], name: str, value: Any) -> Any:
     """``check(name, value)``. A value that fails in a way of its own (its ``__float__``,
@@ -116,8 +135,11 @@ def words(name: str, value: Any) -> tuple[str, ...]:
 def tags(name: str, value: Any) -> tuple[str, ...]:
     found = words(name, value)
     for tag in found:
-        if len(tag) > 100:
-            raise ValueError(f"eventlog_handler: setting {name!r}: tag longer than 100 characters")
+        if not fits(tag, 100):  # as the service counts: an emoji is 2
+            raise ValueError(
+                f"eventlog_handler: setting {name!r}: tag longer than 100 characters "
+                "(UTF-16 code units, as the service counts them: an emoji counts 2)"
+            )
     return found
 
 
@@ -165,10 +187,15 @@ def environment(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"eventlog_handler: setting {name!r} must be a string, got {value!r}")
     text = value.strip()
-    if not text or len(text) > 100 or not text.isprintable() or any(c.isspace() for c in text):
+    if (
+        not text
+        or not fits(text, 100)  # it is a tag too: as the service counts, an emoji is 2
+        or not text.isprintable()
+        or any(c.isspace() for c in text)
+    ):
         raise ValueError(
             f"eventlog_handler: setting {name!r} must be 1 to 100 printable characters "
-            f"without blanks (like 'production'), got {value!r}"
+            f"(an emoji counts 2) without blanks (like 'production'), got {value!r}"
         )
     return text
 

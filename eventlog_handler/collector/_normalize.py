@@ -10,7 +10,8 @@ What the service does with what real clients send (the Exceptionless server's):
 - ``type`` defaults to ``error`` when the event carries ``@error``/``@simple_error``, else
   ``log``; ``date`` defaults to the time of receipt; a date more than 3 days old drops the event,
   one more than an hour ahead is clamped to now.
-- ``message`` and ``source`` are cut to 2,000 characters; tags are a case-insensitive set of at
+- Lengths are counted as the service (C#) counts them, in UTF-16 code units (an emoji is 2).
+  ``message`` and ``source`` are cut to 2,000 characters; tags are a case-insensitive set of at
   most 50, each non-blank and at most 100 characters; a ``reference_id`` that is not 8-100 letters,
   digits or ``-`` becomes ``invalid-reference-id``.
 - An error without a message takes its error's message.
@@ -217,7 +218,7 @@ def _tags(raw: list[Any]) -> list[str]:
         if not isinstance(tag, str):
             raise FieldTypeError("'tags' must be an array of strings")
         folded = tag.lower()
-        if not tag.strip() or len(tag) > MAX_TAG or folded in seen:
+        if not tag.strip() or _units(tag) > MAX_TAG or folded in seen:
             continue
         seen.add(folded)
         kept.append(tag)
@@ -226,12 +227,32 @@ def _tags(raw: list[Any]) -> list[str]:
     return kept
 
 
+def _units(text: str) -> int:
+    """The length of ``text`` as the service (C#) counts it: UTF-16 code units (an emoji is 2)."""
+    if text.isascii() or max(text) < "\U00010000":
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) >> 1
+
+
+def _cut(text: str) -> str:
+    """``text`` cut to :data:`MAX_TEXT` UTF-16 code units, as the service cuts a ``message``
+    or ``source`` (the service may split a surrogate pair; the character is dropped whole
+    here, as text with half a pair can't be stored)."""
+    keep = min(MAX_TEXT, len(text))
+    while keep:  # each step drops at most what is over: a character is 1 or 2 units
+        over = _units(text[:keep]) - MAX_TEXT
+        if over <= 0:
+            break
+        keep -= (over + 1) >> 1
+    return text[:keep]
+
+
 def _text(value: Any, name: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
         raise FieldTypeError(f"'{name}' must be a string")
-    return value[:MAX_TEXT] if value else None
+    return _cut(value) if value else None
 
 
 def _error_message(data: Mapping[str, Any]) -> str | None:
@@ -240,7 +261,7 @@ def _error_message(data: Mapping[str, Any]) -> str | None:
         if isinstance(error, dict):
             message = error.get("message")
             if isinstance(message, str) and message.strip():
-                return message[:MAX_TEXT]
+                return _cut(message)
     return None
 
 
@@ -380,11 +401,11 @@ class Normalizer:
         if source is not None:
             if type(source) is not str:
                 raise FieldTypeError("'source' must be a string")
-            source = source[:MAX_TEXT] if source else None
+            source = _cut(source) if source else None
         if message is not None:
             if type(message) is not str:
                 raise FieldTypeError("'message' must be a string")
-            message = message[:MAX_TEXT] if message else None
+            message = _cut(message) if message else None
 
         if tags is None:
             tags = []
@@ -411,7 +432,7 @@ class Normalizer:
         if stack is not None and type(stack) is not dict:
             data = _stack_object(data, stack)
 
-        if len(event_type) > MAX_TYPE:
+        if _units(event_type) > MAX_TYPE:
             self._drop(f"'type' longer than {MAX_TYPE} characters: {event_type[:40]!r}…")
             return None
         if timestamp < self.oldest_ts:
@@ -469,7 +490,7 @@ class Normalizer:
                 type="log",
                 date=self.now_date,
                 timestamp=self.now_ts,
-                message=line[:MAX_TEXT],
+                message=_cut(line),
                 basis=basis,
                 index=index,
             )

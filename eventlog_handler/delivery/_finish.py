@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from eventlog_handler._values import fits
 from eventlog_handler.delivery._buffer import JSON_READY, RAW, Entry
 from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.wire import _appversion  # noqa: F401 - notes __main__ at import
@@ -44,6 +45,9 @@ from eventlog_handler.wire._simple_error import error_levels
 from eventlog_handler.wire._stacking import STACK_KEY
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+#: Texts at most this long are within their limit even if every character took two UTF-16
+#: code units (the service's measure): no closer look.
+_HALF_MESSAGE, _HALF_SOURCE, _HALF_STRING = MAX_MESSAGE >> 1, MAX_SOURCE >> 1, MAX_STRING >> 1
 #: Whether a data key is excluded, per exclusion list (keys of a program repeat endlessly).
 _EXCLUDED: dict[tuple[str, ...], dict[str, bool]] = {}
 #: The last user object and its JSON form, per exclusion list (a context's user repeats).
@@ -154,8 +158,8 @@ def flat_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str, An
     for key, value in data.items():
         kind = type(value)
         if kind is str:
-            if len(value) > MAX_STRING:
-                return None
+            if len(value) > _HALF_STRING and not fits(value, MAX_STRING):
+                return None  # cut by the general builder (in UTF-16 code units)
         elif kind is int:
             if not _INT_MIN <= value <= _INT_MAX:
                 return None
@@ -166,7 +170,7 @@ def flat_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str, An
             return None
         excluded = cache.get(key)
         if excluded is None:
-            if type(key) is not str or len(key) > 200:
+            if type(key) is not str or not fits(key, 200):
                 return None
             excluded = is_excluded(key, exclusions)
             if len(cache) < 10_000:
@@ -233,7 +237,7 @@ def built(entries: Iterable[Entry]) -> Iterator[tuple[Entry, dict[str, Any]]]:
                 clean = general_data(data, exclusions)
         if type(message) is not str:
             message = safe_str(message)
-        if len(message) > MAX_MESSAGE:
+        if len(message) > _HALF_MESSAGE:  # else within the limit even as UTF-16
             message = truncate(message, MAX_MESSAGE)
         created = entry.created
         whole = int(created // 1)
@@ -251,7 +255,7 @@ def built(entries: Iterable[Entry]) -> Iterator[tuple[Entry, dict[str, Any]]]:
         if source:
             if type(source) is not str:
                 source = safe_str(source)
-            if len(source) > MAX_SOURCE:
+            if len(source) > _HALF_SOURCE:
                 source = truncate(source, MAX_SOURCE)
         if stack is not None:
             clean = dict(clean) if clean else {}

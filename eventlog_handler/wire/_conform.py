@@ -18,6 +18,7 @@ import numbers
 from collections.abc import Collection, Mapping, Set
 from typing import Any
 
+from eventlog_handler._values import fits
 from eventlog_handler.wire._events import (
     MAX_MESSAGE,
     MAX_SOURCE,
@@ -94,7 +95,7 @@ def _fixed(name: str, value: Any) -> Any:
         text = truncate(text, limit)
         return _KEEP if text is value else text
     if name == "type":
-        return _KEEP if type(value) is str and 0 < len(value) <= _MAX_TYPE else _BAD
+        return _KEEP if type(value) is str and value and fits(value, _MAX_TYPE) else _BAD
     if name == "date":
         return _date(value)
     if name == "tags":

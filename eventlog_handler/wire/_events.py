@@ -30,6 +30,7 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from eventlog_handler._values import fits
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS
 from eventlog_handler.wire._jsonsafe import (
     exclusion_matcher,
@@ -40,7 +41,9 @@ from eventlog_handler.wire._jsonsafe import (
 from eventlog_handler.wire._simple_error import main_named, simple_error
 from eventlog_handler.wire._spans import mask_arguments
 
-#: ``message`` and ``source`` are cut by the service past this many characters.
+#: ``message`` and ``source`` are cut by the service past this many characters. Every length of
+#: the service is counted as C# counts it: in UTF-16 code units, where an emoji is 2
+#: (:func:`~eventlog_handler._values.utf16_len`).
 MAX_MESSAGE = 2_000
 MAX_SOURCE = 2_000
 #: Tags the service keeps per event, and the longest tag it keeps.
@@ -309,11 +312,13 @@ def user_with_exclusions(user: Mapping[str, Any], exclusions: Collection[str]) -
 
 
 def normalize_tags(tags: Iterable[Any]) -> list[str]:
-    """Distinct non-empty tags of at most 100 characters, 50 at most, in order."""
+    """Distinct non-empty tags of at most 100 characters (UTF-16 code units, as the service
+    counts them: a tag of 60 emoji is 120, and the service would drop it), 50 at most, in
+    order."""
     result: list[str] = []
     for tag in tags:
         text = safe_str(tag).strip()
-        if text and len(text) <= MAX_TAG_LENGTH and text not in result:
+        if text and fits(text, MAX_TAG_LENGTH) and text not in result:
             result.append(text)
             if len(result) == MAX_TAGS:
                 break

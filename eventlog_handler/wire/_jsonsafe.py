@@ -22,6 +22,7 @@ from typing import Any
 
 from pythonjsonlogger.json import JsonEncoder
 
+from eventlog_handler._values import fits, utf16_len
 from eventlog_handler.settings import MASK, normalize_key
 
 #: Deepest nesting kept; deeper values become a marker string.
@@ -63,11 +64,30 @@ def _type_name(value: object) -> str:
 
 
 def truncate(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, marked with how much was cut."""
-    if len(text) <= limit:
+    """``text`` cut to ``limit`` UTF-16 code units (as the service, in C#, measures a
+    ``message`` or a ``source``: an emoji counts 2), marked with how many characters were cut.
+    A character is never split (the service cuts a surrogate pair in two). A text of at most
+    half the limit, or of ASCII within it, costs one comparison or two."""
+    if fits(text, limit):
         return text
-    keep = max(0, limit - len(f"…[truncated {len(text)} chars]"))
-    return text[:keep] + f"…[truncated {len(text) - keep} chars]"
+    size = len(text)
+    # The mark is ASCII and one BMP character: its length is its size in code units.
+    keep = max(0, limit - len(f"…[truncated {size} chars]"))
+    if not text.isascii():
+        keep = _whole_units(text, keep)
+    return text[:keep] + f"…[truncated {size - keep} chars]"
+
+
+def _whole_units(text: str, units: int) -> int:
+    """The most characters of the start of ``text`` that take at most ``units`` UTF-16 code
+    units (each step drops at most what is over: a character is 1 or 2 units)."""
+    keep = min(units, len(text))
+    while keep:
+        over = utf16_len(text[:keep]) - units
+        if over <= 0:
+            break
+        keep -= (over + 1) >> 1
+    return keep
 
 
 def is_excluded(key: str, exclusions: Collection[str]) -> bool:
