@@ -3,8 +3,10 @@
 In order:
 
 1. :func:`~eventlog_handler.delivery._finish.built` builds the wire event;
-2. ``@version`` is added (``Settings.version``, ``EVENTLOG_VERSION`` or the version of the
-   distribution that owns ``__main__``), and with sessions, ``@ref:session`` (the session open
+2. a ``@ref:<name>`` data value that is not a reference id (8 to 100 letters, digits or ``-``)
+   is renamed ``_@ref:<name>``, as the service's own keys given as data are, and said once on
+   stderr per name; ``@version`` is added (``Settings.version``, ``EVENTLOG_VERSION`` or the
+   version of the distribution that owns ``__main__``), and with sessions, ``@ref:session`` (the session open
    when the event was captured; a value the program set is kept); the marks given as data,
    ``@value`` (a number: the event's ``value``) and ``@critical`` (true: the ``Critical`` tag,
    as the official clients' ``MarkAsCritical``), move to where the service reads them;
@@ -35,10 +37,10 @@ from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._rollup import Rollup
 from eventlog_handler.delivery._server_settings import ServerSettings
 from eventlog_handler.delivery._sessions import SESSION_TYPES, Sessions
-from eventlog_handler.delivery._stderr import redact, say
+from eventlog_handler.delivery._stderr import redact, say, say_once
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._conform import before_hook, conform, named
-from eventlog_handler.wire._events import MAX_MESSAGE, QUOTED
+from eventlog_handler.wire._events import MAX_MESSAGE, QUOTED, is_valid_reference_id
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._scrub import Scrubber
@@ -140,8 +142,10 @@ class Pipeline:
             if entry.created < unruled and _turned_off(entry, event, server):
                 filtered += 1  # captured before the service's rules were known here
                 continue
+            data = event.get("data")
+            if type(data) is dict and data:
+                _check_references(data)
             if version is not None:
-                data = event.get("data")
                 if data is None:
                     event["data"] = {"@version": version}
                 elif type(data) is dict:
@@ -312,6 +316,40 @@ def _turned_off(entry: Entry, event: dict[str, Any], server: ServerSettings) -> 
         minimum = server.log_level(entry.source)
         return minimum is not None and entry.levelno < minimum
     return False
+
+
+#: What starts a data key whose value is a reference to another event (``@ref:session``).
+REF_PREFIX = "@ref:"
+
+
+def _check_references(data: dict[str, Any]) -> None:
+    """Rename, in place, each ``@ref:<name>`` of ``data`` whose value is not a reference id
+    (8 to 100 letters, digits or ``-``) to ``_@ref:<name>``, as a known data key given as data
+    is (``@stack`` → ``_@stack``): the service would keep a reference to nothing, and a
+    session's own id may then take its place. It is then data like any other, the data
+    exclusions applied. Said once per name on stderr (the value not shown)."""
+    bad: list[str] | None = None
+    for key, value in data.items():
+        if type(key) is str and key.startswith(REF_PREFIX) and not is_valid_reference_id(value):
+            bad = [key] if bad is None else [*bad, key]
+    if bad is None:
+        return
+    for key in bad:
+        value = data.pop(key)
+        data["_" + key] = value
+        say_once(
+            f"bad reference: {key}",
+            f"eventlog_handler: data {key!r} is not a reference id (8 to 100 letters, digits "
+            f"or '-'), got {_described(value)}; it is sent as {'_' + key!r}, plain data (the "
+            f"data exclusions apply to it), said once for {key!r}",
+        )
+
+
+def _described(value: Any) -> str:
+    """What a value is, without itself (it is no reference id: it may be anything)."""
+    if isinstance(value, str):
+        return f"a str of {len(value)} characters"
+    return f"a value of type {type(value).__name__}"
 
 
 def _stamp_session(event: dict[str, Any], session_id: str | None) -> None:
