@@ -376,6 +376,11 @@ def validate_server_url(name: str, value: Any) -> str:
         parts = urlsplit(url)
     except ValueError as exc:
         raise ValueError(f"eventlog_handler: setting {name!r} is not a valid URL: {exc}") from None
+    if "://" not in url:  # what a blank or a password would say is not the first problem
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be an http:// or https:// URL "
+            f"with a host, got {shown!r} (no scheme: write http:// or https:// before the host)"
+        )
     if any(character.isspace() for character in url):
         raise ValueError(
             f"eventlog_handler: setting {name!r} must not contain blanks (%20 in a path), "
@@ -401,7 +406,19 @@ def validate_server_url(name: str, value: Any) -> str:
         raise ValueError(
             f"eventlog_handler: setting {name!r} must not carry a query or fragment: {shown!r}"
         )
+    api = _API_PATH.search(parts.path)
+    if api is not None:  # a URL pasted from the API's documentation: every post would be a 404
+        base = shown_url(url[: len(url) - len(parts.path) + api.start()])
+        raise ValueError(
+            f"eventlog_handler: setting {name!r} must be the server's base URL, without "
+            f"'/api/v2' (the package adds /api/v2/... itself), got {shown!r}: "
+            f"use {base!r}"
+        )
     return url
+
+
+#: The service's API path in a server URL: ``/api/v2`` and what follows it, if anything.
+_API_PATH = re.compile(r"(/api/v2)(?:/|$)", re.IGNORECASE)
 
 
 def _looks_like_token(text: str) -> bool:

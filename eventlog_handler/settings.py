@@ -190,6 +190,10 @@ class Settings:
     heartbeat_interval: float = 60.0
     #: Why nothing can be sent (a missing or malformed key or URL), or ``None``.
     problem: str | None = dataclasses.field(default=None, compare=False)
+    #: Whether :meth:`from_options` took ``server_url`` from the default (neither the option
+    #: nor ``EVENTLOG_SERVER_URL`` gave it): lines that name the server say "the default" only
+    #: then, not when that same URL was given.
+    server_url_defaulted: bool = dataclasses.field(default=False, compare=False)
     #: Malformed ``EVENTLOG_*`` variables ignored by a lenient :meth:`from_options` (the
     #: defaults apply in their place), a line each, said on stderr once.
     ignored_environment: tuple[str, ...] = dataclasses.field(default=(), compare=False)
@@ -285,6 +289,8 @@ class Settings:
                         raise
         if ignored:
             values["ignored_environment"] = tuple(ignored)
+        if "server_url" not in given:
+            values["server_url_defaulted"] = True
         if require_api_key and not values.get("api_key") and not problems:
             missing = (
                 "eventlog_handler: setting 'api_key' is missing: pass api_key=... "
@@ -403,7 +409,7 @@ def _cgroup_memory_limit() -> int | None:
 
 
 #: What :class:`Settings` says of itself, not options a program gives.
-_NOT_OPTIONS = frozenset({"problem", "ignored_environment"})
+_NOT_OPTIONS = frozenset({"problem", "ignored_environment", "server_url_defaulted"})
 #: The names of the options (the keyword arguments of ``setup()`` and the handler).
 OPTION_NAMES = frozenset(
     field.name for field in dataclasses.fields(Settings) if field.name not in _NOT_OPTIONS

@@ -74,8 +74,9 @@ def _shown(match: re.Match[str]) -> str:
 
 def shown_server(settings: Settings) -> str:
     """The server as a line names it; the default one said to be the default (a deploy that
-    forgot ``EVENTLOG_SERVER_URL`` is noticed)."""
-    if settings.server_url != DEFAULT_SERVER_URL:
+    forgot ``EVENTLOG_SERVER_URL`` is noticed), only when it came from the default: not when
+    ``server_url`` or ``EVENTLOG_SERVER_URL`` gave that URL."""
+    if settings.server_url != DEFAULT_SERVER_URL or not settings.server_url_defaulted:
         return settings.shown_url
     return (
         f"{settings.shown_url} (the default: the local collector; set EVENTLOG_SERVER_URL or "
