@@ -9,6 +9,7 @@ import ipaddress
 import math
 import os
 import re
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -112,8 +113,48 @@ def ca_bundle(name: str, value: Any) -> bool | str:
     ):
         if not os.path.exists(value):
             raise ValueError(f"eventlog_handler: setting {name!r}: no CA bundle at {value!r}")
+        problem = _ca_bundle_problem(value)
+        if problem is not None:
+            raise ValueError(
+                f"eventlog_handler: setting {name!r}: {value!r} is not a usable CA bundle "
+                f"({problem}); give a PEM file of CA certificates, a directory of them, or "
+                "True/False"
+            )
         return value
     return boolean(name, value)
+
+
+#: The answer of :func:`_ca_bundle_problem` per file as last seen (path, size, mtime).
+_BUNDLES: dict[tuple[str, int, int], str | None] = {}
+
+
+def _ca_bundle_problem(path: str) -> str | None:
+    """Why the file at ``path`` can't verify a server (loaded once, as the sender will load it:
+    a file that is not PEM fails every send with ``[X509: NO_CERTIFICATE_OR_CRL_FOUND]``), or
+    ``None``. A directory is read certificate by certificate when a server is verified: it is
+    taken as it is."""
+    if os.path.isdir(path):
+        return None
+    try:
+        status = os.stat(path)
+    except OSError as exc:
+        return f"it can't be read: {exc.strerror or exc}"
+    key = (os.path.abspath(path), status.st_size, status.st_mtime_ns)
+    if key in _BUNDLES:
+        return _BUNDLES[key]
+    problem: str | None = None
+    try:
+        ssl.create_default_context(cafile=path)
+    except ssl.SSLError as exc:
+        problem = f"no CA certificate could be read from it: {exc.reason or exc}"
+    except OSError as exc:
+        problem = f"it can't be read: {exc.strerror or exc}"
+    except (ValueError, UnicodeError) as exc:
+        problem = f"no CA certificate could be read from it: {exc}"
+    if len(_BUNDLES) > 64:
+        _BUNDLES.clear()
+    _BUNDLES[key] = problem
+    return problem
 
 
 def words(name: str, value: Any) -> tuple[str, ...]:

@@ -339,9 +339,20 @@ def _shown_default(value: Any) -> str:
     return repr(value)
 
 
+#: Names other libraries give an option that is this package's (none of them close in
+#: spelling): ``requests``' and ``ssl``'s CA bundle is ``verify`` here.
+_MEANT = {
+    name: ["verify"]
+    for name in ("ca_bundle", "cafile", "ca_file", "ca_certs", "ca_path", "capath", "cert_reqs")
+} | {name: ["verify"] for name in ("ssl_verify", "verify_ssl", "tls_verify", "verify_tls")}
+
+
 def _unknown_options(unknown: list[str], known: AbstractSet[str]) -> str:
     """Names the unknown options, each with the known option closest to it, if one is close."""
-    close = {n: difflib.get_close_matches(n, sorted(known), 1, 0.8) for n in unknown}
+    close = {
+        n: _MEANT.get(n.lower()) or difflib.get_close_matches(n, sorted(known), 1, 0.8)
+        for n in unknown
+    }
     said = ", ".join(f"{n} (did you mean {c[0]}?)" if c else n for n, c in close.items())
     return f"eventlog_handler: unknown option(s): {said}"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -169,8 +170,10 @@ def test_empty_exclusions_disable_masking():
 
 
 def test_verify_accepts_an_existing_ca_bundle(tmp_path):
-    bundle = tmp_path / "ca.pem"
-    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    import certifi
+
+    bundle = tmp_path / "ca.pem"  # a real one: a file no certificate can be read from is refused
+    bundle.write_bytes(Path(certifi.where()).read_bytes())
     assert build({"api_key": TOKEN, "verify": str(bundle)}).verify == str(bundle)
 
 
