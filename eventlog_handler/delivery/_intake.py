@@ -99,9 +99,13 @@ class Intake:
         self.full_bytes = self.budget * 5 // 8
         #: ... and below the room the batch in flight leaves, less this.
         self.headroom = self.budget // 8
-        #: The most bytes of entries the worker takes at once (a batch to send, a part to
-        #: spool): what it builds and encodes from them is in memory beside the budget.
+        #: The most bytes of entries the worker takes at once to spool: what it builds and
+        #: encodes from them is in memory beside the budget.
         self.part_bytes = max(1, self.budget // 16)
+        #: ... and to send: not below what one request takes before compression, so that
+        #: with a small budget a batch of small events stays whole (fewer events per request
+        #: made logging threads wait).
+        self.send_bytes = max(self.part_bytes, settings.max_raw_batch_bytes)
         self.waiting = 0  # logging threads waiting for the worker
         self._pushback_off_until = 0.0
         self._error_delay = settings.error_delay
@@ -256,11 +260,11 @@ class Intake:
             due = min(due, oldest_log.enqueued + self._log_delay)
         return due
 
-    def take(self, most: int | None = None) -> list[Entry]:
-        """The next batch's entries (the lock is held): a batch at most (or ``most``), stopping
-        once they reach :attr:`part_bytes`."""
+    def take(self, most: int | None = None, *, to_send: bool = False) -> list[Entry]:
+        """The next part's entries (the lock is held): a batch at most (or ``most``), stopping
+        once they reach :attr:`part_bytes` (:attr:`send_bytes` ``to_send``)."""
         count = self._batch if most is None else min(most, self._batch)
-        return self.buffer.take(count, self.part_bytes)
+        return self.buffer.take(count, self.send_bytes if to_send else self.part_bytes)
 
     def taken(self) -> None:
         """The worker took entries (the lock is held): release logging threads waiting."""

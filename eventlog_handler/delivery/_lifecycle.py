@@ -421,7 +421,7 @@ class Lifecycle:
                 with ledger.lock:
                     if intake.finished or ledger.in_flight:
                         break
-                    batch: list[Entry] = intake.take()
+                    batch: list[Entry] = intake.take(to_send=True)
                     if not batch:
                         break
                     ledger.in_flight += len(batch)

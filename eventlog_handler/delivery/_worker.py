@@ -294,7 +294,7 @@ class Worker:
                         continue
                     due = intake.due(now)
                     if due <= now:
-                        batch = intake.take()
+                        batch = intake.take(to_send=True)
                         ledger.in_flight += len(batch)
                         ledger.in_flight_bytes = sum(entry.size for entry in batch)
                         intake.taken()
