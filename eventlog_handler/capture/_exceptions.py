@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventlog_handler.capture._admit import SEND, admit
 from eventlog_handler.capture._records import build_event
@@ -46,50 +46,26 @@ def current_settings() -> Settings | None:
     return _active
 
 
-def capture_exception(
+def capture_error(
     exc: BaseException,
     *,
-    level: str | int = "Error",
+    level: str = "Error",
     submission_method: str | None = None,
     source: str | None = None,
     data: dict[str, Any] | None = None,
     settings: Settings | None = None,
     stack: dict[str, Any] | None = None,
-    **unknown: Any,
 ) -> bool:
-    """Queue ``exc`` as an error event; ``True`` when it was queued. Never raises.
+    """Queue ``exc`` as an error event; ``True`` when it was queued. Never raises. What the
+    integrations call (the middlewares, the hooks, the task queues), with checked arguments:
+    without settings (no ``setup()``), nothing is sent, and nothing said.
 
-    ``level``: the event's ``@level``, a name (``"warning"``, ``"Warn"``, ``"critical"``) or a
-    :mod:`logging` level number; ``source``: its source (a logger's name); ``data``: values
-    added to its ``data``. ``stack``: a manual stack for it (the value of
+    ``stack``: a manual stack for it (the value of
     :func:`~eventlog_handler.wire._stacking.manual_stack`), for an exception that was raised
-    nowhere and has no frames to be grouped by. A wrong argument (an exception class, an
-    unknown level or option) is said once on stderr, not raised: this runs in ``except``
-    blocks, where an exception would take the place of the one being handled."""
+    nowhere and has no frames to be grouped by."""
     try:
-        if unknown:
-            _say_wrong(
-                "options",
-                f"has no option {', '.join(map(repr, sorted(unknown)))} (it takes level, "
-                "source and data); ignored",
-            )
-        given: Any = exc  # what a caller passes is not always what the signature says
-        if not isinstance(given, BaseException):
-            what = (
-                f"the class {given.__name__}" if isinstance(given, type) else type(given).__name__
-            )
-            _say_wrong("exc", f"takes an exception (an instance), got {what}; nothing is sent")
-            return False
-        level = _level(level)
-        given = data
-        if given is not None and not isinstance(given, dict):
-            _say_wrong("data", f"takes data as a dict, got {type(given).__name__}; left out")
-            data = None
         settings = settings or current_settings()
-        if settings is None:
-            _say_wrong("setup", "was called before setup(): nothing is sent")
-            return False
-        if is_sender_thread():
+        if settings is None or is_sender_thread():
             return False
         engine = get_engine(settings)
         if admit(source, logging.ERROR, exc, settings, engine) != SEND:
@@ -115,6 +91,74 @@ def capture_exception(
                 text = f"{type(failure).__name__}: {safe_str(failure)}"[:500]
                 say_capture_failed(None, text, settings)
         return False
+
+
+if TYPE_CHECKING:  # what type checkers see: the arguments it takes
+
+    def capture_exception(
+        exc: BaseException,
+        *,
+        level: str | int = "Error",
+        source: str | None = None,
+        data: dict[str, Any] | None = None,
+        settings: Settings | None = None,
+        stack: dict[str, Any] | None = None,
+        submission_method: str | None = None,
+    ) -> bool:
+        """Queue ``exc`` as an error event (see :func:`checked_capture`)."""
+
+else:
+
+    def capture_exception(exc, **arguments):
+        """Queue ``exc`` as an error event (see :func:`checked_capture`)."""
+        return checked_capture(exc, arguments)
+
+
+def checked_capture(exc: Any, arguments: dict[str, Any]) -> bool:
+    """:func:`capture_exception`: ``exc`` queued as an error event; ``True`` when it was.
+    Never raises.
+
+    ``level``: the event's ``@level``, a name (``"warning"``, ``"Warn"``, ``"critical"``) or a
+    :mod:`logging` level number; ``source``: its source (a logger's name); ``data``: values
+    added to its ``data``; ``settings``: those of another engine than ``setup()``'s. A wrong
+    argument (an exception class, an unknown level or option, a call before ``setup()``) is
+    said once on stderr, not raised: this runs in ``except`` blocks, where an exception would
+    take the place of the one being handled."""
+    try:
+        known = {name: arguments.pop(name) for name in _ARGUMENTS if name in arguments}
+        if arguments:
+            _say_wrong(
+                "options",
+                f"has no option {', '.join(map(repr, sorted(arguments)))} (it takes level, "
+                "source and data); ignored",
+            )
+        if not isinstance(exc, BaseException):
+            what = f"the class {exc.__name__}" if isinstance(exc, type) else type(exc).__name__
+            _say_wrong("exc", f"takes an exception (an instance), got {what}; nothing is sent")
+            return False
+        data = known.get("data")
+        if data is not None and not isinstance(data, dict):
+            _say_wrong("data", f"takes data as a dict, got {type(data).__name__}; left out")
+            data = None
+        source = known.get("source")
+        settings = known.get("settings") or current_settings()
+        if settings is None:
+            _say_wrong("setup", "was called before setup(): nothing is sent")
+            return False
+        return capture_error(
+            exc,
+            level=_level(known.get("level", "Error")),
+            source=source if source is None else safe_str(source),
+            data=data,
+            settings=settings,
+            stack=known.get("stack"),
+            submission_method=known.get("submission_method"),
+        )
+    except Exception:  # pragma: no cover - each step above never raises
+        return False
+
+
+_ARGUMENTS = ("level", "source", "data", "settings", "stack", "submission_method")
 
 
 def _level(level: Any) -> str:

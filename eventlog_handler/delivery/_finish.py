@@ -79,7 +79,7 @@ def complete(event: dict[str, Any], settings: Settings) -> dict[str, Any]:
                 node_data[FRAMES_KEY] = resolve(refs, include, exclude, settings.secrets)
                 resolved = True
         if resolved and (type(data) is not dict or STACK_KEY not in data):
-            stack = error_stack(error, program)
+            stack = error_stack(error, program, include, exclude)
             if stack is not None:
                 if type(data) is not dict:
                     data = event["data"] = {}

@@ -40,7 +40,7 @@ from typing import Any
 
 from eventlog_handler.capture._admit import mark_reported
 from eventlog_handler.capture._context import RequestScope, add_tags
-from eventlog_handler.capture._exceptions import capture_exception
+from eventlog_handler.capture._exceptions import capture_error
 from eventlog_handler.capture._records import exception_of
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.wire._simple_error import type_name
@@ -205,7 +205,7 @@ def _report_pool_failure(
         kind = type_name(type(exc))
         signature = {"type": kind, "task": name or "?"}
         try:
-            capture_exception(
+            capture_error(
                 exc,
                 submission_method="celery_task",
                 source=name,

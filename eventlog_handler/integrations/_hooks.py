@@ -48,7 +48,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from eventlog_handler.capture._exceptions import capture_exception
+from eventlog_handler.capture._exceptions import capture_error
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
 from eventlog_handler.delivery._stderr import say_unconfigured
@@ -259,7 +259,7 @@ class ExceptionHooks:
     ) -> bool:
         """Send ``exc`` (queue it, then, with ``wait``, flush for a moment, because the process
         or thread is about to end); ``False`` if it was skipped."""
-        queued = capture_exception(
+        queued = capture_error(
             exc,
             level=level,
             submission_method=submission_method,

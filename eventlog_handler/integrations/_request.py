@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from eventlog_handler._values import boolean, checked
-from eventlog_handler.capture._exceptions import capture_exception, current_settings
+from eventlog_handler.capture._exceptions import capture_error, current_settings
 from eventlog_handler.delivery._stderr import say_once
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings, normalize_key
 from eventlog_handler.wire._jsonsafe import is_excluded
@@ -454,9 +454,7 @@ def report(exc: BaseException, submission_method: str = SUBMISSION_METHOD) -> bo
     if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit, CancelledError
         return False
     try:
-        return capture_exception(
-            exc, submission_method=submission_method, settings=active_settings()
-        )
+        return capture_error(exc, submission_method=submission_method, settings=active_settings())
     except Exception:  # pragma: no cover - capture_exception never raises
         return False
 

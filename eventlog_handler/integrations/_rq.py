@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eventlog_handler.capture._context import RequestScope, add_tags
-from eventlog_handler.capture._exceptions import capture_exception
+from eventlog_handler.capture._exceptions import capture_error
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.wire._simple_error import type_name
 from eventlog_handler.wire._stacking import manual_stack
@@ -293,7 +293,7 @@ def _report(job: Any, exc_info: tuple[Any, ...], manual: dict[str, Any] | None =
         return
     function = _function_of(job)
     about = {"job_id": job_id, "function": function, "queue": getattr(job, "origin", None)}
-    capture_exception(
+    capture_error(
         exc, submission_method="rq_job", source=function, data={"@rq": about}, stack=manual
     )
 

@@ -51,9 +51,8 @@ A stack the user gave (``extra=stack(...)``) always wins.
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 #: Characters kept of a signature value and of a title.
@@ -112,7 +111,12 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def error_stack(error: Any, program: str | None = None) -> dict[str, Any] | None:
+def error_stack(
+    error: Any,
+    program: str | None = None,
+    include: Collection[str] = (),
+    exclude: Collection[str] = (),
+) -> dict[str, Any] | None:
     """The ``@stack`` of an ``@simple_error`` whose frames are resolved, or ``None`` (no
     frames: the call site of the capture stands, see
     :func:`eventlog_handler.delivery._finish.complete`). A group without frames of its own
@@ -127,7 +131,7 @@ def error_stack(error: Any, program: str | None = None) -> dict[str, Any] | None
     depth = 0
     while isinstance(node, dict) and depth < 10:
         if not remote and str(node.get("type")).endswith(_REMOTE):
-            remote = _app_names(remote_frames(node.get("message")))
+            remote = _app_names(remote_frames(node.get("message"), include, exclude))
         if not names:
             names = _app_names(_frames_of(node))
             if names:
@@ -172,7 +176,9 @@ _REMOTE = "RemoteTraceback"
 _FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"\n]+)", line \d+, in (?P<function>[^\n]+)$', re.M)
 
 
-def remote_frames(text: Any) -> list[dict[str, Any]]:
+def remote_frames(
+    text: Any, include: Collection[str] = (), exclude: Collection[str] = ()
+) -> list[dict[str, Any]]:
     """The frames of a traceback written as text (a pool worker's, in another process), as
     the grouping reads frames: ``module`` (the module of that file in this process, else the
     file's name), ``function`` and ``in_app``. Paths vary between machines: they are left out."""
@@ -185,12 +191,15 @@ def remote_frames(text: Any) -> list[dict[str, Any]]:
         filename, function = match.group("file"), match.group("function").strip()
         module = _module_of(filename)
         frames.append(
-            {"module": module, "function": function, "in_app": is_in_app(filename, module)}
+            {
+                "module": module,
+                "function": function,
+                "in_app": is_in_app(filename, module, include, exclude),
+            }
         )
     return frames
 
 
-@functools.lru_cache(maxsize=256)
 def _module_of(filename: str) -> str:
     """The name of the module loaded from ``filename`` (``__main__`` for the program, whose
     spawned workers load it as ``__mp_main__``), else the file's name without ``.py``. A
@@ -200,14 +209,23 @@ def _module_of(filename: str) -> str:
 
     from eventlog_handler.wire._appversion import main_module
 
+    found = _MODULES.get(filename)
+    if found is not None:
+        return found
     tail = None if os.path.isabs(filename) else os.sep + filename
     # The program first: at exit, when the last events are made, Python has emptied __main__.
     modules = [("__main__", main_module()), *list(sys.modules.items())]
     for name, module in modules:
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and (path == filename or (tail and path.endswith(tail))):
-            return "__main__" if name == "__mp_main__" else name
+            found = "__main__" if name == "__mp_main__" else name
+            if len(_MODULES) < 256:  # only what was found: a module imported later is named
+                _MODULES[filename] = found
+            return found
     return os.path.splitext(os.path.basename(filename))[0]
+
+
+_MODULES: dict[str, str] = {}
 
 
 def _members(error: Any, groups: int = 2) -> str:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Collection, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
+from eventlog_handler._values import fits
 from eventlog_handler.wire._jsonsafe import safe_repr, to_jsonable, truncate
 
 #: Chained exceptions followed at most (``inner`` depth).
@@ -469,7 +470,7 @@ def _build(
 ) -> dict[str, Any]:
     seen.add(id(exc))
     error: dict[str, Any] = {
-        "message": truncate(exception_message(exc), MAX_MESSAGE),
+        "message": _message(exc),
         "type": type_name(type(exc)),
         "stack_trace": stack_trace(exc),
     }
@@ -499,7 +500,21 @@ def _build(
 
 def _named(exc: BaseException) -> dict[str, Any]:
     """An error seen already on the way: its message and type, not walked again."""
-    return {"message": truncate(exception_message(exc), MAX_MESSAGE), "type": type_name(type(exc))}
+    return {"message": _message(exc), "type": type_name(type(exc))}
+
+
+def _message(exc: BaseException) -> str:
+    """The error's message, cut to :data:`MAX_MESSAGE`; a process pool worker's traceback
+    (``RemoteTraceback``, text only) keeps its end: its innermost frames and the error, by
+    which it is stacked (:func:`~eventlog_handler.wire._grouping.remote_frames`)."""
+    text = exception_message(exc)
+    if not type(exc).__name__.endswith("RemoteTraceback") or fits(text, MAX_MESSAGE):
+        return truncate(text, MAX_MESSAGE)
+    keep = MAX_MESSAGE - 40
+    tail = text[-keep:]
+    while not fits(tail, keep):
+        tail = tail[len(tail) // 16 + 1 :]
+    return f"[truncated {len(text) - len(tail)} chars]…{tail}"
 
 
 def group_members(exc: BaseException) -> list[BaseException]:

@@ -581,3 +581,56 @@ def test_a_failure_in_a_pool_worker_is_stacked_by_the_workers_function(server, t
         "ValueError in __main__.resize_image",
     }, stacks
     assert all(len(signatures) == 1 for signatures in stacks.values()), stacks  # each method
+
+
+DEEP_POOL_FAILURE = """
+import logging, multiprocessing, sys
+import eventlog_handler
+
+eventlog_handler.setup(flush_interval=0.05, in_app_exclude=sys.argv[2:])
+log = logging.getLogger("batch")
+
+
+def leaf_a():
+    raise ValueError("a")
+
+
+def leaf_b():
+    raise ValueError("b")
+
+
+def step_0(leaf):
+    return (leaf_a if leaf == "a" else leaf_b)()
+
+
+{steps}
+
+def job(leaf):
+    return step_29(leaf)
+
+
+if __name__ == "__main__":
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        try:
+            pool.map(job, [sys.argv[1]])
+        except ValueError:
+            log.exception("batch failed")
+"""
+
+
+def test_a_deep_failure_in_a_pool_worker_is_stacked_by_its_innermost_frames(server, tmp_path):
+    """The worker's traceback, 30 frames deep, was cut to its first 2,000 characters: both
+    failures were one stack, named after a frame in the middle of the recursion. And the
+    worker's frames follow ``in_app_exclude`` as the others do."""
+    path = tmp_path / "deep.py"
+    steps = "\n\n".join(  # 30 functions: a traceback past 2,000 characters
+        f"def step_{n}(leaf):\n    return step_{n - 1}(leaf)\n" for n in range(1, 30)
+    )
+    path.write_text(DEEP_POOL_FAILURE.replace("{steps}", steps))
+    for arguments in (["a"], ["b"], ["a", "__main__"]):
+        result = run_python(server.url, [str(path), *arguments], timeout=60)
+        assert result.returncode == 0, result.stderr
+    events = sorted(server.wait_for(3), key=lambda event: event["date"])
+    titles = [event["data"]["@stack"]["title"] for event in events]
+    assert titles[:2] == ["ValueError in __main__.leaf_a", "ValueError in __main__.leaf_b"], titles
+    assert "__main__" not in titles[2], titles  # no application frame left: the innermost
