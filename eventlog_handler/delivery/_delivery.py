@@ -27,7 +27,7 @@ from eventlog_handler.delivery._batches import Part, compress, encode_parts
 from eventlog_handler.delivery._courtesy import Courtesy
 from eventlog_handler.delivery._intake import BUSY, Intake
 from eventlog_handler.delivery._ledger import Ledger
-from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS, Action, RetryPolicy
+from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS, Action, AtExit, RetryPolicy
 from eventlog_handler.delivery._spooling import SpoolTraffic
 from eventlog_handler.delivery._state import RunState
 from eventlog_handler.delivery._stderr import redact, say, shown_server
@@ -76,6 +76,8 @@ class Delivery:
         self.spooling = spooling
         #: Seconds the exit flush goes on retrying once a connection was refused (asked then).
         self.refused_at_exit = refused_at_exit
+        #: What the exit flush does with the next :meth:`pause`, if it begins meanwhile.
+        self.at_exit = AtExit.RETRY
         #: In-memory parts being delivered (what the exit path may still save to the spool).
         self.current: deque[Part] = deque()
         #: When the service began refusing the events (said once), until it takes them again.
@@ -217,7 +219,8 @@ class Delivery:
                         elif self.state.over(time.monotonic() + delay):
                             # The exit's next try would come after its deadline (a 402's next
                             # usage bucket, a long Retry-After): no try is left to wait for.
-                            self._end_exit_sending()
+                            self._end_exit_sending(time.monotonic() + delay)
+                    self.at_exit = decision.at_exit
                     if spilled:
                         self.pause(delay)
                         return False
@@ -274,7 +277,7 @@ class Delivery:
                 if self.state.closing:  # the exit may wait to know this request's outcome
                     ledger.changed.notify_all()
 
-    def _end_exit_sending(self) -> None:
+    def _end_exit_sending(self, next_try: float | None = None) -> None:
         """A request failed during the exit flush, and retrying within the exit's deadline
         can't help: the service refused the key or the URL (a configuration error no retry
         mends), or the spool takes events now (what is left goes to disk: the rule the exit
@@ -282,9 +285,12 @@ class Delivery:
         the events are retried from memory until the deadline). The exit's deadline becomes
         now, so the program ends at once instead of retrying until ``shutdown_timeout``. A
         refused connection does not end it: a server starting or restarting meanwhile (a
-        collector started with the program, a deploy) takes the events. The lock is held."""
+        collector started with the program, a deploy) takes the events. ``next_try``: when
+        the next try was due (monotonic), after the deadline; the exit says so. Lock held."""
         state = self.state
         now = time.monotonic()
+        if next_try is not None:
+            state.next_try = next_try - now
         if state.deadline is None or state.deadline > now:
             state.deadline = now
             self.ledger.changed.notify_all()
@@ -328,24 +334,26 @@ class Delivery:
     def pause(self, delay: float) -> bool:
         """Wait ``delay`` seconds before a retry; ``False`` when the engine must stop sending.
 
-        The pause ends early when the exit flush begins (one more try is worth it then), and
-        never runs past the exit deadline. With a spool that has room, events that pile up
-        meanwhile go to disk rather than waiting in memory; without one (or with a full disk)
-        they wait in the bounded buffer. ``state.retry_at`` says when the retry comes (a
+        When the exit flush begins meanwhile, :attr:`at_exit` (see :class:`AtExit`) says if
+        it ends for one more try, goes on for a try before the exit's deadline, or ends the
+        exit's sending (nothing posted again); it never runs past the exit deadline. With a
+        spool that has room, events that pile up meanwhile go to disk rather than waiting in
+        memory; without one (or with a full disk) they wait in the bounded buffer. ``state.retry_at`` says when the retry comes (a
         ``flush()`` whose deadline is before it has nothing to wait for).
         """
+        at_exit, self.at_exit = self.at_exit, AtExit.RETRY  # this pause's, not the next's
         with self.ledger.lock:
             outer = self.state.retry_at  # a pause within a pause (a send from a full disk's)
         try:
-            return self._pause(delay)
+            return self._pause(delay, at_exit)
         finally:
             with self.ledger.lock:
                 self.state.retry_at = outer
 
-    def _pause(self, delay: float) -> bool:
+    def _pause(self, delay: float, at_exit: AtExit) -> bool:
         ledger, intake, state = self.ledger, self.intake, self.state
         was_closing = state.closing
-        end = time.monotonic() + delay
+        end = retry = time.monotonic() + delay
         notice = self._notice_due()
         # Now and then, the spool's own file is checked (a cleanup may have removed it, and a
         # long outage is when it holds the most): the worker is in here, not in its scans.
@@ -362,7 +370,13 @@ class Delivery:
                     ledger.changed.notify_all()  # a flush() may have nothing to wait for
                 while not intake.finished:
                     if state.closing and not was_closing:
-                        return True
+                        if at_exit is AtExit.RETRY:
+                            return True  # one more try, at once
+                        was_closing = True
+                        if at_exit is AtExit.END or state.over(retry):
+                            # Refused for good, or the wait asked for ends after the deadline.
+                            self._end_exit_sending(retry if at_exit is AtExit.WAIT else None)
+                            return False
                     now = time.monotonic()
                     if notice is not None and now >= notice:
                         notice = None

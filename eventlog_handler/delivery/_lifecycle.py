@@ -289,6 +289,12 @@ class Lifecycle:
             )
         if unsent:
             detail = f" (last error: {last_error})" if last_error else ""
+            next_try = self.state.next_try
+            if next_try is not None:  # the service asked to wait past the exit's deadline
+                detail += (
+                    f"; the next try was due in {max(0.0, next_try):.3g} s, after the exit's "
+                    f"deadline"
+                )
             say(
                 f"eventlog_handler: {unsent} event(s) could not be sent to "
                 f"{shown_server(self.settings)} "

@@ -17,6 +17,12 @@ refused, reset, timeout, TLS, 5xx, 503    ``RETRY`` after exponential backoff wi
 other 4xx
 ========================================  ======================================================
 
+A retry's wait also says what the exit flush, when it begins meanwhile, does with it
+(:class:`AtExit`): a failure that may have ended by now (a refused connection, a reset, a 5xx
+without ``Retry-After``) gets one more try at once; a wait the service asked for (409, 429,
+402, a ``Retry-After``) is kept, so the try comes when it ends, or, past the exit's deadline,
+not at all; a refusal ends the exit's sending at once, since no try can mend it.
+
 Why 400 is a refusal, not a bad event: the real service parses events only after it has
 answered 202, so it never rejects one bad event synchronously. On ``POST /api/v2/events`` it
 answers 400 when the key belongs to no project (an organization-level key), and every event
@@ -40,6 +46,19 @@ USAGE_BUCKET_SECONDS = 300
 EXPIRY_MARGIN_SECONDS = 60
 
 
+class AtExit(enum.Enum):
+    """What the exit flush, when it begins during a retry's wait, does with that wait."""
+
+    #: End the wait for one more try now: the failure may have ended (a server restarting).
+    RETRY = "retry"
+    #: Keep the wait, which the service asked for: the try comes when it ends, if that is
+    #: before the exit's deadline; if not, there is no try, and the exit's sending ends.
+    WAIT = "wait"
+    #: End the exit's sending at once: the service refused the key or the URL, and no try
+    #: can mend that.
+    END = "end"
+
+
 class Action(enum.Enum):
     RETRY = "retry"
     SPLIT = "split"
@@ -50,11 +69,13 @@ class Action(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """What to do next: the action and, for retries, how long to wait first."""
+    """What to do next: the action and, for retries, how long to wait first and what the
+    exit flush does with that wait."""
 
     action: Action
     delay: float = 0.0
     reason: str = ""
+    at_exit: AtExit = AtExit.RETRY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,19 +105,27 @@ class RetryPolicy:
             return Decision(Action.RETRY, self.backoff(attempt), type(error).__name__)
         status = error.status
         if isinstance(error, errors.RateLimitedError):
-            return Decision(Action.RETRY, self._after(error, attempt), f"throttled ({status})")
+            delay = self._after(error, attempt)
+            return Decision(Action.RETRY, delay, f"throttled ({status})", AtExit.WAIT)
         if isinstance(error, errors.PaymentRequiredError):
-            return Decision(Action.RETRY, self.until_next_bucket(), "usage limit (402)")
+            delay = self.until_next_bucket()
+            return Decision(Action.RETRY, delay, "usage limit (402)", AtExit.WAIT)
         if isinstance(error, errors.PayloadTooLargeError):
             action = Action.SPLIT if batch_size > 1 else Action.SHRINK
             return Decision(action, 0.0, "too large (413)")
         if isinstance(error, errors.ServerError) or status in (408, 425):
-            return Decision(Action.RETRY, self._after(error, attempt), f"server error ({status})")
+            # A Retry-After is the service's word on when to come back; without one, the
+            # failure may be a moment's (a restart), worth one more try at exit.
+            told = getattr(error, "retry_after", None) is not None
+            at_exit = AtExit.WAIT if told else AtExit.RETRY
+            return Decision(
+                Action.RETRY, self._after(error, attempt), f"server error ({status})", at_exit
+            )
         if isinstance(error, errors.ValidationError):
             action = Action.SPLIT if batch_size > 1 else Action.DROP
             return Decision(action, 0.0, f"rejected ({status})")
         delay = max(self.backoff(attempt), min(self.refused_delay, self.maximum))
-        return Decision(Action.REFUSED, delay, f"refused ({status})")
+        return Decision(Action.REFUSED, delay, f"refused ({status})", AtExit.END)
 
     def _after(self, error: errors.ApiError, attempt: int) -> float:
         """The pause before retrying after ``error``: its ``Retry-After`` when it has one (at

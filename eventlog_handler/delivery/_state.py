@@ -9,7 +9,7 @@ class RunState:
     Read and written under the ledger's lock by the worker, the delivery and the lifecycle.
     """
 
-    __slots__ = ("closing", "deadline", "flushing", "retry_at")
+    __slots__ = ("closing", "deadline", "flushing", "next_try", "retry_at")
 
     def __init__(self) -> None:
         #: How many ``flush()`` calls are waiting.
@@ -20,6 +20,9 @@ class RunState:
         self.deadline: float | None = None
         #: While the delivery waits to retry a failed request: when it tries again (monotonic).
         self.retry_at: float | None = None
+        #: Seconds until the next try, when the exit flush ended its sending because that try
+        #: was due after its deadline (the service asked to wait): the exit says so.
+        self.next_try: float | None = None
 
     def retry_after(self, deadline: float) -> bool:
         """The delivery waits to retry until after ``deadline``: nothing is sent before it."""
