@@ -66,12 +66,16 @@ _original_set_wakeup_fd = signal.set_wakeup_fd
 
 
 def install(
-    flush: Callable[[], object], previous: Any, resume: Callable[[], object] | None = None
+    flush: Callable[[], object],
+    previous: Any,
+    resume: Callable[[], object] | None = None,
+    carry_on: Callable[[], str] | None = None,
 ) -> Handler:
     """Install the ``SIGTERM`` handler that runs ``flush`` and then chains to ``previous``
     (see the module docstring); the main thread only. Returns the handler. ``resume`` is
-    called when the process outlives the default action (see :func:`_flush_then`)."""
-    handler = _flush_then(flush, previous, resume)
+    called when the process outlives the default action, and ``carry_on`` runs instead of
+    ``flush`` in a process that will (see :func:`_flush_then`)."""
+    handler = _flush_then(flush, previous, resume, carry_on)
     signal.signal(signal.SIGTERM, handler)
     if getattr(handler, FLUSH_MARK, None) is not None:
         _watch()
@@ -154,13 +158,21 @@ _FAULTS = frozenset(
 
 
 def _flush_then(
-    flush: Callable[[], object], previous: Any, resume: Callable[[], object] | None = None
+    flush: Callable[[], object],
+    previous: Any,
+    resume: Callable[[], object] | None = None,
+    carry_on: Callable[[], str] | None = None,
 ) -> Handler:
     """The handler: ``flush``, then ``previous``. Where that is the default action, it is
     taken by sending ``SIGTERM`` again; a process that is still there afterwards is the
     first of its PID namespace (a container's process 1 without an init), for which the
     kernel ignores it. That program runs on as it would have without this package; the
-    handler is put back, ``resume`` called (delivery goes on), and stderr says so once."""
+    handler is put back, ``resume`` called (delivery goes on), and stderr says so once.
+
+    Such a process is known before the flush (:func:`outlives_default`): it gets
+    ``carry_on`` instead, a flush that leaves delivery running (no exit: nothing is counted
+    as lost at an exit deadline that does not come), which returns what stderr says of its
+    outcome."""
     ends = previous in (signal.SIG_DFL, None)  # None: a handler not set from Python
     started = [False]
 
@@ -174,13 +186,17 @@ def _flush_then(
                 previous(signum, frame)
             return
         started[0] = True
+        outcome: str | None = None
         try:
-            flush()
+            if ends and carry_on is not None and outlives_default():
+                outcome = carry_on()
+            else:
+                flush()
         finally:
             if ends:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGTERM)
-                _outlived_sigterm(on_sigterm, resume)
+                _outlived_sigterm(on_sigterm, resume, outcome)
             started[0] = False
         if callable(previous):
             previous(signum, frame)
@@ -199,8 +215,18 @@ _exiting = threading.Event()
 _noticing = False
 
 
-def _outlived_sigterm(handler: Handler, resume: Callable[[], object] | None) -> None:
-    """Still running after ``SIGTERM``'s default action (see :func:`_flush_then`)."""
+def outlives_default() -> bool:
+    """Whether the kernel ignores this process's default action for ``SIGTERM`` and
+    ``SIGHUP``: it is process 1 of its PID namespace (a container's main process without an
+    init), and nothing ends it but a handler of its own or ``SIGKILL``."""
+    return os.getpid() == 1
+
+
+def _outlived_sigterm(
+    handler: Handler, resume: Callable[[], object] | None, outcome: str | None = None
+) -> None:
+    """Still running after ``SIGTERM``'s default action (see :func:`_flush_then`);
+    ``outcome``: what the flush did, as stderr says it."""
     signal.signal(signal.SIGTERM, handler)
     if resume is not None:
         resume()
@@ -215,20 +241,21 @@ def _outlived_sigterm(handler: Handler, resume: Callable[[], object] | None) -> 
     # Not threading's start(), which waits for the thread's start-up: this runs in a signal
     # handler, which may have come while the main thread holds a lock the start-up needs.
     with contextlib.suppress(RuntimeError):  # interpreter shutdown
-        _thread.start_new_thread(_say_outlived, ())
+        _thread.start_new_thread(_say_outlived, (outcome,))
 
 
-def _say_outlived() -> None:
+def _say_outlived(outcome: str | None) -> None:
     block_signals()
     if _exiting.wait(OUTLIVED_NOTICE_DELAY):
         return  # the program ended by itself meanwhile
+    if outcome is None:  # the exit flush ran: its own lines said what it could not send
+        outcome = "Sending goes on for what it logs from now on."
     say_once(
         "outlived SIGTERM",
         (
             "eventlog_handler: SIGTERM did not end this process: it is process 1 of its "
-            "container, which ignores SIGTERM without a handler of its own. The events it "
-            "logged so far were sent, and sending goes on. Run it under an init "
-            "(docker run --init, tini) for SIGTERM to end it."
+            f"container, which ignores SIGTERM without a handler of its own. {outcome} Run it "
+            "under an init (docker run --init, tini) for SIGTERM to end it."
         ),
     )
 

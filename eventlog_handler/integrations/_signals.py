@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from types import FrameType
 from typing import Any
 
@@ -52,10 +53,41 @@ def flush_on_sigterm(timeout: float | None = None, *, auto: bool = False) -> boo
     if auto and previous not in (signal.SIG_DFL, None):
         return hangup  # the program's own SIGTERM handler: the SIGHUP flush only
     _installed = sigterm.install(
-        lambda: transport.shutdown_all(timeout), previous, transport.forget_finished
+        lambda: transport.shutdown_all(timeout),
+        previous,
+        transport.forget_finished,
+        lambda: flush_and_go_on(timeout),
     )
     _previous = previous
     return True
+
+
+def flush_and_go_on(timeout: float | None) -> str:
+    """The flush on ``SIGTERM`` or ``SIGHUP`` of a process that the signal will not end (process
+    1 of its container, :func:`~eventlog_handler.delivery._sigterm.outlives_default`): what
+    is pending is sent within ``timeout`` (``shutdown_timeout``), as the exit flush would,
+    but the engines go on: what is not sent by then is kept and sent after, not counted as
+    lost at an exit that does not come. Returns its outcome, as stderr says it."""
+    current = transport.engines()
+    if timeout is None:
+        timeout = max((engine.settings.shutdown_timeout for engine in current), default=0.0)
+    deadline = time.monotonic() + timeout
+    waiting = 0
+    errors: list[str] = []
+    for engine in current:
+        if engine.flush(max(0.0, deadline - time.monotonic())):
+            continue
+        stats = engine.stats()
+        waiting += stats["queued"] + stats["in_flight"] + stats["spooled"]
+        if stats["last_error"]:
+            errors.append(str(stats["last_error"]))
+    if not waiting:
+        return "The events it logged so far were sent, and sending goes on."
+    cause = f" (last error: {errors[0]})" if errors else " (no answer from the service yet)"
+    return (
+        f"{waiting} event(s) it logged could not be sent within {timeout:g} s{cause}: they "
+        "are kept, and sending goes on."
+    )
 
 
 def _flush_on_sighup(timeout: float | None) -> bool:
@@ -85,7 +117,10 @@ def _flush_on_sighup(timeout: float | None) -> bool:
         if term is not None:
             term[0] = True  # the SIGTERM handler and its watcher see a flush under way
         try:
-            transport.shutdown_all(timeout)
+            if sigterm.outlives_default():  # process 1: it runs on, and so does delivery
+                flush_and_go_on(timeout)
+            else:
+                transport.shutdown_all(timeout)
         finally:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)

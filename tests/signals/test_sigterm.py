@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -387,6 +388,50 @@ def test_process_one_of_a_container_runs_on_after_sigterm_and_so_does_delivery(
     )
     assert stderr.count("SIGTERM did not end this process") == 1, stderr
     assert "docker run --init" in stderr
+
+
+PROCESS_ONE_HANGING = """
+import json, logging, os, sys, time
+sys.path.insert(0, {root!r})
+import eventlog_handler
+handle = eventlog_handler.setup(api_key={key!r}, server_url={url!r}, flush_interval=0.05,
+                                timeout=3.0, retry_initial=0.2, shutdown_timeout=1.0)
+log = logging.getLogger("init")
+for i in range(50):
+    log.warning("before %d", i)
+time.sleep(0.5)  # their request is on the wire, and the service does not answer it
+print("ready", os.getpid(), flush=True)
+time.sleep(2)  # SIGTERM arrives here, and is ignored: this is process 1
+end = time.monotonic() + 20
+while handle.stats()["delivered"] < 50 and time.monotonic() < end:
+    time.sleep(0.05)
+print("done", json.dumps(handle.stats()), flush=True)
+"""
+
+
+@NEEDS_PID_NAMESPACE
+def test_process_one_says_what_its_sigterm_flush_did_with_a_service_that_hangs(
+    server: FaultServer,
+) -> None:
+    """Process 1 gets ``SIGTERM`` while its request hangs (the service answers it only after
+    the client's timeout, the retry). stderr said that 50 events were on their way "at the
+    exit deadline", of an exit that did not come, and then that the events "were sent", which
+    they were not; and they never were: the flush had ended delivery as an exit does. Now it
+    says that they could not be sent within the flush's time and are kept, and they arrive."""
+    server.script.append("hang")
+    code = PROCESS_ONE_HANGING.format(root=str(ROOT), key=API_KEY, url=server.url)
+    returncode, stdout, stderr = _terminate_process_one(code)
+    assert returncode == 0, stderr
+    done, _, stats = stdout.strip().partition(" ")
+    assert done == "done", (stdout, stderr)
+    assert stderr.count("SIGTERM did not end this process") == 1, stderr
+    assert "exit deadline" not in stderr, stderr
+    assert "were sent" not in stderr, stderr
+    assert "50 event(s) it logged could not be sent within 1 s" in stderr, stderr
+    assert "they are kept, and sending goes on" in stderr, stderr
+    assert sorted(e["message"] for e in server.accepted) == sorted(f"before {i}" for i in range(50))
+    counts = json.loads(stats)
+    assert counts["delivered"] == 50 and counts["dropped_total"] == 0, counts
 
 
 PROCESS_ONE_BUILDING = """
