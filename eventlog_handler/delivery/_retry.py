@@ -75,7 +75,9 @@ class Decision:
     action: Action
     delay: float = 0.0
     reason: str = ""
-    at_exit: AtExit = AtExit.RETRY
+    #: Not part of the decision's identity: the same action, wait and reason, with what the
+    #: exit does with the wait beside them (the table above).
+    at_exit: AtExit = dataclasses.field(default=AtExit.RETRY, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)

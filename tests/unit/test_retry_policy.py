@@ -12,6 +12,7 @@ from eventlog_handler.delivery import _retry
 from eventlog_handler.delivery._retry import (
     USAGE_BUCKET_SECONDS,
     Action,
+    AtExit,
     Decision,
     RetryPolicy,
 )
@@ -144,6 +145,7 @@ def test_throttled_honours_retry_after(status: int) -> None:
     for attempt in (0, 5, 20):  # whatever the backoff would be
         decision = EXACT.decide(api_error(status, retry_after=42.5), attempt, 10)
         assert decision == Decision(Action.RETRY, 42.5, f"throttled ({status})")
+        assert decision.at_exit is AtExit.WAIT  # the exit keeps the wait the service asked
 
 
 def test_retry_after_is_honoured_with_jitter_too() -> None:
@@ -178,7 +180,9 @@ def test_a_503_with_retry_after_waits_as_asked() -> None:
     assert EXACT.decide(api_error(503, retry_after=15.0), 0, 10) == Decision(
         Action.RETRY, 15.0, "server error (503)"
     )
+    assert EXACT.decide(api_error(503, retry_after=15.0), 0, 10).at_exit is AtExit.WAIT
     assert EXACT.decide(api_error(503), 0, 10).delay == 1.0  # without one: the backoff
+    assert EXACT.decide(api_error(503), 0, 10).at_exit is AtExit.RETRY  # one more at exit
     assert EXACT.decide(api_error(500), 2, 10).delay == 4.0
 
 
@@ -225,6 +229,7 @@ def test_402_is_retried_when_the_next_usage_bucket_starts(
     for attempt in (0, 7):  # not the backoff: the bucket
         decision = policy.decide(api_error(402), attempt, 25)
         assert decision == Decision(Action.RETRY, 300.0 - 123.0, "usage limit (402)")
+        assert decision.at_exit is AtExit.WAIT
 
 
 def test_413_splits_a_batch() -> None:
@@ -271,6 +276,7 @@ def test_redirects_are_refused(status: int) -> None:
     assert type(error) is errors.ApiError
     decision = EXACT.decide(error, 0, 10)
     assert decision == Decision(Action.REFUSED, 60.0, f"refused ({status})")
+    assert decision.at_exit is AtExit.END  # no try at exit mends it
 
 
 def test_refused_delay_grows_with_the_backoff_past_refused_delay() -> None:
