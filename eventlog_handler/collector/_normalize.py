@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from eventlog_handler._values import utf16_len
 from eventlog_handler.collector._formats import (
     DateFormatError,
     event_date_timestamp,
@@ -218,7 +219,7 @@ def _tags(raw: list[Any]) -> list[str]:
         if not isinstance(tag, str):
             raise FieldTypeError("'tags' must be an array of strings")
         folded = tag.lower()
-        if not tag.strip() or _units(tag) > MAX_TAG or folded in seen:
+        if not tag.strip() or utf16_len(tag) > MAX_TAG or folded in seen:
             continue
         seen.add(folded)
         kept.append(tag)
@@ -227,20 +228,13 @@ def _tags(raw: list[Any]) -> list[str]:
     return kept
 
 
-def _units(text: str) -> int:
-    """The length of ``text`` as the service (C#) counts it: UTF-16 code units (an emoji is 2)."""
-    if text.isascii() or max(text) < "\U00010000":
-        return len(text)
-    return len(text.encode("utf-16-le", "surrogatepass")) >> 1
-
-
 def _cut(text: str) -> str:
     """``text`` cut to :data:`MAX_TEXT` UTF-16 code units, as the service cuts a ``message``
     or ``source`` (the service may split a surrogate pair; the character is dropped whole
     here, as text with half a pair can't be stored)."""
     keep = min(MAX_TEXT, len(text))
     while keep:  # each step drops at most what is over: a character is 1 or 2 units
-        over = _units(text[:keep]) - MAX_TEXT
+        over = utf16_len(text[:keep]) - MAX_TEXT
         if over <= 0:
             break
         keep -= (over + 1) >> 1
@@ -432,7 +426,7 @@ class Normalizer:
         if stack is not None and type(stack) is not dict:
             data = _stack_object(data, stack)
 
-        if _units(event_type) > MAX_TYPE:
+        if utf16_len(event_type) > MAX_TYPE:
             self._drop(f"'type' longer than {MAX_TYPE} characters: {event_type[:40]!r}…")
             return None
         if timestamp < self.oldest_ts:

@@ -93,7 +93,7 @@ def test_settings_tags_and_environment_are_counted_in_units() -> None:
 
 
 def test_the_local_collector_counts_as_the_service() -> None:
-    assert _normalize._units(EMOJI * 60) == 120
+    assert _normalize.utf16_len(EMOJI * 60) == 120
     cut = _normalize._cut(EMOJI * 1500)
     assert units(cut) == 2000 and whole(cut)
     assert _normalize._cut("x" * 3000) == "x" * 2000
