@@ -41,6 +41,7 @@ from eventlog_handler.delivery._stderr import redact, say, say_once
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._conform import before_hook, conform, named
 from eventlog_handler.wire._events import MAX_MESSAGE, QUOTED, is_valid_reference_id
+from eventlog_handler.wire._extras import set_aside
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._scrub import Scrubber
@@ -335,12 +336,12 @@ def _check_references(data: dict[str, Any]) -> None:
     if bad is None:
         return
     for key in bad:
-        value = data.pop(key)
-        data["_" + key] = value
+        name = set_aside(data, key)
+        value = data[name] = data.pop(key)
         say_once(
             f"bad reference: {key}",
             f"eventlog_handler: data {key!r} is not a reference id (8 to 100 letters, digits "
-            f"or '-'), got {_described(value)}; it is sent as {'_' + key!r}, plain data (the "
+            f"or '-'), got {_described(value)}; it is sent as {name!r}, plain data (the "
             f"data exclusions apply to it), said once for {key!r}",
         )
 

@@ -107,7 +107,16 @@ def reserve_known_keys(data: dict[str, Any]) -> None:
     """Rename, in place, the keys of user data that are known data keys: ``@level`` →
     ``_@level`` (the service would otherwise let the user's value win)."""
     for key in KNOWN_DATA_KEYS.intersection(data):
-        data["_" + key] = data.pop(key)
+        data[set_aside(data, key)] = data.pop(key)
+
+
+def set_aside(data: dict[str, Any], key: str) -> str:
+    """The name ``key`` of ``data`` takes when it is set aside: ``_`` before it, as often as
+    it takes to find a name ``data`` does not hold (``_@level`` of the user's own kept)."""
+    name = "_" + key
+    while name in data:
+        name = "_" + name
+    return name
 
 
 def user_from(value: Any) -> dict[str, Any] | None:

@@ -44,6 +44,7 @@ log = logging.getLogger("refs")
 log.warning("first", extra={"@ref:session": "bad id!", "@ref:parent": "abc123def4"})
 log.warning("second", extra={"@ref:session": "bad id!"})
 log.warning("third", extra={"@ref:order": 42})
+log.warning("fourth", extra={"@ref:order": "bad id!", "_@ref:order": "mine", "@level": "x"})
 """
 
 
@@ -51,7 +52,7 @@ def test_a_ref_that_is_not_a_reference_id_is_renamed_and_said_once(tmp_path: Pat
     with FaultServer() as server:
         status, stderr, _ = run_program(BAD_REFS, server.url, tmp_path)
         assert status == 0, stderr
-        assert server.wait_for(3), stderr
+        assert server.wait_for(4), stderr
     logs = {event.get("message"): event["data"] for event in server.accepted}
     for message in ("first", "second"):
         data = logs[message]
@@ -60,6 +61,10 @@ def test_a_ref_that_is_not_a_reference_id_is_renamed_and_said_once(tmp_path: Pat
         assert data.get("@ref:session", "") != "bad id!"
     assert logs["first"]["@ref:parent"] == "abc123def4"  # a good one is sent as given
     assert logs["third"]["_@ref:order"] == 42 and "@ref:order" not in logs["third"]
+    # set aside into a free name: the program's own "_@ref:order" was overwritten
+    assert logs["fourth"]["_@ref:order"] == "mine", logs["fourth"]
+    assert logs["fourth"]["__@ref:order"] == "bad id!", logs["fourth"]
+    assert logs["fourth"]["_@level"] == "x", logs["fourth"]
     lines = [line for line in stderr.splitlines() if "not a reference id" in line]
     assert len(lines) == 2, stderr  # once per name
     assert "'@ref:session'" in lines[0] and "'_@ref:session'" in lines[0]
