@@ -456,14 +456,18 @@ def validate_server_url(name: str, value: Any) -> str:
     return url
 
 
-#: The service's API path in a server URL: ``/api/v2`` and what follows it, if anything.
-_API_PATH = re.compile(r"(/api/v2)(?:/|$)", re.IGNORECASE)
+#: The service's API path at the end of a server URL: ``/api/v2``, or ``/api/v2/`` and one of
+#: its endpoints (``/api/v2/events``); a gateway's ``/api/v2/exceptionless`` is a base path.
+_API_PATH = re.compile(
+    r"/api/v2(?:/(?:events|projects|stacks|auth|organizations|tokens|users)(?:/.*)?)?/?$",
+    re.IGNORECASE,
+)
 
 
 def _looks_like_token(text: str) -> bool:
-    """Letters, digits, ``-`` and ``_`` only, 20 characters or more: a key, not a host name
-    (which a URL without its scheme would at least have a dot or a colon in)."""
-    return len(text) >= 20 and text.replace("-", "").replace("_", "").isalnum()
+    """ASCII letters and digits only, a digit among them, 20 characters or more: a key (the
+    service's have 40), not a host name (``eventlog-collector-service``)."""
+    return len(text) >= 20 and text.isascii() and text.isalnum() and any(c.isdigit() for c in text)
 
 
 def validate_token(name: str, value: Any) -> str:

@@ -25,11 +25,14 @@ logging.getLogger("app").warning("hello")
 """
 
 
-@pytest.mark.parametrize("url", ["not a url", "my host:5000", "127.0.0.1:5000"])
+@pytest.mark.parametrize(
+    "url", ["not a url", "my host:5000", "127.0.0.1:5000", "eventlog-collector-service"]
+)
 def test_a_url_without_a_scheme_is_named_as_such(url: str) -> None:
     with pytest.raises(ValueError, match="no scheme: write http:// or https://") as info:
         validate_server_url("server_url", url)
     assert "blanks" not in str(info.value)
+    assert "swapped" not in str(info.value)  # a long host name is no API key
 
 
 @pytest.mark.parametrize(
@@ -47,6 +50,9 @@ def test_a_url_ending_in_the_api_path_is_refused_with_the_base_to_use(url: str, 
     assert f"use {base!r}" in str(info.value)
     assert "s3cr3t" not in str(info.value)
     assert validate_server_url("server_url", "http://host/api/v20") == "http://host/api/v20"
+    # a gateway whose own path holds /api/v2: a base path, not the API's
+    gateway = "https://gw.example/api/v2/exceptionless"
+    assert validate_server_url("server_url", gateway) == gateway
 
 
 def test_the_default_server_is_called_the_default_only_when_it_is() -> None:
