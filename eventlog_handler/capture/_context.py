@@ -184,19 +184,26 @@ def add_tags(*tags: str | Iterable[str]) -> Scope[tuple[str, ...]]:
         if isinstance(tag, str):
             flat.append(tag)
             continue
-        try:
-            if isinstance(tag, (bytes, bytearray)):
-                raise TypeError
-            flat.extend(tag)  # setting tags never raises (it sits in a request's hook)
-        except Exception:
-            say_once(
-                "add_tags",
-                "eventlog_handler: add_tags() takes strings, or lists of strings; a "
-                f"{type(tag).__name__} was left out",
-            )
+        try:  # setting tags never raises (it sits in a request's hook)
+            items = None if tag is None or isinstance(tag, (bytes, bytearray)) else list(tag)
+        except Exception:  # not iterable
+            items = None
+        for item in [tag] if items is None else items:
+            if items is None or item is None or isinstance(item, _NOT_TAGS):
+                say_once(
+                    "add_tags",
+                    "eventlog_handler: add_tags() takes strings, or lists of strings; a "
+                    f"{type(item).__name__} was left out",
+                )
+            else:
+                flat.append(item)
     user_set, added = _SINCE.get()
     _SINCE.set((user_set, tuple(normalize_tags((*flat, *added)))))  # the newest 50
     return Scope(_TAGS, tuple(normalize_tags((*_TAGS.get(), *flat))))
+
+
+#: Values that are no tag in a list of tags (a number in one is written out).
+_NOT_TAGS = (bytes, bytearray, list, tuple, set, frozenset, dict)
 
 
 def get_tags() -> tuple[str, ...]:

@@ -20,7 +20,7 @@ handle = eventlog_handler.setup()
 log = logging.getLogger("app")
 for request in range(3):  # a hook runs per request: said once, not three times
     set_user(f"u-{request}", data='{"plan": "pro"}')  # JSON text, not a dict
-    add_tags(None, "web", ["checkout", 7])
+    add_tags(None, "web", ["checkout", 7, None, b"raw"])  # None and bytes: no tags
     log.warning("request %d", request)
 with user_context("u-9", data=5):
     log.warning("in a block")
