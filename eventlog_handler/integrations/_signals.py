@@ -71,7 +71,8 @@ def flush_and_go_on(timeout: float | None) -> str:
     current = transport.engines()
     if timeout is None:
         timeout = max((engine.settings.shutdown_timeout for engine in current), default=0.0)
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline = began + timeout
     waiting = 0
     errors: list[str] = []
     for engine in current:
@@ -84,9 +85,10 @@ def flush_and_go_on(timeout: float | None) -> str:
     if not waiting:
         return "The events it logged so far were sent, and sending goes on."
     cause = f" (last error: {errors[0]})" if errors else " (no answer from the service yet)"
+    waited = min(timeout, time.monotonic() - began)  # less when the next try is past it
     return (
-        f"{waiting} event(s) it logged could not be sent within {timeout:g} s{cause}: they "
-        "are kept, and sending goes on."
+        f"{waiting} event(s) it logged could not be sent in the {waited:.1f} s it waited"
+        f"{cause}: they are kept, and sending goes on."
     )
 
 
