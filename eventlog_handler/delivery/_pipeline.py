@@ -321,6 +321,8 @@ def _turned_off(entry: Entry, event: dict[str, Any], server: ServerSettings) -> 
 
 #: What starts a data key whose value is a reference to another event (``@ref:session``).
 REF_PREFIX = "@ref:"
+#: The ``@ref:`` keys among a set of data keys, by the keys in their order.
+_REFS: dict[tuple[Any, ...], tuple[str, ...]] = {}
 
 
 def _check_references(data: dict[str, Any]) -> None:
@@ -329,12 +331,16 @@ def _check_references(data: dict[str, Any]) -> None:
     is (``@stack`` → ``_@stack``): the service would keep a reference to nothing, and a
     session's own id may then take its place. It is then data like any other, the data
     exclusions applied. Said once per name on stderr (the value not shown)."""
-    bad: list[str] | None = None
-    for key, value in data.items():
-        if type(key) is str and key.startswith(REF_PREFIX) and not is_valid_reference_id(value):
-            bad = [key] if bad is None else [*bad, key]
-    if bad is None:
+    keys = tuple(data)  # a call site's events have the same keys: looked through once
+    refs = _REFS.get(keys)
+    if refs is None:
+        refs = tuple(key for key in keys if type(key) is str and key.startswith(REF_PREFIX))
+        if len(_REFS) >= 1_000:
+            _REFS.clear()
+        _REFS[keys] = refs
+    if not refs:
         return
+    bad = [key for key in refs if not is_valid_reference_id(data[key])]
     for key in bad:
         name = set_aside(data, key)
         value = data[name] = data.pop(key)
