@@ -212,7 +212,7 @@ def _flush_then(
 #: down) ends within them, and is not told that it did not.
 OUTLIVED_NOTICE_DELAY = 1.0
 _exiting = threading.Event()
-_noticing = False
+_noticing: set[str] = set()  # the signals whose notice was started
 
 
 def outlives_default() -> bool:
@@ -230,32 +230,39 @@ def _outlived_sigterm(
     signal.signal(signal.SIGTERM, handler)
     if resume is not None:
         resume()
-    global _noticing
-    if _noticing:
+    notice_outlived("SIGTERM", outcome)
+
+
+def notice_outlived(name: str, outcome: str | None) -> None:
+    """Say once on stderr, unless the program ends within :data:`OUTLIVED_NOTICE_DELAY`, that
+    the signal ``name`` did not end this process 1, and ``outcome`` (what its flush did). Safe
+    in a signal handler."""
+    if name in _noticing:
         return
-    _noticing = True
+    _noticing.add(name)
     import _thread
     import atexit
 
-    atexit.register(_exiting.set)
+    if len(_noticing) == 1:
+        atexit.register(_exiting.set)
     # Not threading's start(), which waits for the thread's start-up: this runs in a signal
     # handler, which may have come while the main thread holds a lock the start-up needs.
     with contextlib.suppress(RuntimeError):  # interpreter shutdown
-        _thread.start_new_thread(_say_outlived, (outcome,))
+        _thread.start_new_thread(_say_outlived, (name, outcome))
 
 
-def _say_outlived(outcome: str | None) -> None:
+def _say_outlived(name: str, outcome: str | None) -> None:
     block_signals()
     if _exiting.wait(OUTLIVED_NOTICE_DELAY):
         return  # the program ended by itself meanwhile
     if outcome is None:  # the exit flush ran: its own lines said what it could not send
         outcome = "Sending goes on for what it logs from now on."
     say_once(
-        "outlived SIGTERM",
+        f"outlived {name}",
         (
-            "eventlog_handler: SIGTERM did not end this process: it is process 1 of its "
-            f"container, which ignores SIGTERM without a handler of its own. {outcome} Run it "
-            "under an init (docker run --init, tini) for SIGTERM to end it."
+            f"eventlog_handler: {name} did not end this process: it is process 1 of its "
+            f"container, which ignores {name} without a handler of its own. {outcome} Run it "
+            f"under an init (docker run --init, tini) for {name} to end it."
         ),
     )
 

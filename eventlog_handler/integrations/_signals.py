@@ -118,9 +118,10 @@ def _flush_on_sighup(timeout: float | None) -> bool:
         started[0] = os.getpid()
         if term is not None:
             term[0] = True  # the SIGTERM handler and its watcher see a flush under way
+        outcome: str | None = None
         try:
             if sigterm.outlives_default():  # process 1: it runs on, and so does delivery
-                flush_and_go_on(timeout)
+                outcome = flush_and_go_on(timeout)
             else:
                 transport.shutdown_all(timeout)
         finally:
@@ -129,6 +130,7 @@ def _flush_on_sighup(timeout: float | None) -> bool:
             # Still here: process 1 of a container.
             signal.signal(signum, on_sighup)
             transport.forget_finished()
+            sigterm.notice_outlived("SIGHUP", outcome)
             started[0] = 0
             if term is not None:
                 term[0] = False

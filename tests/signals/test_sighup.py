@@ -161,11 +161,14 @@ print("done", handle.flush(10), flush=True)
 def test_process_one_runs_on_after_sighup_and_so_does_delivery(server: FaultServer) -> None:
     """The kernel ignores SIGHUP's default action for process 1 (a container without an init):
     the flush had finished the engine, and what the program logged afterwards was never sent,
-    with ``flush()`` saying all was well."""
+    with ``flush()`` saying all was well. stderr says, as after ``SIGTERM``, that the signal
+    did not end it and what its flush did (it said nothing)."""
     code = PROCESS_ONE.format(root=str(ROOT), key=API_KEY, url=server.url)
     returncode, stdout, stderr = _terminate_process_one(code, signal.SIGHUP)
     assert returncode == 0, stderr
     assert stdout.strip() == "done True", (stdout, stderr)
+    assert stderr.count("SIGHUP did not end this process: it is process 1") == 1, stderr
+    assert "The events it logged so far were sent, and sending goes on." in stderr, stderr
     messages = sorted(e["message"] for e in server.accepted)
     assert messages == sorted(
         [*(f"before {i}" for i in range(5)), *(f"after {i}" for i in range(5))]
