@@ -431,9 +431,10 @@ def validate_server_url(name: str, value: Any) -> str:
             f"it: write them %-encoded (%2F, %3F, %23, %40; an '@' in a path too), got {shown!r}"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
+        quoted = " (a quote copied with it?)" if url[0] in "\"'`" or url[-1] in "\"'`" else ""
         raise ValueError(
             f"eventlog_handler: setting {name!r} must be an http:// or https:// URL "
-            f"with a host, got {shown!r}"
+            f"with a host, got {shown!r}{quoted}"
         )
     try:
         parts.port  # noqa: B018 - raises ValueError for a bad port

@@ -82,6 +82,17 @@ def test_a_url_without_a_scheme_says_so_on_stderr(tmp_path: Path) -> None:
     assert "blanks" not in stderr
 
 
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_a_url_with_the_quotes_of_an_env_file_says_so_on_stderr(tmp_path: Path, quote: str) -> None:
+    """``EVENTLOG_SERVER_URL="https://host"`` copied from an env file with its quotes (docker's
+    ``--env-file`` keeps them): the message named the URL, not the quotes around it."""
+    with FaultServer() as server:
+        status, stderr, _ = run_program(PROGRAM, f"{quote}{server.url}{quote}", tmp_path)
+        assert status == 0, stderr
+    assert "EVENTLOG_SERVER_URL" in stderr and "(a quote copied with it?)" in stderr, stderr
+    assert server.requests == []
+
+
 def test_the_collectors_address_given_on_purpose_is_not_called_the_default(
     tmp_path: Path,
 ) -> None:
