@@ -19,7 +19,6 @@ of secrets with the rest of the event before it is sent.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import sys
@@ -83,11 +82,22 @@ def _in_thread() -> None:
     return None
 
 
-_get_running_loop: Any = None
-with contextlib.suppress(ImportError, AttributeError):  # without importing asyncio itself
-    import _asyncio
+def _loop_before_asyncio() -> Any:
+    """:func:`asyncio.events._get_running_loop` once :mod:`asyncio` is imported (no loop runs
+    before), without importing it: the program may never use it. Not by importing ``_asyncio``
+    before it either: :mod:`asyncio` then falls back to its pure-Python task registry, which its
+    C tasks do not fill, and ``current_task()`` is ``None`` in every task (``TaskGroup`` and
+    ``asyncio.timeout`` fail)."""
+    global _get_running_loop
+    events = sys.modules.get("asyncio.events")
+    found = getattr(events, "_get_running_loop", None)
+    if found is None:
+        return None
+    _get_running_loop = found
+    return found()
 
-    _get_running_loop = _asyncio._get_running_loop
+
+_get_running_loop: Any = _loop_before_asyncio
 
 
 def want(size: int) -> None:
@@ -110,7 +120,7 @@ def enabled() -> bool:
 def _ring() -> deque[_Note]:
     scope = _SCOPE.get()
     task = None
-    if _get_running_loop is not None and _get_running_loop() is not None:
+    if _get_running_loop() is not None:
         task = sys.modules["asyncio"].current_task()  # a loop runs: asyncio is imported
     if (
         scope is None
@@ -135,11 +145,7 @@ def note(record: logging.LogRecord) -> None:
     """Remember ``record`` in the ring of the current thread or task (once per record)."""
     scope = _SCOPE.get()
     ring = None
-    if (
-        scope is not None
-        and scope.thread is _THREADS.token
-        and (_get_running_loop is None or _get_running_loop() is None)
-    ):
+    if scope is not None and scope.thread is _THREADS.token and _get_running_loop() is None:
         ring = scope.ring  # a plain thread's: the common case, without a call
     if ring is None:
         ring = _ring()

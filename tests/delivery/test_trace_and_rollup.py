@@ -305,3 +305,50 @@ def test_contexts_that_take_turns_on_one_thread_keep_their_own_lines(
         "A failed": ["app: A step 1", "app: A step 2"],
         "worker failed": ["app: worker starts", "app: worker step 3"],
     }
+
+
+IMPORTED_FIRST = """
+import logging, sys
+import eventlog_handler  # before asyncio, as a program's first lines do
+import asyncio
+
+eventlog_handler.setup()
+log = logging.getLogger("app.tasks")
+
+async def job(name):
+    log.info("%s started", name)
+    await asyncio.sleep(0)
+    if name == "b":
+        try:
+            raise ValueError(name)
+        except ValueError:
+            log.exception("job %s failed", name)
+
+async def main():
+    print("current task found:", asyncio.current_task() is not None, flush=True)
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(5):
+            async with asyncio.TaskGroup() as group:
+                for name in "ab":
+                    group.create_task(job(name))
+    else:
+        await asyncio.gather(job("a"), job("b"))
+
+asyncio.run(main())
+"""
+
+
+def test_asyncio_imported_after_the_package_still_knows_its_tasks(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """The trace log looked for a running loop through ``_asyncio``, imported before
+    :mod:`asyncio` itself: asyncio then fell back to its pure-Python task registry, which its C
+    tasks do not fill, and ``current_task()`` was ``None`` in every task of a program that
+    imported the package first. ``TaskGroup`` and ``asyncio.timeout`` raised "cannot determine
+    the parent task", and every task shared one trace log."""
+    code, stderr, lines = run_program(IMPORTED_FIRST, server.url, tmp_path)
+    assert code == 0, stderr
+    assert "current task found: True" in lines, (lines, stderr)
+    [error] = [e for e in server.accepted if e.get("type") == "error"]
+    assert error["message"] == "job b failed"
+    assert [line.split(": ", 1)[1] for line in error["data"]["@trace"]] == ["b started"]
