@@ -76,11 +76,15 @@ def _name(frame: Mapping[str, Any]) -> str:
     return f"{module}.{function}" if module else str(function)
 
 
-def _app_names(frames: Any) -> list[str]:
+def _app_names(frames: Any, endless: bool = False) -> list[str]:
+    """The names of the application's frames, outermost first, repetitions folded; ``endless``:
+    of a ``RecursionError`` (see :func:`_endless`)."""
     if not isinstance(frames, list):
         return []
     names = [_name(frame) for frame in frames if isinstance(frame, dict) and frame.get("in_app")]
-    return _once(names) if len(names) > 1 else names
+    if len(names) < 2:
+        return names
+    return _endless(names) if endless else _once(names)
 
 
 #: The longest cycle of calls :func:`_once` looks for (a recursive descent parser's rules).
@@ -100,6 +104,26 @@ def _once(names: list[str]) -> list[str]:
                 del kept[-period:]
                 break
     return kept
+
+
+def _endless(names: list[str]) -> list[str]:
+    """The names of a ``RecursionError``'s frames: the cycle its innermost frames repeat (a
+    leaf it calls may follow) kept once, turned to start at its smallest name. The frame where
+    the limit struck, and so where the innermost frames begin and end in the cycle, depends on
+    how deep the program was when the recursion began: :func:`_once` kept whichever turn of the
+    cycle came first, one stack per depth."""
+    for leaf in (0, 1):
+        body = names[: len(names) - leaf]
+        for period in range(1, min(MAX_CYCLE, len(body) // 2) + 1):
+            if body[-period:] != body[-2 * period : -period]:
+                continue
+            start = len(body) - 2 * period
+            while start > 0 and body[start - 1] == body[start - 1 + period]:
+                start -= 1
+            cycle = body[start : start + period]
+            turn = min(range(period), key=lambda index: cycle[index:] + cycle[:index])
+            return _once(body[:start]) + cycle[turn:] + cycle[:turn] + names[len(body) :]
+    return _once(names)
 
 
 def _frames_of(error: Mapping[str, Any]) -> Any:
@@ -133,7 +157,7 @@ def error_stack(
         if not remote and str(node.get("type")).endswith(_REMOTE):
             remote = _app_names(remote_frames(node.get("message"), include, exclude))
         if not names:
-            names = _app_names(_frames_of(node))
+            names = _app_names(_frames_of(node), node.get("type") == "RecursionError")
             if names:
                 chosen = node
         if names and remote:

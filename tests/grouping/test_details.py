@@ -395,6 +395,44 @@ def test_a_recursion_through_several_functions_is_one_stack_at_any_depth(make_ha
     ), frames
 
 
+def loop_a(n: int) -> int:
+    return loop_b(n + 1)
+
+
+def loop_b(n: int) -> int:
+    return loop_c(n + 1)
+
+
+def loop_c(n: int) -> int:
+    return loop_d(n + 1)
+
+
+def loop_d(n: int) -> int:
+    return loop_a(n + 1)
+
+
+def entered_at(depth: int) -> int:
+    return entered_at(depth - 1) if depth else loop_a(0)
+
+
+def test_an_endless_recursion_is_one_stack_however_deep_it_began(make_handler, server):
+    """A cycle of four functions that never ends: the recursion limit strikes in whichever of
+    them the depth the program was at when it began makes it, so the innermost frames began
+    and ended at another place in the cycle, and each depth was a stack of its own."""
+    logger, handler = make_handler()
+    for depth in range(4):
+        try:
+            entered_at(depth)
+        except RecursionError:
+            logger.exception("endless")
+    handler.engine.flush(5)
+    events = server.wait_for(4)
+    signatures = {server_signature(event) for event in events}
+    assert len(signatures) == 1, [event["data"]["@stack"] for event in events]
+    frames = events[0]["data"]["@stack"]["signature_data"]["frames"]
+    assert frames == "in " + " > ".join(f"{__name__}.loop_{name}" for name in "abcd"), frames
+
+
 def reject_invoice(logger: logging.Logger, total: int) -> None:
     logger.error("invoice rejected", exc_info=ValueError(f"negative total {total}"))
 
