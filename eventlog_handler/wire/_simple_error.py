@@ -520,8 +520,32 @@ def _message(exc: BaseException) -> str:
 def group_members(exc: BaseException) -> list[BaseException]:
     """The members of the exception group ``exc`` that its ``@simple_error`` lists (in
     ``data["@ext"]["exceptions"]``, in this order); none when ``exc`` is not a group."""
-    members = _all_members(exc)[:MAX_GROUP_MEMBERS]
-    return [member for member in members if isinstance(member, BaseException)]
+    members = [member for member in _all_members(exc) if isinstance(member, BaseException)]
+    if len(members) <= MAX_GROUP_MEMBERS:
+        return members
+    # One of each kind first, then the rest, in their order: a group's stack is told by its
+    # members' kinds, which the first ten of many alike hid (the order its tasks failed in).
+    kinds: set[tuple[type, Any]] = set()
+    listed: list[int] = []
+    for index, member in enumerate(members):
+        kind = (type(member), _innermost_code(member))
+        if kind not in kinds:
+            kinds.add(kind)
+            listed.append(index)
+    chosen = set(listed[:MAX_GROUP_MEMBERS])
+    for index in range(len(members)):
+        if len(chosen) >= MAX_GROUP_MEMBERS:
+            break
+        chosen.add(index)
+    return [members[index] for index in sorted(chosen)]
+
+
+def _innermost_code(exc: BaseException) -> Any:
+    """The code object of the innermost frame ``exc`` was raised through, or ``None``."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return None if tb is None else tb.tb_frame.f_code
 
 
 def _all_members(exc: BaseException) -> list[Any]:

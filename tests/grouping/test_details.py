@@ -3,6 +3,7 @@ environment, and the version from a git checkout."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -529,6 +530,45 @@ def test_a_group_reraised_by_except_star_is_told_by_its_members(server, tmp_path
     assert server_signature(charge) != server_signature(ship)
     members = charge["data"]["@stack"]["signature_data"]["members"]
     assert "ValueError in __main__.charge" in members, members
+
+
+def group_ship(order: int) -> None:
+    raise KeyError(f"no address for {order}")
+
+
+def group_charge(order: int) -> None:
+    raise ValueError(f"card declined for {order}")
+
+
+def failed_group(steps: str) -> BaseException:
+    errors = []
+    for order, step in enumerate(steps):
+        try:
+            (group_charge if step == "c" else group_ship)(order)
+        except Exception as exc:
+            errors.append(exc)
+    return builtins.ExceptionGroup("batch failed", errors)  # type: ignore[attr-defined,no-any-return,unused-ignore]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="ExceptionGroup is Python 3.11's")
+def test_a_large_group_is_one_stack_whatever_order_its_members_failed_in(make_handler, server):
+    """Eleven failures, ten alike and one other: only the first ten members were listed, and
+    the group's stack was told by them, so the same failures in another order (tasks finish in
+    any) were another stack, and the one that differed was not seen."""
+    logger, handler = make_handler()
+    for steps in ("ssssssssssc", "cssssssssss"):
+        try:
+            raise failed_group(steps)
+        except Exception:
+            logger.exception("the batch failed")
+    handler.engine.flush(5)
+    first, second = server.wait_for(2)
+    assert server_signature(first) == server_signature(second)
+    members = first["data"]["@stack"]["signature_data"]["members"]
+    assert f"ValueError in {__name__}.group_charge" in members, members
+    assert f"KeyError in {__name__}.group_ship" in members, members
+    listed = first["@simple_error"]["data"]["@ext"]
+    assert len(listed["exceptions"]) == 10 and listed["exceptions_omitted"] == 1
 
 
 IDS_PROGRAM = """
