@@ -10,7 +10,10 @@ packages are found once, from how it was started:
   package its entry point is imported from (``from shop.cli import main`` ...
   ``sys.exit(main())``), not the other imports of a script;
 - a server or worker of :data:`SERVERS` given the program's object: ``gunicorn
-  shop.wsgi:app``, ``uvicorn shop.main:app``, ``celery -A shop worker``: ``shop``.
+  shop.wsgi:app``, ``uvicorn shop.main:app``, ``celery -A shop worker``: ``shop``;
+- a script of its own (``python /app/run.py``, a container's command): the packages it imports
+  that were installed from a local directory or file (``pip install /app``, ``pip install
+  dist/shop.whl``; their ``direct_url.json`` says so, PEP 610), not from an index.
 
 Launchers themselves (``gunicorn``, ``celery``, ``pytest``, ...) and the standard library are
 never the program. A tool run by its own console script (``alembic``, ``black``) is the
@@ -45,6 +48,8 @@ _OBJECT = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*:[A-Za-z_][\w.]*(?:\(.*\
 
 #: ``from shop.cli import main`` at the start of a line (a console script's entry point).
 _IMPORT = re.compile(r"^from ([A-Za-z_]\w*)[\w.]* import ([A-Za-z_]\w*)\s*$", re.MULTILINE)
+#: The top-level package of an ``import`` or ``from ... import`` line.
+_ANY_IMPORT = re.compile(r"^[ \t]*(?:from|import)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
 
 _found: frozenset[str] | None = None
 
@@ -55,7 +60,7 @@ def program_packages() -> frozenset[str]:
     global _found
     if _found is None:
         try:
-            names = _from_main() | _from_console_script() | _from_arguments()
+            names = _from_main() | _from_console_script() | _from_arguments() | _from_script()
         except Exception:  # pragma: no cover - an odd interpreter state: none found
             names = set()
         stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
@@ -92,8 +97,88 @@ def _from_console_script() -> set[str]:
     return {
         match.group(1)
         for match in _IMPORT.finditer(text)
-        if f"sys.exit({match.group(2)}())" in text  # the entry point, not any import
+        # the entry point (``main``, or ``app.run`` for ``shop.cli:app.run``), not any import
+        if re.search(rf"sys\.exit\({match.group(2)}(?:\.\w+)*\(\)\)", text)
     }
+
+
+def _from_script() -> set[str]:
+    """The packages the program's script (``python /app/run.py``) imports that were installed
+    from a local directory or file: the program, installed by its own image's build."""
+    arguments = _arguments()
+    if not arguments or not arguments[0].endswith(".py"):
+        return set()
+    try:
+        with open(arguments[0], "rb") as script:
+            text = script.read(65536).decode("utf-8", "replace")
+    except OSError:
+        return set()
+    return {
+        name
+        for name in {match.group(1) for match in _ANY_IMPORT.finditer(text)}
+        if _installed_locally(name)
+    }
+
+
+def _installed_locally(name: str) -> bool:
+    """Whether the top-level package ``name`` lives in a ``site-packages`` (or
+    ``dist-packages``) where the distribution that holds it says it was installed from a local
+    directory or file, not in edit mode."""
+    import importlib.util
+    import json
+
+    module = sys.modules.get(name)
+    origin = getattr(module, "__file__", None)
+    if origin is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return False
+        origin = getattr(spec, "origin", None)
+    if not isinstance(origin, str) or not os.path.isabs(origin):
+        return False
+    site = os.path.dirname(origin)
+    if os.path.basename(origin).startswith("__init__."):
+        site = os.path.dirname(site)
+    if os.path.basename(site) not in ("site-packages", "dist-packages"):
+        return False
+    try:
+        entries = os.listdir(site)
+    except OSError:
+        return False
+    for entry in entries:
+        if not entry.endswith(".dist-info"):
+            continue
+        info = os.path.join(site, entry)
+        try:
+            with open(os.path.join(info, "direct_url.json"), encoding="utf-8") as file:
+                direct = json.load(file)
+        except (OSError, ValueError):
+            continue  # from an index: no direct_url.json
+        if not isinstance(direct, dict) or not str(direct.get("url", "")).startswith("file:"):
+            continue
+        if isinstance(direct.get("dir_info"), dict) and direct["dir_info"].get("editable"):
+            continue
+        if name in _top_level_names(info):
+            return True
+    return False
+
+
+def _top_level_names(info: str) -> set[str]:
+    """The top-level packages and modules a distribution installed (from its ``RECORD``)."""
+    try:
+        with open(os.path.join(info, "RECORD"), encoding="utf-8") as file:
+            lines = file.read(1_000_000).splitlines()
+    except OSError:
+        return set()
+    names = set()
+    for line in lines:
+        first = line.partition(",")[0].replace("\\", "/").split("/")[0]
+        if first.endswith(".py"):
+            first = first[:-3]
+        if first.isidentifier():
+            names.add(first)
+    return names
 
 
 def _from_arguments() -> set[str]:

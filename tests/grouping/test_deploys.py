@@ -542,6 +542,14 @@ def main():
     if sys.argv[-1] == "lookup":
         checkout.lookup({}, "sku-1")
     checkout.find({}, 7)
+
+
+class App:
+    def run(self):
+        main()
+
+
+app = App()
 """
 
 
@@ -558,26 +566,48 @@ def install_program(root: Path) -> Path:
     info = site / "shopx-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shopx\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[console_scripts]\nshopx = shopx.cli:main\n")
+    (info / "entry_points.txt").write_text(
+        "[console_scripts]\nshopx = shopx.cli:main\nshopx-app = shopx.cli:app.run\n"
+    )
+    (info / "direct_url.json").write_text('{"url": "file:///src/shopx", "dir_info": {}}')
+    (info / "RECORD").write_text(
+        "".join(
+            f"shopx/{name}.py,sha256=x,1\n" for name in ("__init__", "checkout", "cli", "__main__")
+        )
+        + "shopx-1.0.dist-info/METADATA,,\n../../../bin/shopx,,\n"
+    )
     (root / "bin").mkdir()
-    (root / "bin" / "shopx").write_text(  # as pip writes it
-        f"#!{sys.executable}\nimport re\nimport sys\nfrom shopx.cli import main\n"
-        "if __name__ == '__main__':\n    sys.exit(main())\n",
-        encoding="utf-8",
+    for script, name, call in (("shopx", "main", "main()"), ("shopx-app", "app", "app.run()")):
+        (root / "bin" / script).write_text(  # as pip writes it
+            f"#!{sys.executable}\nimport re\nimport sys\nfrom shopx.cli import {name}\n"
+            f"if __name__ == '__main__':\n    sys.exit({call})\n",
+            encoding="utf-8",
+        )
+    (root / "run.py").write_text(  # a container's own command: python /image/run.py
+        "import sys\nfrom shopx import cli\n\ncli.main()\n", encoding="utf-8"
     )
     return site
 
 
-@pytest.mark.parametrize("how", ["console script", "python -m"])
+@pytest.mark.parametrize(
+    "how", ["console script", "console script of an attribute", "python -m", "its own script"]
+)
 def test_a_program_installed_in_site_packages_keeps_one_stack_per_bug(
     server: CaptureServer, tmp_path: Path, how: str
 ) -> None:
     """``pip install .`` puts the program's modules in site-packages, where every frame was a
     library's: every crash of the program was one stack (``in __main__.<module>``, the
-    launcher's frame alone), here two KeyErrors in two of its functions."""
+    launcher's frame alone), here two KeyErrors in two of its functions. Also when the
+    console script's entry point is an attribute's method (``shopx.cli:app.run``), or the
+    image runs a script of its own that imports the program (``python /image/run.py``)."""
     root = tmp_path / "image"
     site = install_program(root)
-    command = [str(root / "bin" / "shopx")] if how == "console script" else ["-m", "shopx"]
+    command = {
+        "console script": [str(root / "bin" / "shopx")],
+        "console script of an attribute": [str(root / "bin" / "shopx-app")],
+        "python -m": ["-m", "shopx"],
+        "its own script": [str(root / "run.py")],
+    }[how]
     env = child_env(server.url)
     env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
     for bug in ("lookup", "find"):
@@ -595,7 +625,8 @@ def test_a_program_installed_in_site_packages_keeps_one_stack_per_bug(
     assert lookup["data"]["@stack"]["title"] == "KeyError in shopx.checkout.lookup"
     frames = lookup["@simple_error"]["data"]["@frames"]
     ours = [frame for frame in frames if frame["module"].startswith("shopx")]
-    assert len(ours) == 2 and all(frame["in_app"] for frame in ours), ours  # main, lookup
+    # main, lookup (and App.run)
+    assert len(ours) == 2 + ("attribute" in how) and all(frame["in_app"] for frame in ours), ours
 
 
 def test_a_program_run_from_its_checkout_and_installed_is_one_stack_per_bug(
