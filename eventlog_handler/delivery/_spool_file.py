@@ -1,8 +1,9 @@
 """The durable spool: unsent events kept on disk across an outage, a crash or a restart.
 
 A spool is a directory (created ``0700``). Each process writes only its own SQLite file (WAL
-journal), so processes never contend for one lock, and holds an exclusive ``flock`` on a sidecar
-``.lock`` file for as long as it lives. A file whose lock can be taken belongs to a process that
+journal, its index in memory: SQLite's exclusive locking mode, no ``-shm`` file to map), so
+processes never contend for one lock, and holds an exclusive ``flock`` on a sidecar ``.lock``
+file for as long as it lives. A file whose lock can be taken belongs to a process that
 has ended: :meth:`Spool.claim_orphans` takes such files over (the lock makes the claim
 exclusive, so two processes never replay the same file) and the engine sends their events,
 oldest first, deleting rows only after the service answered 2xx. Events keep their
@@ -10,8 +11,9 @@ oldest first, deleting rows only after the service answered 2xx. Events keep the
 
 Faults of the disk are part of the contract:
 
-- **Permissions.** Databases, their ``-wal``/``-shm`` journals and the ``.lock`` files are
-  readable by their owner only (``0600``), whatever the umask: events hold user data.
+- **Permissions.** Databases, their ``-wal`` journals (and the ``-shm`` of a file of an
+  earlier version) and the ``.lock`` files are readable by their owner only (``0600``),
+  whatever the umask: events hold user data.
 - **Full disk** (``SQLITE_FULL``, ``ENOSPC``, ``EDQUOT``, or ``EFBIG``, a file-size limit).
   :meth:`SpoolFile.append` writes in small transactions and stops at the first that does not
   fit, never raising: what was committed stays, and :attr:`SpoolFile.full` / ``full_error`` say
@@ -150,6 +152,11 @@ class SpoolFile:
         new = os.stat(self.path).st_size == 0
         db = sqlite3.connect(str(self.path), 5.0, isolation_level=None, check_same_thread=False)
         try:
+            # Before WAL is first used: its index is then kept in this process's memory, not in
+            # a memory map of a ``-shm`` file, which a full disk can't give blocks to (SIGBUS,
+            # or an I/O error, at every start that opens a file to send it). The file is this
+            # process's alone already (its ``flock``).
+            db.execute("PRAGMA locking_mode=EXCLUSIVE")
             if new:  # only then: it writes, and a file must open (to be sent) on a full disk
                 db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             db.execute("PRAGMA journal_mode=WAL")

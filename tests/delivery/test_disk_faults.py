@@ -6,6 +6,7 @@ read is moved aside and said once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -296,3 +297,70 @@ def test_events_of_earlier_runs_on_a_read_only_disk_are_said(tmp_path: Path) -> 
     finally:
         if subprocess.run(["umount", str(mount)], check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def full_ext4(tmp_path: Path) -> Iterator[Path]:
+    """A real 8 MB ext4 file system with 1 KiB blocks (what ``mkfs.ext4`` makes of a small
+    disk), loop-mounted; skipped, saying so, where this machine can't make or mount one."""
+    image, mount = tmp_path / "disk.img", tmp_path / "ext4"
+    mount.mkdir()
+    if not (sys.platform.startswith("linux") and shutil.which("mkfs.ext4")):
+        pytest.skip("needs Linux and mkfs.ext4 (Debian: e2fsprogs)")
+    with open(image, "wb") as disk:
+        disk.truncate(8 << 20)
+    made = subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-b", "1024", str(image)], capture_output=True, check=False
+    )
+    done = subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mount)], capture_output=True, check=False
+    )
+    if made.returncode != 0 or done.returncode != 0:
+        pytest.skip(f"this machine does not let the tests mount an ext4 image: {done.stderr!r}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(mount: Path, name: str) -> None:
+    """Write zeros to ``mount`` until it has not a byte left."""
+    with contextlib.suppress(OSError), open(mount / name, "wb") as filler:
+        while True:
+            filler.write(bytes(1024))
+            filler.flush()
+
+
+KEPT = """
+import logging, sys
+import eventlog_handler
+
+eventlog_handler.setup(spool_path=sys.argv[1], shutdown_timeout=0.5)
+log = logging.getLogger("app.kept")
+for index in range(int(sys.argv[2])):
+    log.warning("event %d of an outage", index, extra={"payload": "x" * 300})
+"""
+
+
+def test_the_next_start_sends_what_was_kept_on_a_disk_left_without_a_byte(
+    full_ext4: Path, tmp_path: Path
+) -> None:
+    """The spool's file left by a run during an outage, and the disk then filled to its last
+    byte: the next start, which opens that file to send it, was killed by ``SIGBUS`` (SQLite's
+    WAL index is a shared memory map of a ``-shm`` file, which a full ext4 can't give blocks
+    to), at every start for as long as the disk stayed full."""
+    spool = full_ext4 / "spool"
+    down = f"http://127.0.0.1:{dead_port()}"
+    code, stderr, _ = run_with_args(KEPT, down, tmp_path, [str(spool), "800"])
+    assert code == 0, stderr
+    kept = re.search(r"(\d+) event\(s\) kept in the spool", stderr)
+    assert kept is not None, stderr
+    fill(full_ext4, "filler")
+    with FaultServer(keep_events=False) as server:
+        code, stderr, found = run_with_args(
+            REPLAY, server.url, tmp_path, [str(spool), kept.group(1)]
+        )
+        assert code == 0, (code, stderr)
+        assert found["replayed"]["delivered"] == int(kept.group(1)), (found, stderr)
+        assert server.accepted_count() == int(kept.group(1))

@@ -424,7 +424,6 @@ def test_rows_expired_before_a_disk_error_are_counted_as_expired(
 ) -> None:
     """Making room on disk deletes the rows past the 3-day window first; a disk error after
     that must not leave them counted as spooled (they are dropped, as ``expired``)."""
-    import sqlite3
 
     engine = make(f"http://127.0.0.1:{dead_port()}", tmp_path / "spool", spool_all=True)
     try:
@@ -434,8 +433,9 @@ def test_rows_expired_before_a_disk_error_are_counted_as_expired(
         spooling = engine.spooling
         assert spooling is not None
         own = spooling.spool.own()
-        with sqlite3.connect(own.path) as db:  # the rows on disk are now 4 days old
-            db.execute("UPDATE events SET created = ?", (time.time() - 4 * 24 * 3600,))
+        with own._guard:  # the rows on disk are now 4 days old (the file is the engine's alone)
+            assert own._db is not None
+            own._db.execute("UPDATE events SET created = ?", (time.time() - 4 * 24 * 3600,))
 
         def failing() -> int:
             raise OSError(5, "Input/output error")

@@ -100,9 +100,12 @@ def test_a_full_disk_keeps_what_fit_and_says_why(small_disk: Path) -> None:
     assert own.count == written == len(read_all(own))  # what was committed is kept
     bodies = [row.body for row in own.oldest(5, 10**9)]
     assert bodies == [BODY] * 5
-    assert own.append([(time.time(), False, BODY)]) == 0  # still full: refused, not raised
+    # Still full: refused, not raised (a row or two may still fit where a transaction of
+    # several did not).
+    extra = own.append([(time.time(), False, BODY)] * 50)
+    assert extra < 50 and own.full, extra
     refused = offered - written
-    assert offered == own.count + refused
+    assert offered == own.count - extra + refused
 
 
 def test_after_a_full_disk_reads_and_deletes_work_and_the_space_comes_back(
@@ -306,7 +309,8 @@ def test_every_file_is_owner_only_whatever_the_umask(tmp_path: Path) -> None:
     assert modes.pop(".") == "0o700"
     assert modes.pop(QUARANTINE) == "0o700"
     suffixes = {name.split(SUFFIX)[-1] for name in modes}
-    assert {"", "-wal", "-shm", ".lock"} <= suffixes  # databases, journals and locks
+    assert {"", "-wal", ".lock"} <= suffixes  # databases, journals and locks
+    assert "-shm" not in suffixes  # the WAL index is kept in memory (a full disk can't map it)
     assert f"{QUARANTINE}/junk-1-bbbbbbbb{SUFFIX}" in modes
     assert set(modes.values()) == {"0o600"}, modes
 
@@ -408,9 +412,7 @@ def test_a_corrupt_own_file_is_replaced_by_a_new_one(tmp_path: Path) -> None:
     with own.path.open("r+b") as out:
         out.seek((page - 1) * 4096)
         out.write(b"\xff\xff\xff\xff")
-    other = sqlite3.connect(own.path)  # a write elsewhere: the file's pages are read anew
-    other.execute("PRAGMA user_version=1")
-    other.close()
+    own._db.execute("PRAGMA shrink_memory")  # type: ignore[union-attr]  # read anew
     with pytest.raises(SpoolCorrupt):
         own.oldest(10, 10**9)
     assert own.take_lost() == 3 and spool.take_quarantined() == [
