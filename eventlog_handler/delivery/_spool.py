@@ -99,8 +99,8 @@ class Spool:
             if not directory.is_dir():
                 return "it is not a directory"
             mode = directory.stat().st_mode & 0o777
-            if mode & 0o077:
-                os.chmod(directory, 0o700)
+            if mode & 0o077:  # the group's and others' rights taken away, the owner's kept
+                os.chmod(directory, mode & 0o700)
             probe = directory / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
             probe.write_bytes(b"")
             probe.unlink()

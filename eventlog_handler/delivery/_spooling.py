@@ -33,9 +33,9 @@ from eventlog_handler.delivery._disk import is_full
 from eventlog_handler.delivery._intake import Intake
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.delivery._retry import EXPIRY_MARGIN_SECONDS
-from eventlog_handler.delivery._spool import Spool, SpoolCorrupt, SpoolFile
+from eventlog_handler.delivery._spool import Row, Spool, SpoolCorrupt, SpoolFile
 from eventlog_handler.delivery._state import RunState
-from eventlog_handler.delivery._stderr import say
+from eventlog_handler.delivery._stderr import say, say_once
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._events import MAX_AGE_SECONDS, fit
 from eventlog_handler.wire._jsonsafe import safe_str
@@ -190,6 +190,10 @@ class SpoolTraffic:
             if expired:
                 delivery.settle_part(Part.from_rows(file, expired), "expired")
             fresh = [row for row in rows if row.created >= oldest_allowed]
+            unreadable = [row for row in fresh if not _an_event(row.body)]
+            if unreadable:  # one in a batch made its JSON array invalid, stored as a text log
+                self._drop_unreadable(file, delivery, unreadable)
+                fresh = [row for row in fresh if _an_event(row.body)]
             if not fresh:
                 continue
             file.reserved.update(row.id for row in fresh)
@@ -203,6 +207,16 @@ class SpoolTraffic:
                     self.due = time.monotonic()
                 return False
         return True
+
+    def _drop_unreadable(self, file: SpoolFile, delivery: Sending, rows: list[Row]) -> None:
+        """Rows that hold no event's JSON (a damaged or foreign file): dropped, and said once
+        per file."""
+        delivery.settle_part(Part.from_rows(file, rows), "spool_full")
+        say_once(
+            f"unreadable rows {file.path}",
+            f"eventlog_handler: {len(rows)} row(s) of the spool file {file.path.name} hold no "
+            "event (a damaged file?): they were dropped, and the file's other events sent.",
+        )
 
     def _lost(self, file: SpoolFile) -> None:
         """Count the rows a file lost when it was found corrupt (the spool moved it aside)."""
@@ -490,3 +504,9 @@ class SpoolTraffic:
             orphan.close()
         self.orphans = []
         self.spool.close()
+
+
+def _an_event(body: bytes) -> bool:
+    """Whether a spool row's body may be an event's JSON (an object): the check that keeps a
+    damaged row from making its whole batch invalid JSON, which the service takes as text."""
+    return body[:1] == b"{" and body[-1:] == b"}"

@@ -231,6 +231,32 @@ def test_a_bad_page_in_a_spool_file_loses_only_its_rows_and_says_how_many(
     assert list((spool / "quarantine").glob("*.spool.sqlite3"))
 
 
+def test_rows_that_hold_no_event_are_dropped_and_said_not_sent_with_their_batch(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """A spool file left by an ended process, three of its rows damaged (bytes that are not
+    an event's JSON): each made its whole batch an invalid JSON array, which the service took
+    as one text log line (202), and the batch's 500 events were counted as delivered."""
+    import sqlite3
+
+    spool = tmp_path / "spool"
+    down = f"http://127.0.0.1:{dead_port()}"
+    code, stderr, _ = run_with_args(KEEP, down, tmp_path, [str(spool)])
+    assert code == 0, stderr
+    [kept] = spool.glob("*.spool.sqlite3")
+    with contextlib.closing(sqlite3.connect(kept)) as db, db:
+        ids = [row[0] for row in db.execute("SELECT id FROM events ORDER BY id LIMIT 3 OFFSET 7")]
+        for row, junk in zip(ids, (b"\xff\xfe not json", b"[1,2,3]", b"null"), strict=True):
+            db.execute("UPDATE events SET body = ? WHERE id = ?", (junk, row))
+    code, stderr, found = run_with_args(SEND_KEPT, server.url, tmp_path, [str(spool)])
+    assert code == 0, stderr
+    assert found["replayed"] == {"delivered": 1_997, "dropped": 3}, (found, stderr)
+    arrived = server.arrivals()
+    assert len(arrived) == 1_997 and all(m.startswith("kept ") for m in arrived), arrived[:3]
+    assert stderr.count("3 row(s) of the spool file") == 1, stderr
+    assert "hold no event" in stderr, stderr
+
+
 LOG_A_FEW = """
 import logging, sys, time
 import eventlog_handler

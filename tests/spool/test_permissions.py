@@ -127,3 +127,25 @@ def test_a_spool_that_stops_being_writable_is_said(tmp_path: Path) -> None:
     assert len(said) == 1, done.stderr
     assert f"the spool {spool} can't be written (Permission denied)" in said[0], said
     assert API_KEY not in done.stderr
+
+
+def test_tightening_an_unwritable_directory_leaves_it_unwritable(tmp_path: Path) -> None:
+    """A spool directory the program's owner made ``0555`` (not to be written) was "tightened"
+    to ``0700``, giving the owner the write right it had taken away, and written to."""
+    prefix = as_a_user(tmp_path)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    spool.chmod(0o555)
+    try:
+        with FaultServer() as server:
+            done = run(prefix, OTHER_USERS, server.url, str(spool))
+            messages = [event["message"] for event in server.accepted]
+        mode = spool.stat().st_mode & 0o777
+    finally:
+        spool.chmod(0o700)
+    assert done.returncode == 0, done.stderr
+    assert mode == 0o500, oct(mode)  # others' rights taken away, the owner's as they were
+    assert messages == ["mine"]  # sent without the spool
+    said = f"the spool directory {spool} can't be used (Permission denied)"
+    assert said in done.stderr, done.stderr
+    assert not list(spool.iterdir())
