@@ -153,6 +153,24 @@ def test_an_error_event_with_chained_causes_and_its_trace(
             "message": "payment for order 1001 failed",
             "stack_trace": 'Traceback (most recent call last):\n  File "shop/checkout.py", '
             "line 20, in checkout\n    _charge(order)\nshop.PaymentError: payment failed",
+            "data": {
+                "@frames": [  # source lines of a program's width, wider than a phone
+                    {
+                        "module": "shop.checkout",
+                        "function": "checkout",
+                        "filename": "shop/checkout.py",
+                        "lineno": 20,
+                        "in_app": True,
+                        "pre_context": [
+                            "    order = orders.get(number) or fetch_order_from_the_warehouse(number)"
+                        ],
+                        "context_line": "    _charge(order, provider=settings.PAYMENT_PROVIDER, retries=3)",
+                        "post_context": [
+                            "    return render_receipt(order, template='receipt.html')"
+                        ],
+                    }
+                ]
+            },
             "inner": {
                 "type": "KeyError",
                 "message": "'cvv'",

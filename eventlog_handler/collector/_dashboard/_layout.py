@@ -108,7 +108,8 @@ pre.stack, pre.trace { white-space: pre; overflow-wrap: normal; }
 details.frame { border-top: 1px solid var(--line); padding: .2em 0; }
 details.frame summary { cursor: pointer; }
 details.frame.library summary code { color: var(--muted); }
-table.source { border-collapse: collapse; width: 100%; font-size: .9em; margin: .3em 0; }
+table.source { border-collapse: collapse; font-size: .9em; margin: .3em 0;
+  display: block; max-width: 100%; overflow-x: auto; }
 table.source td { padding: 0 .5em; white-space: pre; overflow-wrap: normal; }
 table.source td.lineno { color: var(--muted); text-align: right; width: 4em; }
 table.source tr.here { background: rgba(220, 60, 60, .15); font-weight: bold; }
