@@ -151,6 +151,15 @@ CREATE TABLE IF NOT EXISTS sessions (
 CREATE INDEX IF NOT EXISTS sessions_by_start ON sessions (start_seq);
 CREATE INDEX IF NOT EXISTS sessions_by_identity ON sessions (project_seq, identity)
     WHERE identity <> '';
+-- Heartbeats that came before their session's start event (kept 2 hours, as the service keeps
+-- a heartbeat): the session takes them when it starts.
+CREATE TABLE IF NOT EXISTS early_heartbeats (
+    project_seq INTEGER NOT NULL,
+    identifier TEXT NOT NULL,
+    ts REAL NOT NULL,
+    close INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS early_heartbeats_by_id ON early_heartbeats (project_seq, identifier);
 """
 
 

@@ -521,7 +521,15 @@ class EventStore(StackReads):
     def clear_events(self) -> None:
         """Delete every event and stack, and forget every reference id."""
         with self._transaction() as db:
-            for table in ("events", "batches", "unstored", "stacks", "stack_users", "sessions"):
+            for table in (
+                "events",
+                "batches",
+                "unstored",
+                "stacks",
+                "stack_users",
+                "sessions",
+                "early_heartbeats",
+            ):
                 db.execute(f"DELETE FROM {table}")
         self._stack_cache.clear()
         self._stack_seqs.clear()

@@ -5,7 +5,10 @@ its user is ``data["@user"]["identity"]``). The session then follows:
 
 - heartbeats, ``GET /api/v2/events/session/heartbeat?id=<session id or user identity>``: each
   one counts, and moves the session's last activity to the time it is received;
-  ``close=true`` ends the session then. Heartbeats for an ended session change nothing.
+  ``close=true`` ends the session then. Heartbeats for an ended session change nothing. One
+  that comes before its session's start event (the start was retried after an outage, the
+  heartbeats were not) is kept for 2 hours, as the service keeps a heartbeat, and counted by
+  the session when it starts.
 - the session's events (``data["@ref:session"]`` = the session id): each moves the last
   activity to its date; a ``sessionend`` event ends the session at its date. A ``sessionend``
   of no known session is cancelled (not stored), and a ``heartbeat`` event of a known session
@@ -124,11 +127,14 @@ def apply_session_events(
         when = event.timestamp
         if event.type == SESSION_START:
             if seq is not None:
-                db.execute(
+                identity = event.user_identity or ""
+                started = db.execute(
                     "INSERT OR IGNORE INTO sessions (project_seq, session_id, identity,"
                     " start_seq, start_ts, last_ts) VALUES (?, ?, ?, ?, ?, ?)",
-                    (project_seq, session_id, event.user_identity or "", seq, when, when),
-                )
+                    (project_seq, session_id, identity, seq, when, when),
+                ).rowcount
+                if started:
+                    _take_early_heartbeats(db, project_seq, session_id, identity)
         elif event.type == SESSION_END:
             db.execute(
                 "UPDATE sessions SET last_ts = MAX(last_ts, ?), end_ts = MAX(last_ts, ?)"
@@ -157,12 +163,18 @@ def _beat(
     return int(cursor.rowcount)
 
 
+#: Seconds a heartbeat of no known session is kept for its session's start, as the service
+#: keeps one; and how many such heartbeats are kept at most (the oldest go first).
+EARLY_HEARTBEAT_SECONDS = 2 * 3600
+MAX_EARLY_HEARTBEATS = 10_000
+
+
 def record_heartbeat(
     db: sqlite3.Connection, project_seq: int, identifier: str, when: float, close: bool
 ) -> bool:
     """A heartbeat received at ``when`` for the open session whose id is ``identifier``, or
     else the newest open session of the user whose identity it is; ``close`` ends it. Whether
-    a session took it."""
+    a session took it; one that none took (yet) is kept for the session's start."""
     if _beat(db, "project_seq = ? AND session_id = ?", (project_seq, identifier), when, close):
         return True
     row = db.execute(
@@ -170,10 +182,48 @@ def record_heartbeat(
         " AND identity <> '' AND end_ts IS NULL ORDER BY start_ts DESC, start_seq DESC LIMIT 1",
         (project_seq, identifier),
     ).fetchone()
-    if row is None:
-        return False
+    if row is not None:
+        where = "project_seq = ? AND session_id = ?"
+        if _beat(db, where, (project_seq, row[0]), when, close):
+            return True
+    known = db.execute(
+        "SELECT 1 FROM sessions WHERE project_seq = ? AND (session_id = ? OR identity = ?)",
+        (project_seq, identifier, identifier),
+    ).fetchone()
+    if known is None:  # not a heartbeat of a session (or a user's session) that ended
+        db.execute("DELETE FROM early_heartbeats WHERE ts < ?", (when - EARLY_HEARTBEAT_SECONDS,))
+        db.execute(
+            "DELETE FROM early_heartbeats WHERE rowid <= (SELECT MAX(rowid) FROM early_heartbeats)"
+            " - ?",
+            (MAX_EARLY_HEARTBEATS - 1,),
+        )
+        db.execute(
+            "INSERT INTO early_heartbeats (project_seq, identifier, ts, close) VALUES (?, ?, ?, ?)",
+            (project_seq, identifier, when, int(close)),
+        )
+    return False
+
+
+def _take_early_heartbeats(
+    db: sqlite3.Connection, project_seq: int, session_id: str, identity: str
+) -> None:
+    """The heartbeats that came, in the last 2 hours, for a session before its start event."""
+    names = (session_id, identity) if identity else (session_id,)
+    marks = ",".join("?" * len(names))
+    early = db.execute(
+        f"SELECT ts, close FROM early_heartbeats WHERE project_seq = ? AND identifier IN ({marks})"
+        " ORDER BY ts",
+        (project_seq, *names),
+    ).fetchall()
+    if not early:
+        return
+    db.execute(
+        f"DELETE FROM early_heartbeats WHERE project_seq = ? AND identifier IN ({marks})",
+        (project_seq, *names),
+    )
     where = "project_seq = ? AND session_id = ?"
-    return bool(_beat(db, where, (project_seq, row[0]), when, close))
+    for when, close in early:
+        _beat(db, where, (project_seq, session_id), float(when), bool(close))
 
 
 def session_fields(

@@ -199,3 +199,26 @@ def test_sessions_survive_a_restart(tmp_path: Path) -> None:
             assert "sessionend" in session["data"]
         finally:
             client.close()
+
+
+def test_heartbeats_before_their_sessions_start_are_counted_when_it_starts(
+    client: Client, collector: Collector
+) -> None:
+    """After an outage the session's start event is sent again, its heartbeats (never retried)
+    may come first: they were answered 200 and lost, and the session's duration counted only
+    from the heartbeats after its start. The service keeps a heartbeat for 2 hours."""
+    _beat(client, collector, "session-eve-1")  # before the start
+    _beat(client, collector, "eve")  # by the user's identity, before the start too
+    _beat(client, collector, "session-old-1")  # a session that never starts: nothing
+    assert _sessions(client, collector) == []
+    assert client.post_events(_start("session-eve-1", "eve", 10)).status_code == 202
+    (session,) = _sessions(client, collector)
+    assert session["data"]["@heartbeats"] == 2
+    assert 590 <= session["value"] <= 700  # started ten minutes ago, alive until the beats
+    _beat(client, collector, "session-eve-1", close="true")
+    (ended,) = _sessions(client, collector)
+    assert ended["data"]["@heartbeats"] == 3 and "sessionend" in ended["data"]
+    # A heartbeat of the user's ended session is not kept for a later one of theirs.
+    _beat(client, collector, "eve")
+    assert client.post_events(_start("session-eve-2", "eve", 1)).status_code == 202
+    assert _by_id(client, collector)["session-eve-2"]["data"]["@heartbeats"] == 0
