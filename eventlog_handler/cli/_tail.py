@@ -18,6 +18,8 @@ control characters: a message can't retitle or recolour the terminal.
 
 from __future__ import annotations
 
+import errno
+import select
 import sys
 import time
 from collections import OrderedDict
@@ -151,7 +153,7 @@ def run_tail(
                 if not failing:
                     print(f"eventlog tail: {exc}; trying again every {wait:g} s", file=err)
                     failing = True
-                time.sleep(wait)
+                _wait(out, wait)
                 continue
             if failing:
                 print("eventlog tail: connected again", file=err)
@@ -167,6 +169,20 @@ def run_tail(
                 print(_line(event, base), file=out, flush=True)
             while len(seen) > _SEEN:
                 seen.popitem(last=False)
-            time.sleep(interval)
+            _wait(out, interval)
     except KeyboardInterrupt:
         return 0
+
+
+def _wait(out: TextIO, seconds: float) -> None:
+    """Wait ``seconds`` for the next look; a reader of ``out`` that went away meanwhile
+    (``eventlog tail | head -1`` on a quiet project) ends the wait with
+    :class:`BrokenPipeError`, as the next line would, instead of when an event comes."""
+    try:
+        poller = select.poll()
+        poller.register(out.fileno(), 0)  # only its errors: a pipe whose reader closed
+    except (AttributeError, OSError, ValueError):  # no descriptor (a StringIO), or no poll()
+        time.sleep(seconds)
+        return
+    if poller.poll(max(0, int(seconds * 1000))):
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")

@@ -169,6 +169,34 @@ def test_a_reader_that_goes_away_ends_tail_without_a_traceback(collector: Collec
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
 
 
+def test_a_reader_that_goes_away_ends_tail_on_a_quiet_project(collector: Collector) -> None:
+    """``eventlog tail | head -1`` where no event comes after ``head``'s line: tail noticed the
+    closed pipe only at its next line, and ran on until an event came, maybe never."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["EVENTLOG_USER_TOKEN"] = collector.user_token
+    command = [sys.executable, "-m", "eventlog_handler.cli", "tail", "--server-url", collector.url]
+    http = Client(collector)
+    http.post_events([{"message": f"quiet {i}", "source": "shop.quiet"} for i in range(3)])
+    http.close()
+    process = subprocess.Popen(
+        [*command, "--interval", "1", "--last", "3"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert "quiet" in process.stdout.readline()
+        time.sleep(0.5)  # its three lines are printed: it waits for the next look
+        process.stdout.close()  # as head -1 does after its line
+        code = process.wait(timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    stderr = process.stderr.read() if process.stderr else ""
+    assert code == 141, (code, stderr)
+    assert "Traceback" not in stderr, stderr
+
+
 class _Deploying(http.server.BaseHTTPRequestHandler):
     """A proxy in front of a server being deployed: its first ``failures`` answers are 503
     with ``Retry-After: 1``, then the server lists one event."""
