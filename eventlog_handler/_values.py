@@ -376,7 +376,9 @@ def _has_netloc(url: str) -> bool:
 
 #: Query names of the service's own paging, whose values are no one's secret (an error
 #: message showing ``?page=[excluded]&limit=[excluded]`` only puzzles).
-_PLAIN_QUERY_NAMES = frozenset(("page", "limit", "sort", "mode", "v", "before", "after", "offset"))
+_PLAIN_QUERY_NAMES = frozenset(
+    ("page", "limit", "sort", "mode", "v", "before", "after", "offset", "close")
+)  # close: a heartbeat's or a session's end (``id``, maybe a user's identity, stays masked)
 
 
 def _masked_query(text: str) -> str:

@@ -395,6 +395,11 @@ def test_non_loopback_urls(url):
             "http://h/api/v2/projects?page=2&limit=100&api_key=k3y&filter=a",
             "http://h/api/v2/projects?page=2&limit=100&api_key=[excluded]&filter=[excluded]",
         ),
+        # A heartbeat and a session's end are told apart; the id (maybe an identity) is not.
+        (
+            "http://h/api/v2/events/session/heartbeat?id=ann@example.com&close=true",
+            "http://h/api/v2/events/session/heartbeat?id=[excluded]&close=true",
+        ),
         # Not URLs to urlsplit (no scheme, or a mistyped one): masked all the same.
         ("ci:p4ss@127.0.0.1:5000", "ci:[excluded]@127.0.0.1:5000"),
         ("https//ci:p4ss@h:80/x", "https//ci:[excluded]@h:80/x"),
