@@ -52,7 +52,7 @@ class Sending(Protocol):
 
 
 #: Disk bytes a spooled event takes per byte of its JSON (row, page and journal overhead).
-SPOOL_OVERHEAD = 1.4
+SPOOL_OVERHEAD = 1.15
 #: Seconds without writes to the spool after it was found full.
 FULL_BACKOFF = 10.0
 

@@ -368,20 +368,29 @@ def _first_overflow_page(path: Path) -> int:
     """A page that starts an overflow chain, from the pointer map (page 2, ``auto_vacuum``):
     entries of 5 bytes for pages 3, 4, ...; type 3 is "first page of an overflow chain"."""
     data = path.read_bytes()
-    pointer_map = data[4096:8192]
-    for index in range(len(data) // 4096 - 2):
+    size = page_size(path)
+    pointer_map = data[size : 2 * size]
+    for index in range(min(len(data) // size - 2, size // 5)):
         if pointer_map[5 * index] == 3:
             return index + 3
     raise AssertionError("no overflow page")
 
 
+def page_size(path: Path) -> int:
+    """The page size of the SQLite file at ``path``, from its header (1 means 65,536)."""
+    with path.open("rb") as file:
+        header = file.read(18)
+    size = int.from_bytes(header[16:18], "big")
+    return 65_536 if size == 1 else size
+
+
 def test_a_corrupt_page_met_while_reading_rows_quarantines_the_file(tmp_path: Path) -> None:
-    bodies = [b'{"n":%d}' % n for n in range(5)] + [b'{"big":"' + b"b" * 20_000 + b'"}']
+    bodies = [b'{"n":%d}' % n for n in range(5)] + [b'{"big":"' + b"b" * 60_000 + b'"}']
     bodies += [b'{"n":%d}' % n for n in range(5, 10)]
     path = make_orphan(tmp_path, bodies)
     page = _first_overflow_page(path)
     with path.open("r+b") as out:  # the big row's overflow chain now points past the file
-        out.seek((page - 1) * 4096)
+        out.seek((page - 1) * page_size(path))
         out.write(b"\xff\xff\xff\xff")
     spool = Spool(tmp_path)
     [orphan] = spool.claim_orphans()  # its counts read fine: the damage is in a row's body
@@ -406,11 +415,11 @@ def test_a_corrupt_page_met_while_reading_rows_quarantines_the_file(tmp_path: Pa
 def test_a_corrupt_own_file_is_replaced_by_a_new_one(tmp_path: Path) -> None:
     spool = Spool(tmp_path)
     own = spool.own()
-    own.append([(time.time(), False, b'{"big":"' + b"b" * 20_000 + b'"}')] * 3)
+    own.append([(time.time(), False, b'{"big":"' + b"b" * 60_000 + b'"}')] * 3)
     own.compact()
     page = _first_overflow_page(own.path)
     with own.path.open("r+b") as out:
-        out.seek((page - 1) * 4096)
+        out.seek((page - 1) * page_size(own.path))
         out.write(b"\xff\xff\xff\xff")
     own._db.execute("PRAGMA shrink_memory")  # type: ignore[union-attr]  # read anew
     with pytest.raises(SpoolCorrupt):
