@@ -362,6 +362,8 @@ class SpoolTraffic:
             ledger.dropped["spool_full"] += dropped  # settled only now that the write is done
             ledger.spooled += stored
             delay = self.settings.error_delay if has_error else self.settings.flush_interval
+            if ledger.spooled >= self.settings.batch_size:  # a full batch waits no longer
+                delay = 0.0  # (as in memory): a flood with spool_all is sent as it comes
             if stored:
                 self.due = min(self.due, now + delay)
             ledger.changed.notify_all()
