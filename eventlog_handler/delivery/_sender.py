@@ -12,11 +12,15 @@ is the engine's). That skips requests' per-request work (settings merge, cookies
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.client
 import io
+import logging
 import os
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -34,6 +38,43 @@ from eventlog_handler.api._answers import (
     transport_error,
 )
 from eventlog_handler.api._client import EVENTS_PATH, USER_AGENT, Client
+
+
+class _NotOwnTraffic(logging.Filter):
+    """Drops the records urllib3 makes of the package's own requests (see :func:`own_traffic`):
+    a program whose console shows ``DEBUG`` got a "Starting new HTTP connection" and a
+    ``"POST /api/v2/events HTTP/1.1" 202`` line per batch, which are not the program's; its
+    own requests' lines stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_OWN, "active", False)
+
+
+_OWN = threading.local()
+_NOT_OWN = _NotOwnTraffic()
+#: The loggers urllib3 makes records of a request with.
+_URLLIB3_LOGGERS = (
+    "urllib3.connection",
+    "urllib3.connectionpool",
+    "urllib3.poolmanager",
+    "urllib3.response",
+    "urllib3.util.retry",
+)
+for _name in _URLLIB3_LOGGERS:
+    logging.getLogger(_name).addFilter(_NOT_OWN)
+
+
+@contextlib.contextmanager
+def own_traffic() -> Iterator[None]:
+    """A request of the package's own runs on this thread meanwhile (see
+    :class:`_NotOwnTraffic`)."""
+    before = getattr(_OWN, "active", False)
+    _OWN.active = True
+    try:
+        yield
+    finally:
+        _OWN.active = before
+
 
 #: The most of an answer's body read: the service answers with a few bytes; the rest of a
 #: larger body (not the service's answer) is left unread and its connection closed.
@@ -91,17 +132,18 @@ class Sender(Client):
             headers["Content-Encoding"] = "gzip"
         url = self._events_url
         try:
-            response = pool.urlopen(
-                "POST",
-                url,
-                body=payload,
-                headers=headers,
-                retries=False,
-                redirect=False,
-                timeout=self._timeout,
-                preload_content=False,
-            )
-            body = _body(response)
+            with own_traffic():
+                response = pool.urlopen(
+                    "POST",
+                    url,
+                    body=payload,
+                    headers=headers,
+                    retries=False,
+                    redirect=False,
+                    timeout=self._timeout,
+                    preload_content=False,
+                )
+                body = _body(response)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise transport_error(exc, url) from None
         answer = Answer(response.status, response.reason or "", response.headers, body, url)
@@ -109,6 +151,12 @@ class Sender(Client):
             raise api_error(answer)
         check_event_answer(answer)
         return submit_result(answer, count, len(payload))
+
+    def _request(self, *args: Any, **kwargs: Any) -> Any:
+        """The engine's other requests (the settings, heartbeats, feedback): as the client's,
+        as its own traffic (see :class:`_NotOwnTraffic`)."""
+        with own_traffic():
+            return super()._request(*args, **kwargs)
 
     def close(self) -> None:
         """Close the pool's and the session's connections."""

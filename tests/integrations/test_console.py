@@ -134,6 +134,29 @@ def test_a_console_configured_before_setup_prints_what_it_printed_before(tmp_pat
         ]
 
 
+def test_a_debug_console_shows_the_programs_requests_not_the_packages(tmp_path: Path) -> None:
+    """``basicConfig(level=DEBUG)`` before ``setup()``: the console printed urllib3's lines of
+    the package's own requests ("Starting new HTTP connection", ``"POST /api/v2/events HTTP/1.1"
+    202``), one pair per batch. The program's own requests keep their lines."""
+    program = """
+        import logging, os, requests, eventlog_handler
+        logging.basicConfig(level=logging.DEBUG, format="CONSOLE %(name)s %(message)s")
+        handle = eventlog_handler.setup(flush_interval=0.05)
+        logging.getLogger("app").warning("hello")
+        assert handle.flush(10)
+        requests.get(os.environ["EVENTLOG_SERVER_URL"] + "/mine")  # the program's own
+        handle.close(5)
+    """
+    with FaultServer() as server:
+        status, stderr, _ = run_program(program, server.url, tmp_path)
+        assert status == 0, stderr
+        assert sent_messages(server, 1) == ["hello"]
+    assert "CONSOLE app hello" in stderr, stderr
+    assert '"GET /mine HTTP/1.1"' in stderr, stderr  # urllib3's line of the program's request
+    assert "/api/v2/events" not in stderr, stderr
+    assert "/api/v2/projects/config" not in stderr, stderr
+
+
 def test_dictconfig_with_a_root_section_after_setup_does_not_stop_the_events(
     tmp_path: Path,
 ) -> None:
