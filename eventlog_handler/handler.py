@@ -201,15 +201,19 @@ class EventLogHandler(logging.Handler):
             engine = self._engine
             if engine is None or engine.intake.finished:
                 engine = self._engine = get_engine(settings)
-            exc = records.record_exception(record) if record.exc_info else None
+            if admit._processors_exist and not admit.claim(
+                admit.HANDLER, record, settings.engine_key
+            ):
+                return  # a structlog processor decided of it already (sent it, or not)
+            exc = (
+                records.record_exception(record)
+                if record.exc_info or type(record.msg) is dict  # structlog's event dict
+                else None
+            )
             if admit.admit(name, levelno, exc, settings, engine) != admit.SEND:
                 if self._trace:
                     tracelog.note(record)
                 return
-            if admit._processors_exist and not admit.claim(
-                admit.HANDLER, record, settings.engine_key
-            ):
-                return  # a structlog processor sent it already
             entry = capture_record(record, settings, self.formatter)
             engine.submit(entry)
             if self._trace:

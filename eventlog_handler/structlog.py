@@ -62,15 +62,16 @@ from collections.abc import MutableMapping
 from types import FrameType
 from typing import Any
 
+from eventlog_handler._values import checked
 from eventlog_handler.capture import _admit as admit
 from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import (
     note_sent,
 )
 from eventlog_handler.capture._exceptions import current_settings
-from eventlog_handler.capture._records import build_event, exception_of, record_exception
+from eventlog_handler.capture._records import build_event, event_exception, record_exception
 from eventlog_handler.delivery._engine import Engine, get_engine, is_sender_thread
-from eventlog_handler.delivery._stderr import say_capture_failed, say_unconfigured
+from eventlog_handler.delivery._stderr import say, say_capture_failed, say_once, say_unconfigured
 from eventlog_handler.handler import check_level
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire import _extras as extras
@@ -149,7 +150,15 @@ class EventLogProcessor:
         level: int | str = logging.INFO,
         **options: Any,
     ) -> None:
-        self.level = check_level(level)
+        # As setup(): a malformed option (or level) is said on stderr, and its default used.
+        try:
+            self.level = checked(lambda _, value: check_level(value), "level", level)
+        except ValueError as exc:
+            self.level = logging.INFO
+            say(f"{exc}; INFO is used")
+        options, malformed = Settings.usable_options(options)
+        for line in malformed:
+            say(line)
         #: Made without a key or URL: the settings of the current ``setup()`` (its server and
         #: key, tags, version) apply when there is one, with this processor's options over
         #: them (``tags=[...]`` on its events only).
@@ -192,9 +201,17 @@ class EventLogProcessor:
         """The delivery engine of this processor's server and key (shared)."""
         return get_engine(self.settings)
 
-    def __call__(
-        self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
-    ) -> MutableMapping[str, Any]:
+    def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
+        if not isinstance(event_dict, MutableMapping):  # placed after the renderer
+            self.errors += 1
+            say_once(
+                "processor after the renderer",
+                "eventlog_handler: EventLogProcessor got a "
+                f"{type(event_dict).__name__}, not an event dict: it comes after the renderer "
+                "in structlog's processors, and sends nothing. Put it before the renderer (and "
+                "before format_exc_info).",
+            )
+            return event_dict
         try:
             self._send(logger, method_name, event_dict)
         except Exception as exc:
@@ -231,22 +248,39 @@ class EventLogProcessor:
         created = record.created if record is not None else time.time()
         message = event_dict.get("event")
         trace = settings.trace_size > 0 and record is None  # a record is noted by the handler
+        key = settings.engine_key
+        # Where the call goes on to a stdlib logger (the bridge), what this processor decides
+        # of the event holds for the record too: the handler sends neither what it sent nor
+        # what it held back (an ignored or already reported exception, a level below its own).
+        bridged = record is None and isinstance(logger, logging.Logger)
         if levelno < self.level or levelno < minimum:
             if trace:
                 tracelog.note_event(created, levelno, source, message)
+            if bridged:
+                _note_bridged(logger, method_name, levelno, event_dict, message, key)
             return
         if settings is self._own and self._follows_setup:  # made before a setup() that never came
             say_unconfigured(settings)
         engine = get_engine(settings)
-        exc = exception_of(event_dict.get("exc_info"))
+        exc = event_exception(event_dict)
         if exc is None and record is not None and record.exc_info:
             exc = record_exception(record)
+        if exc is None and event_dict.get("exception") is not None:
+            say_once(
+                "exception rendered before the processor",
+                "eventlog_handler: an event's exception came to EventLogProcessor already made "
+                "text or a list (its 'exception' key, by format_exc_info or dict_tracebacks "
+                "before it), out of its except block: it is sent as a log with that key as "
+                "data. Put EventLogProcessor before them in the processors, to send it as an "
+                "error with its frames.",
+            )
         verdict = admit.admit(source, levelno, exc, settings, engine)
         if verdict != admit.SEND:
             if trace and verdict == admit.BELOW_LOG_SETTING:
                 tracelog.note_event(created, levelno, source, message)
+            if bridged:
+                _note_bridged(logger, method_name, levelno, event_dict, message, key)
             return
-        key = settings.engine_key
         if record is not None and not admit.claim(admit.PROCESSOR, record, key):
             return  # sent by the handler, or by this processor earlier in the chain
 
@@ -254,6 +288,8 @@ class EventLogProcessor:
         for name, value in event_dict.items():
             if name not in RESERVED_KEYS:
                 data[name if isinstance(name, str) else safe_str(name)] = value
+        if exc is not None and "exc_info" not in event_dict:
+            data.pop("exception", None)  # its text, made before: in @simple_error
         user, tags, stack = extras.take_special(data)
         event = build_event(
             settings,
@@ -276,7 +312,7 @@ class EventLogProcessor:
         )
         if trace:
             tracelog.note_event(created, levelno, source, message)
-        if record is None and isinstance(logger, logging.Logger):
+        if bridged:
             _note_bridged(logger, method_name, levelno, event_dict, message, key)
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import traceback
 from collections.abc import Iterable
 from itertools import islice
 from types import FrameType
@@ -72,7 +73,14 @@ from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
 from eventlog_handler.wire._simple_error import chained, group_member_errors, group_members
 
-__all__ = ["build_event", "capture_record", "exception_of", "record_exception", "record_to_event"]
+__all__ = [
+    "build_event",
+    "capture_record",
+    "event_exception",
+    "exception_of",
+    "record_exception",
+    "record_to_event",
+]
 
 _RECORD_ATTRIBUTES = list(vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)))
 _RECORD_ATTRIBUTE_COUNT = len(_RECORD_ATTRIBUTES)
@@ -272,11 +280,47 @@ def exception_of(exc_info: Any) -> BaseException | None:
 
 
 def record_exception(record: logging.LogRecord) -> BaseException | None:
-    """The exception ``record`` is an error of: its ``exc_info``'s, unless the framework that
-    logged it handled it (:func:`~eventlog_handler.capture._admit.handled`)."""
-    if not record.exc_info or handled(record.name, record.levelno):
+    """The exception ``record`` is an error of: its ``exc_info``'s (or, for a structlog event
+    dict, :func:`event_exception`'s), unless the framework that logged it handled it
+    (:func:`~eventlog_handler.capture._admit.handled`)."""
+    if record.exc_info:
+        exc = exception_of(record.exc_info)
+    elif type(record.msg) is dict:
+        exc = event_exception(record.msg)
+    else:
         return None
-    return exception_of(record.exc_info)
+    return None if exc is None or handled(record.name, record.levelno) else exc
+
+
+def event_exception(event_dict: Any) -> BaseException | None:
+    """The exception of a structlog event dict: its ``exc_info``'s, or, where a processor
+    before made it text or a list under ``"exception"`` (``format_exc_info``, in structlog's
+    own recipes, or ``dict_tracebacks``), the exception being handled when that is its
+    traceback (the call is made in its ``except`` block). ``None`` else."""
+    exc = exception_of(event_dict.get("exc_info"))
+    if exc is not None:
+        return exc
+    rendered = event_dict.get("exception")
+    current = sys.exc_info()[1]
+    if current is None or not isinstance(rendered, str | list):
+        return None
+    try:
+        if isinstance(rendered, list):  # dict_tracebacks: the exceptions of the chain
+            name, text = type(current).__name__, str(current)
+            return next(
+                (
+                    current
+                    for item in rendered
+                    if isinstance(item, dict)
+                    and item.get("exc_type") == name
+                    and item.get("exc_value") == text
+                ),
+                None,
+            )
+        last = traceback.format_exception_only(type(current), current)[-1].strip()
+    except Exception:  # its __str__ failed: not told apart
+        return None
+    return current if last and rendered.rstrip().endswith(last) else None
 
 
 def record_message(
@@ -492,7 +536,9 @@ def _capture_structlog_record(
             user = own_user
         if own_stack is not None:
             stack = own_stack
-    exc = exception_of(record.exc_info) or exception_of(msg.get("exc_info"))
+    exc = exception_of(record.exc_info) or event_exception(msg)
+    if exc is not None and "exc_info" not in msg:
+        data.pop("exception", None)  # its text, made by format_exc_info: in @simple_error
     event = build_event(
         settings,
         message=msg.get("event", ""),

@@ -190,6 +190,33 @@ def copy_rows(old: sqlite3.Connection, new: sqlite3.Connection, not_gone: str) -
     return int(count), int(size)
 
 
+#: The page size of a new spool file, in bytes.
+PAGE_SIZE = 16_384
+
+
+def configure(db: sqlite3.Connection, new: bool, max_bytes: int) -> None:
+    """Set up a spool file's connection (``new``: an empty file, made now) for a directory
+    bound of ``max_bytes``."""
+    # Before WAL is first used: its index is then kept in this process's memory, not in a
+    # memory map of a ``-shm`` file, which a full disk can't give blocks to (SIGBUS, or an I/O
+    # error, at every start that opens a file to send it). The file is this process's alone
+    # already (its ``flock``).
+    db.execute("PRAGMA locking_mode=EXCLUSIVE")
+    if new:  # only then: it writes, and a file must open (to be sent) on a full disk
+        # Pages of 16 KiB: rows of 2 KB (an event with its frames) left most of a 4 KiB page
+        # empty, one row to a page, and the bound held half the events it could.
+        db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+        db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA temp_store=MEMORY")
+    # Keep the journal a small part of the directory's bound.
+    page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+    pages = max(8, min(4_000_000 // page_size, max_bytes // page_size // 10))
+    db.execute(f"PRAGMA wal_autocheckpoint={pages}")
+    db.execute(f"PRAGMA journal_size_limit={pages * page_size}")
+
+
 def chunks(
     items: list[tuple[float, int, bytes, int]],
 ) -> Iterator[list[tuple[float, int, bytes, int]]]:

@@ -74,6 +74,7 @@ class Pipeline:
         self._version: str | bool | None = False  # False: not looked up yet
         self._scrubber: Scrubber | None = None
         self._scrubber_for: tuple[str, ...] | None = None
+        self._other_scrubbers: dict[tuple[object, ...], Scrubber] = {}
         self._hook_said = False
         #: When the service's level and error rules were first seen here (POSIX time): events
         #: captured before were admitted without them (a program's first moments).
@@ -90,9 +91,20 @@ class Pipeline:
             self._version = version
         return self._version  # type: ignore[return-value]
 
-    def scrubber(self) -> Scrubber:
-        """The scrubber for the local exclusions plus the service's current ones."""
+    def scrubber(self, settings: Settings | None = None) -> Scrubber:
+        """The scrubber for the local exclusions (the engine's, or those of ``settings``: an
+        entry's of another handler or processor) plus the service's current ones."""
         extra = self.server().data_exclusions
+        if settings is not None and settings.data_exclusions != self.settings.data_exclusions:
+            key = (settings.api_key, settings.data_exclusions, extra)
+            found = self._other_scrubbers.get(key)
+            if found is None:
+                if len(self._other_scrubbers) >= 16:
+                    self._other_scrubbers.clear()
+                found = self._other_scrubbers[key] = Scrubber(
+                    (settings.api_key,), (*settings.data_exclusions, *extra)
+                )
+            return found
         if self._scrubber is None or self._scrubber_for != extra:
             settings = self.settings
             self._scrubber = Scrubber((settings.api_key,), (*settings.data_exclusions, *extra))
@@ -160,6 +172,8 @@ class Pipeline:
                 _lift_marks(event, data)
             if mixed:
                 hook = entry.settings.before_send
+                # A processor's own data_exclusions (its options over setup()'s) are its own.
+                scrub = self.scrubber(entry.settings).flat_event
             if hook is not None:
                 changed = self._before_send(hook, event, entry)
                 if changed is None:

@@ -56,6 +56,7 @@ from eventlog_handler.delivery._disk import (
     SCHEMA,
     Row,
     chunks,
+    configure,
     copy_rows,
     free_pages,
     is_corrupt,
@@ -71,10 +72,6 @@ RETRY_DELETE_SECONDS = 1.0
 
 #: Files a forked child inherited: kept referenced so they are never closed in the child.
 _INHERITED: list[SpoolFile] = []
-
-
-#: The page size of a new spool file, in bytes.
-PAGE_SIZE = 16_384
 
 
 class SpoolCorrupt(sqlite3.DatabaseError):
@@ -156,24 +153,7 @@ class SpoolFile:
         new = os.stat(self.path).st_size == 0
         db = sqlite3.connect(str(self.path), 5.0, isolation_level=None, check_same_thread=False)
         try:
-            # Before WAL is first used: its index is then kept in this process's memory, not in
-            # a memory map of a ``-shm`` file, which a full disk can't give blocks to (SIGBUS,
-            # or an I/O error, at every start that opens a file to send it). The file is this
-            # process's alone already (its ``flock``).
-            db.execute("PRAGMA locking_mode=EXCLUSIVE")
-            if new:  # only then: it writes, and a file must open (to be sent) on a full disk
-                # Pages of 16 KiB: rows of 2 KB (an event with its frames) left most of a 4 KiB
-                # page empty, one row to a page, and the bound held half the events it could.
-                db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-                db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA temp_store=MEMORY")
-            # Keep the journal a small part of the directory's bound.
-            page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
-            pages = max(8, min(4_000_000 // page_size, self._max_bytes // page_size // 10))
-            db.execute(f"PRAGMA wal_autocheckpoint={pages}")
-            db.execute(f"PRAGMA journal_size_limit={pages * page_size}")
+            configure(db, new, self._max_bytes)
             db.execute(SCHEMA)
             columns = {column[1] for column in db.execute("PRAGMA table_info(events)")}
             # A file of an earlier version has no weights: each row is one event.

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -492,3 +493,186 @@ def test_a_processor_made_before_setup_says_nothing_is_sent_only_when_nothing_is
         else:  # said at its first event, once
             assert len(said) == 1, result.stderr
             assert lines.index("configured") < said[0] < lines.index("logged"), result.stderr
+
+
+BRIDGE_DECISIONS = """
+import logging, sys
+import structlog
+import eventlog_handler
+from eventlog_handler.structlog import EventLogProcessor
+
+handle = eventlog_handler.setup(ignore_exceptions=["PaymentDeclined"])
+console = logging.StreamHandler(sys.stdout)
+console.setFormatter(
+    structlog.stdlib.ProcessorFormatter(processor=structlog.dev.ConsoleRenderer(colors=False))
+)
+logging.getLogger().addHandler(console)
+structlog.configure(  # the README's bridge: the processor, then wrap_for_formatter
+    processors=[
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        EventLogProcessor(level="warning"),
+        structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+    ],
+    logger_factory=structlog.stdlib.LoggerFactory(),
+    wrapper_class=structlog.stdlib.BoundLogger,
+)
+log = structlog.get_logger("app.pay")
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+try:
+    raise PaymentDeclined("declined")
+except PaymentDeclined as exc:
+    log.warning("declined", exc_info=exc)
+    log.error("declined again", exc_info=True)
+try:
+    raise ValueError("twice")
+except ValueError as exc:
+    log.exception("first time")
+    log.error("second time", exc_info=exc)
+log.info("below the processor's level")
+log.warning("a warning")
+handle.flush(5)
+print("MARK dropped", __import__("json").dumps(handle.stats()["dropped"]), flush=True)
+"""
+
+
+def test_the_bridge_keeps_the_processors_decisions(server: CaptureServer, tmp_path: Any) -> None:
+    """The processor in the README's stdlib bridge held back an event (an exception of
+    ``ignore_exceptions``, one sent already, a level below its own), and the stdlib handler then
+    sent the record structlog made of it: the ignored exception arrived (counted as filtered
+    all the same), the same exception twice, the info event."""
+    from tests.support.processes import marks, run_program
+
+    code, stderr, lines = run_program(BRIDGE_DECISIONS, server.url, tmp_path)
+    assert code == 0, stderr
+    assert marks(lines)["dropped"]["filtered"] == 2, (lines, stderr)
+    events = server.wait_for(2, timeout=10)
+    time.sleep(0.5)  # nothing more comes
+    assert sorted(e["message"] for e in server.events) == ["a warning", "first time"]
+    [error] = [e for e in server.events if e["message"] == "first time"]
+    assert error["@simple_error"]["type"] == "ValueError", events
+    printed = [line for line in lines if line.startswith("[")]  # ConsoleRenderer's lines
+    assert len(printed) == 6, lines  # the console printed every call, as before
+
+
+FORMATTED_FIRST = """
+import logging, sys
+import structlog
+import eventlog_handler
+
+handle = eventlog_handler.setup()
+structlog.configure(  # structlog's own recipe: tracebacks made text before the stdlib logger
+    processors=[
+        structlog.stdlib.add_log_level,
+        structlog.processors.format_exc_info,
+        structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+    ],
+    logger_factory=structlog.stdlib.LoggerFactory(),
+    wrapper_class=structlog.stdlib.BoundLogger,
+)
+log = structlog.get_logger("app.shop")
+
+
+def checkout():
+    raise KeyError("cart")
+
+
+try:
+    checkout()
+except KeyError:
+    log.error("checkout failed", exc_info=True, order=7)
+handle.flush(5)
+"""
+
+
+def test_an_exception_made_text_before_the_handler_is_still_an_error(
+    server: CaptureServer, tmp_path: Any
+) -> None:
+    """``format_exc_info`` before ``wrap_for_formatter`` (structlog's recipe): the record had no
+    ``exc_info``, only the traceback as text, and the error went out as a log with that text as
+    data: no ``@simple_error``, no stack. The exception being handled is the one the text is
+    the traceback of."""
+    from tests.support.processes import run_program
+
+    code, stderr, _ = run_program(FORMATTED_FIRST, server.url, tmp_path)
+    assert code == 0, stderr
+    [event] = server.wait_for(1, timeout=10)
+    assert event["type"] == "error" and event["message"] == "checkout failed", event
+    assert event["@simple_error"]["type"] == "KeyError"
+    assert event["data"]["@stack"]["title"] == "KeyError in __main__.checkout"
+    assert "exception" not in event["data"] and event["data"]["order"] == 7
+
+
+BAD_OPTIONS = """
+import structlog
+import eventlog_handler
+from eventlog_handler.structlog import EventLogProcessor
+
+eventlog_handler.setup()
+processor = EventLogProcessor(level="chatty", flush_intervall=1, rollup_window=-1)
+structlog.configure(processors=[processor, structlog.dev.ConsoleRenderer(colors=False)])
+structlog.get_logger("app").warning("still sent")
+print("MARK made {}", flush=True)
+"""
+
+
+def test_bad_processor_options_are_said_and_their_defaults_used(
+    server: CaptureServer, tmp_path: Any
+) -> None:
+    """A mistyped level or option name, or a malformed value, raised ``ValueError`` or
+    ``TypeError`` from ``EventLogProcessor(...)`` inside ``structlog.configure``: the program
+    died at its start. It is said on stderr, as by ``setup()``, and the default used."""
+    from tests.support.processes import marks, run_program
+
+    code, stderr, lines = run_program(BAD_OPTIONS, server.url, tmp_path)
+    assert code == 0, stderr
+    assert marks(lines) == {"made": {}}, (lines, stderr)
+    assert "got 'chatty'; INFO is used" in stderr, stderr
+    assert "flush_intervall (did you mean flush_interval?): ignored" in stderr, stderr
+    assert "'rollup_window' must be a finite number >= 0, got -1; the default" in stderr, stderr
+    [event] = server.wait_for(1, timeout=10)
+    assert event["message"] == "still sent"
+
+
+OWN_EXCLUSIONS = """
+import structlog
+import eventlog_handler
+from eventlog_handler.structlog import EventLogProcessor
+
+eventlog_handler.setup()
+structlog.configure(
+    processors=[EventLogProcessor(data_exclusions=["card"]), structlog.dev.ConsoleRenderer()],
+    logger_factory=structlog.PrintLoggerFactory(),
+)
+structlog.get_logger(logger_name="shop").warning("paid", card="4111", password="hunter2")
+"""
+
+
+def test_a_processors_own_data_exclusions_replace_the_default_list(
+    server: CaptureServer, tmp_path: Any
+) -> None:
+    """README: ``data_exclusions=["card"]`` masks ``card`` alone. The worker scrubbed every
+    event with the engine's list (``setup()``'s defaults), whatever the processor's own."""
+    from tests.support.processes import run_program
+
+    code, stderr, _ = run_program(OWN_EXCLUSIONS, server.url, tmp_path)
+    assert code == 0, stderr
+    [event] = server.wait_for(1, timeout=10)
+    assert event["data"]["card"] == "[excluded]"
+    assert event["data"]["password"] == "hunter2", event["data"]
+
+
+def test_a_processor_after_the_renderer_says_where_it_belongs(
+    server: CaptureServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the renderer the processor gets a string: it said "a log call could not be made
+    an event (AttributeError: 'str' object has no attribute 'get')", and nothing more."""
+    proc = processor(server)
+    assert proc(None, "info", "rendered text") == "rendered text"
+    assert proc.errors == 1
+    assert "it comes after the renderer" in capsys.readouterr().err
