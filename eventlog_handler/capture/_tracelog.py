@@ -93,7 +93,10 @@ def _loop_before_asyncio() -> Any:
     found = getattr(events, "_get_running_loop", None)
     if found is None:
         return None
-    _get_running_loop = found
+    if getattr(sys.modules.get("asyncio"), "run", None) is not None:
+        # Kept once asyncio's import is done: while asyncio.events runs, its pure-Python
+        # function is there until the module's end puts _asyncio's in its place.
+        _get_running_loop = found
     return found()
 
 

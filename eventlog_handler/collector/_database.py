@@ -160,6 +160,7 @@ CREATE TABLE IF NOT EXISTS early_heartbeats (
     close INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS early_heartbeats_by_id ON early_heartbeats (project_seq, identifier);
+CREATE INDEX IF NOT EXISTS early_heartbeats_by_ts ON early_heartbeats (ts);
 """
 
 

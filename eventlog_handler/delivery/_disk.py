@@ -191,7 +191,7 @@ def copy_rows(old: sqlite3.Connection, new: sqlite3.Connection, not_gone: str) -
 
 
 #: The page size of a new spool file, in bytes.
-PAGE_SIZE = 16_384
+PAGE_SIZE = 8_192
 
 
 def configure(db: sqlite3.Connection, new: bool, max_bytes: int) -> None:
@@ -202,9 +202,15 @@ def configure(db: sqlite3.Connection, new: bool, max_bytes: int) -> None:
     # error, at every start that opens a file to send it). The file is this process's alone
     # already (its ``flock``).
     db.execute("PRAGMA locking_mode=EXCLUSIVE")
+    # A deleted row's pages are not overwritten with zeros (where SQLite is built to): each
+    # eviction wrote every page it freed into the journal, which took the directory past its
+    # bound for a moment. The freed pages are given back to the file system (incremental
+    # vacuum) soon after.
+    db.execute("PRAGMA secure_delete=OFF")
     if new:  # only then: it writes, and a file must open (to be sent) on a full disk
-        # Pages of 16 KiB: rows of 2 KB (an event with its frames) left most of a 4 KiB page
-        # empty, one row to a page, and the bound held half the events it could.
+        # Pages of 8 KiB: a row that fits in a page stays in it whole, and rows of 2-4 KB took
+        # a 4 KiB page each (the bound held a third of its size in events); with pages of
+        # 16 KiB rows of 8-16 KB did the same. Larger rows spill into full overflow pages.
         db.execute(f"PRAGMA page_size={PAGE_SIZE}")
         db.execute("PRAGMA auto_vacuum=INCREMENTAL")
     db.execute("PRAGMA journal_mode=WAL")
@@ -239,6 +245,11 @@ def free_pages(db: sqlite3.Connection) -> None:
     page whatever the pragma's argument: so it is repeated while the free pages decrease, in
     transactions of :data:`VACUUM_CHUNK` pages (the journal stays small)."""
     free, left, chunk = db.execute("PRAGMA freelist_count").fetchone()[0], VACUUM_PAGES, 1
+    # Pages a transaction moves: at most VACUUM_CHUNK, and no more than the journal's limit
+    # holds (it is the bound's tenth: 256 pages of 16 KiB grew it to 4 MB past a small bound).
+    limit = db.execute("PRAGMA journal_size_limit").fetchone()[0]
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    most = VACUUM_CHUNK if limit <= 0 else max(8, min(VACUUM_CHUNK, limit // page_size))
     while free and left > 0:
         steps = min(free, left, chunk)
         db.execute("BEGIN IMMEDIATE")
@@ -254,7 +265,7 @@ def free_pages(db: sqlite3.Connection) -> None:
         before, free = free, db.execute("PRAGMA freelist_count").fetchone()[0]
         if free >= before:  # a file without incremental vacuum (an earlier version's)
             return
-        chunk = VACUUM_CHUNK
+        chunk = most
 
 
 def same_file(fd: int, path: Path) -> bool:

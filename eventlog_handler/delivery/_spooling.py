@@ -511,4 +511,4 @@ class SpoolTraffic:
 def _an_event(body: bytes) -> bool:
     """Whether a spool row's body may be an event's JSON (an object): the check that keeps a
     damaged row from making its whole batch invalid JSON, which the service takes as text."""
-    return body[:1] == b"{" and body[-1:] == b"}"
+    return body[:1] == b"{" and (body[-1:] == b"}" or body.rstrip()[-1:] == b"}")

@@ -107,22 +107,15 @@ def _once(names: list[str]) -> list[str]:
 
 
 def _endless(names: list[str]) -> list[str]:
-    """The names of a ``RecursionError``'s frames: the cycle its innermost frames repeat (a
-    leaf it calls may follow) kept once, turned to start at its smallest name. The frame where
-    the limit struck, and so where the innermost frames begin and end in the cycle, depends on
-    how deep the program was when the recursion began: :func:`_once` kept whichever turn of the
-    cycle came first, one stack per depth."""
-    for leaf in (0, 1):
-        body = names[: len(names) - leaf]
-        for period in range(1, min(MAX_CYCLE, len(body) // 2) + 1):
-            if body[-period:] != body[-2 * period : -period]:
-                continue
-            start = len(body) - 2 * period
-            while start > 0 and body[start - 1] == body[start - 1 + period]:
-                start -= 1
-            cycle = body[start : start + period]
-            turn = min(range(period), key=lambda index: cycle[index:] + cycle[:index])
-            return _once(body[:start]) + cycle[turn:] + cycle[:turn] + names[len(body) :]
+    """The names of a ``RecursionError``'s frames: those before its recursion, then the
+    functions of the recursion once each, in name order. Where the limit struck, and so where
+    the frames looked at begin and end in the cycle (and what the stack trace's own folding of
+    repeated frames leaves of it), depends on how deep the program was when the recursion
+    began: the order of the frames was one stack per depth. The recursion begins at the first
+    name that comes again."""
+    for index, name in enumerate(names):
+        if name in names[index + 1 :]:
+            return _once(names[:index]) + sorted(set(names[index:]))
     return _once(names)
 
 

@@ -12,8 +12,8 @@ packages are found once, from how it was started:
 - a server or worker of :data:`SERVERS` given the program's object: ``gunicorn
   shop.wsgi:app``, ``uvicorn shop.main:app``, ``celery -A shop worker``: ``shop``;
 - a script of its own (``python /app/run.py``, a container's command): the packages it imports
-  that were installed from a local directory or file (``pip install /app``, ``pip install
-  dist/shop.whl``; their ``direct_url.json`` says so, PEP 610), not from an index.
+  that were installed from a local directory (``pip install /app``; their ``direct_url.json``
+  says so, PEP 610), not from an index nor from wheel files.
 
 Launchers themselves (``gunicorn``, ``celery``, ``pytest``, ...) and the standard library are
 never the program. A tool run by its own console script (``alembic``, ``black``) is the
@@ -122,10 +122,10 @@ def _from_script() -> set[str]:
 
 def _installed_locally(name: str) -> bool:
     """Whether the top-level package ``name`` lives in a ``site-packages`` (or
-    ``dist-packages``) where the distribution that holds it says it was installed from a local
-    directory or file, not in edit mode."""
+    ``dist-packages``) where a distribution installed from a local directory holds it (not in
+    edit mode; not from a wheel file: a wheelhouse, ``pip install /wheels/*.whl``, installs the
+    libraries too)."""
     import importlib.util
-    import json
 
     module = sys.modules.get(name)
     origin = getattr(module, "__file__", None)
@@ -142,26 +142,42 @@ def _installed_locally(name: str) -> bool:
         site = os.path.dirname(site)
     if os.path.basename(site) not in ("site-packages", "dist-packages"):
         return False
+    found = _LOCAL_NAMES.get(site)
+    if found is None:
+        found = _LOCAL_NAMES[site] = _local_names(site)
+    return name in found
+
+
+_LOCAL_NAMES: dict[str, frozenset[str]] = {}
+
+
+def _local_names(site: str) -> frozenset[str]:
+    """The top-level names of the distributions in ``site`` installed from a local directory
+    (their ``direct_url.json``, PEP 610, has ``dir_info`` and a ``file:`` URL). One look at
+    the directory: a ``direct_url.json`` is read only where one exists."""
+    import json
+
+    names: set[str] = set()
     try:
-        entries = os.listdir(site)
+        entries = [entry for entry in os.scandir(site) if entry.name.endswith(".dist-info")]
     except OSError:
-        return False
+        return frozenset()
     for entry in entries:
-        if not entry.endswith(".dist-info"):
-            continue
-        info = os.path.join(site, entry)
+        path = os.path.join(entry.path, "direct_url.json")
+        if not os.path.exists(path):
+            continue  # from an index
         try:
-            with open(os.path.join(info, "direct_url.json"), encoding="utf-8") as file:
+            with open(path, encoding="utf-8") as file:
                 direct = json.load(file)
         except (OSError, ValueError):
-            continue  # from an index: no direct_url.json
+            continue
         if not isinstance(direct, dict) or not str(direct.get("url", "")).startswith("file:"):
             continue
-        if isinstance(direct.get("dir_info"), dict) and direct["dir_info"].get("editable"):
-            continue
-        if name in _top_level_names(info):
-            return True
-    return False
+        info = direct.get("dir_info")
+        if not isinstance(info, dict) or info.get("editable"):
+            continue  # a wheel or an archive, or in edit mode (not in site-packages)
+        names |= _top_level_names(entry.path)
+    return frozenset(names)
 
 
 def _top_level_names(info: str) -> set[str]:

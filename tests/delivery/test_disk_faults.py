@@ -213,11 +213,13 @@ def test_a_bad_page_in_a_spool_file_loses_only_its_rows_and_says_how_many(
     code, stderr, _ = run_with_args(KEEP, down, tmp_path, [str(spool)])
     assert code == 0, stderr
     [kept] = spool.glob("*.spool.sqlite3")
-    pages = kept.stat().st_size // 4096
-    assert pages > 20, pages
-    with kept.open("r+b") as disk:  # a bad sector in the middle of the file
-        disk.seek(4096 * (pages // 2))
-        disk.write(bytes(range(256)) * 16)
+    with kept.open("rb") as disk:
+        size = int.from_bytes(disk.read(18)[16:18], "big")  # the file's page size
+    pages = kept.stat().st_size // size
+    assert pages > 10, pages
+    with kept.open("r+b") as disk:  # a bad page in the middle of the file
+        disk.seek(size * (pages // 2))
+        disk.write(bytes(range(256)) * (size // 256))
     code, stderr, found = run_with_args(SEND_KEPT, server.url, tmp_path, [str(spool)])
     assert code == 0, stderr
     replayed = found["replayed"]

@@ -645,3 +645,26 @@ def test_a_program_run_from_its_checkout_and_installed_is_one_stack_per_bug(
     installed, from_checkout = server.wait_for(2)
     assert installed["data"]["@stack"] == from_checkout["data"]["@stack"]
     assert server_signature(installed) == server_signature(from_checkout)
+
+
+def test_only_distributions_installed_from_a_local_directory_are_the_programs(
+    tmp_path: Path,
+) -> None:
+    """A wheelhouse (``pip install /wheels/*.whl``) gives every library a ``direct_url.json``
+    with a ``file:`` URL: each library a script imported was taken for the program."""
+    from eventlog_handler.wire._program import _local_names
+
+    site = tmp_path / "site-packages"
+    kinds = {
+        "shopx": '{"url": "file:///src/shopx", "dir_info": {}}',
+        "wheellib": '{"url": "file:///wheels/wheellib-1.0-py3-none-any.whl", "archive_info": {}}',
+        "editable": '{"url": "file:///src/editable", "dir_info": {"editable": true}}',
+        "fromindex": None,
+    }
+    for name, direct in kinds.items():
+        info = site / f"{name}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "RECORD").write_text(f"{name}/__init__.py,,\n{name}-1.0.dist-info/RECORD,,\n")
+        if direct is not None:
+            (info / "direct_url.json").write_text(direct)
+    assert _local_names(str(site)) == {"shopx"}

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -412,14 +413,25 @@ def loop_d(n: int) -> int:
     return loop_a(n + 1)
 
 
-def entered_at(depth: int) -> int:
-    return entered_at(depth - 1) if depth else loop_a(0)
+def entered_at(depth: int, first: Any = None) -> int:
+    if depth:
+        return entered_at(depth - 1, first)
+    return (first or loop_a)(0)
+
+
+def twice_a(n: int) -> int:  # a cycle that names a function twice: a > a > b
+    return twice_a(n + 1) if n % 3 == 0 else twice_b(n + 1)
+
+
+def twice_b(n: int) -> int:
+    return twice_a(n + 1)
 
 
 def test_an_endless_recursion_is_one_stack_however_deep_it_began(make_handler, server):
     """A cycle of four functions that never ends: the recursion limit strikes in whichever of
     them the depth the program was at when it began makes it, so the innermost frames began
-    and ended at another place in the cycle, and each depth was a stack of its own."""
+    and ended at another place in the cycle, and each depth was a stack of its own (also for
+    a cycle that names a function twice, which the stack trace's folding cuts anywhere)."""
     logger, handler = make_handler()
     for depth in range(4):
         try:
@@ -432,6 +444,17 @@ def test_an_endless_recursion_is_one_stack_however_deep_it_began(make_handler, s
     assert len(signatures) == 1, [event["data"]["@stack"] for event in events]
     frames = events[0]["data"]["@stack"]["signature_data"]["frames"]
     assert frames == "in " + " > ".join(f"{__name__}.loop_{name}" for name in "abcd"), frames
+    # A cycle that names a function twice: its repeated name was taken for a cycle of its own.
+    for depth in range(6):
+        try:
+            entered_at(depth, twice_a)
+        except RecursionError:
+            logger.exception("endless twice")
+    handler.engine.flush(5)
+    twice = [e for e in server.wait_for(10) if e["message"] == "endless twice"]
+    assert len(twice) == 6 and len({server_signature(e) for e in twice}) == 1, [
+        e["data"]["@stack"] for e in twice
+    ]
 
 
 def reject_invoice(logger: logging.Logger, total: int) -> None:

