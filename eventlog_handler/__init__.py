@@ -46,9 +46,13 @@ from eventlog_handler.integrations._console import spare_loggers
 from eventlog_handler.integrations._hooks import install_hooks
 from eventlog_handler.wire import stack
 
-# Importing the package created loggers (asyncio's, requests'): a dictConfig that builds its
-# handler must not disable them as loggers that were there before it.
-spare_loggers(frozenset(logging.Logger.manager.loggerDict) - _LOGGERS_BEFORE)
+# Importing the package created loggers (requests', urllib3's), and a dictConfig that builds
+# its handler imports asyncio (the exception hooks): it must not disable them as loggers that
+# were there before it.
+spare_loggers(
+    frozenset(logging.Logger.manager.loggerDict) - _LOGGERS_BEFORE
+    | {"asyncio", "concurrent.futures"}
+)
 
 __all__ = [
     "Client",

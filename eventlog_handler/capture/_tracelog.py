@@ -129,14 +129,23 @@ def _ring() -> deque[_Note]:
         scope is None
         or (task is not None and scope.task is not None and scope.task() is not task)
         or (task is None and scope.task is _in_thread and scope.thread is not _THREADS.token)
+        or (task is None and scope.task is not None and scope.task is not _in_thread)
     ):
         # A task's own (a child task copied its parent's context), or a thread's: made in the
         # context the thread runs, so work run in a copy of another context (asyncio.to_thread,
-        # a pool's job) has its own, and not the ring of every job the thread ran before.
+        # a pool's job) has its own, and not the ring of every job the thread ran before. In a
+        # task's context (to_thread, a callback it scheduled), it starts with the task's lines
+        # and keeps its own apart: a task that had not logged has its parent's scope, and the
+        # jobs of all its siblings wrote into it, each error carrying the others' lines.
+        before = None
+        if task is None and scope is not None and scope.task not in (None, _in_thread):
+            before = scope.ring  # a task's lines, which the thread's start with
         scope = _Scope(task)
         if task is None:
             scope.task = _in_thread
             scope.thread = _THREADS.token
+            if before:
+                scope.ring = deque(before, maxlen=before.maxlen)
         _SCOPE.set(scope)
     ring = scope.ring
     if ring is None:

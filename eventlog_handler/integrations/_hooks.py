@@ -26,7 +26,8 @@ that was there before, so the traceback is still printed and the exit status is 
   forkserver run ``multiprocessing``'s after-fork hooks before ``run``; spawn runs none, so a
   spawned child that imports the package with its main module hooks spawn's own after-fork
   step (:func:`_hook_spawned_process`).
-- ``KeyboardInterrupt`` (and ``SystemExit`` in a thread) is not reported, only passed on.
+- ``KeyboardInterrupt`` and asyncio's ``CancelledError`` (and ``SystemExit`` in a thread or an
+  asyncio task) are not reported, only passed on.
 - An exception that was already sent (for instance by ``logger.exception`` before it was
   re-raised) is not sent again.
 - In an interactive session (``python -i``, the REPL, IPython) the hooks are not installed
@@ -38,6 +39,9 @@ installed; where another library wrapped ours since, ours stays in the chain but
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import importlib.util
 import multiprocessing
 import multiprocessing.util
@@ -48,6 +52,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from eventlog_handler.capture._admit import mark_reported
 from eventlog_handler.capture._exceptions import capture_error
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
@@ -68,6 +73,14 @@ _ThreadHook = Callable[[Any], Any]
 def is_interactive() -> bool:
     """Whether Python runs an interactive session (a prompt, ``-i``)."""
     return hasattr(sys, "ps1") or bool(sys.flags.interactive)
+
+
+def _stops(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` is one of ``kinds`` or asyncio's ``CancelledError`` (a task or a program
+    cancelled: a stop, as ``KeyboardInterrupt`` is, not a failure)."""
+    asyncio = sys.modules.get("asyncio")  # not imported: none of its errors can come
+    cancelled = getattr(asyncio, "CancelledError", None) if asyncio is not None else None
+    return isinstance(exc, kinds) or (cancelled is not None and isinstance(exc, cancelled))
 
 
 class ExceptionHooks:
@@ -145,7 +158,7 @@ class ExceptionHooks:
         self, exc_type: type[BaseException], exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            if not self.active or exc is None or issubclass(exc_type, KeyboardInterrupt):
+            if not self.active or exc is None or self._ignores(exc, (KeyboardInterrupt,)):
                 return
             if exc.__traceback__ is None and tb is not None:
                 exc = exc.with_traceback(tb)
@@ -158,9 +171,12 @@ class ExceptionHooks:
     def _ignores(
         self, exc: BaseException | None, kinds: tuple[type[BaseException], ...] = ()
     ) -> bool:
-        """Whether a hook passes ``exc`` by: hooks off, no exception, one of ``kinds``, or
-        raised on the package's own sending threads."""
-        return not self.active or exc is None or isinstance(exc, kinds) or is_sender_thread()
+        """Whether a hook passes ``exc`` by: hooks off, no exception, one of ``kinds`` (asyncio's
+        ``CancelledError`` with them: :func:`_stops`), or raised on the package's own sending
+        threads."""
+        if not self.active or exc is None or is_sender_thread():
+            return True
+        return bool(kinds) and _stops(exc, kinds)
 
     def _on_thread(self, args: Any) -> None:
         try:
@@ -204,19 +220,42 @@ class ExceptionHooks:
         """An asyncio loop's exception handler was called with ``context``."""
         try:
             exc = context.get("exception")
-            if not isinstance(exc, BaseException) or self._ignores(exc):
+            if not isinstance(exc, BaseException):
+                return
+            if self._ignores(exc, (KeyboardInterrupt, SystemExit)):
+                if self.active and _stops(exc, (KeyboardInterrupt, SystemExit)):
+                    mark_reported(exc)  # asyncio logs it next ("never retrieved"): nor that
                 return
             about: dict[str, Any] = {"message": str(context.get("message") or "")}
             for name in ("task", "future", "handle"):
                 if context.get(name) is not None:
                     about[name] = safe_repr(context[name])[:500]
-            self.report(
+            report = functools.partial(
+                self.report,
                 exc,
                 level="Error",
                 submission_method="unhandled_async_exception",
                 data={"@asyncio": about},
                 wait=False,
             )
+            # In the context of the task or callback that failed (its trace log), where it can
+            # be had (a task's from Python 3.12): the handler runs in whichever collected it.
+            ran: list[bool] = []
+
+            def run_report() -> None:
+                ran.append(True)
+                report()
+
+            for name in ("future", "task", "handle"):
+                owner = context.get(name)
+                own = getattr(owner, "get_context", None)
+                found = own() if callable(own) else getattr(owner, "_context", None)
+                if isinstance(found, contextvars.Context):
+                    with contextlib.suppress(RuntimeError):  # that context runs now
+                        found.run(run_report)
+                    break
+            if not ran:
+                report()
         except Exception:  # pragma: no cover - a hook must not fail
             pass
 

@@ -352,3 +352,51 @@ def test_asyncio_imported_after_the_package_still_knows_its_tasks(
     [error] = [e for e in server.accepted if e.get("type") == "error"]
     assert error["message"] == "job b failed"
     assert [line.split(": ", 1)[1] for line in error["data"]["@trace"]] == ["b started"]
+
+
+SIBLINGS = """
+import asyncio, logging
+import eventlog_handler
+
+eventlog_handler.setup(rollup_window=0)
+log = logging.getLogger("app")
+
+def load(user):
+    log.info("loading account of %s", user)
+    if user == "bob":
+        try:
+            raise KeyError(user)
+        except KeyError:
+            log.exception("account of %s failed", user)
+
+async def request(user):  # logs nothing itself: its context holds the server task's trace
+    await asyncio.to_thread(load, user)
+
+async def server():
+    log.info("server started")
+    for user in ("alice", "carol", "bob"):
+        await asyncio.create_task(request(user))
+    asyncio.get_running_loop().call_soon(log.info, "a callback's line")
+    await asyncio.sleep(0.05)
+    try:
+        raise ValueError("server")
+    except ValueError:
+        log.exception("the server failed")
+
+asyncio.run(server())
+"""
+
+
+def test_jobs_of_sibling_tasks_do_not_write_into_their_parents_trace(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """Request tasks that log nothing themselves hold their parent's trace in their context:
+    the lines their ``to_thread`` jobs logged went into it, and bob's error carried alice's
+    and carol's lines; the server's own error carried all of them and its callback's."""
+    code, stderr, _ = run_program(SIBLINGS, server.url, tmp_path)
+    assert code == 0, stderr
+    assert wait_until(lambda: len([e for e in server.accepted if e["type"] == "error"]) == 2, 10)
+    errors = {e["message"]: e["data"]["@trace"] for e in server.accepted if e["type"] == "error"}
+    texts = {key: [line.split(": ", 1)[1] for line in trace] for key, trace in errors.items()}
+    assert texts["account of bob failed"] == ["server started", "loading account of bob"]
+    assert texts["the server failed"] == ["server started"]

@@ -402,3 +402,71 @@ def test_an_exception_shown_by_a_console_does_not_shorten_the_exit_later() -> No
         assert result.returncode == 0, result.stderr
         assert "could not be sent" not in result.stderr, result.stderr
         assert "logged just before a normal exit" in server.arrivals()
+
+
+def test_cancellation_and_keyboard_interrupt_in_asyncio_are_not_reported(
+    server: CaptureServer,
+) -> None:
+    """A program whose main task is cancelled (a common way to stop a loop, here in a thread
+    and in the main thread), a cancelled future never looked at, a task that raised
+    ``KeyboardInterrupt`` (collected after ``asyncio.run`` gave it up): each was sent as an
+    error (the main thread's as Fatal), where ``KeyboardInterrupt`` is never reported. A real
+    failure next to them still is."""
+    cancelled = run_python(
+        server.url,
+        script(
+            """
+            import asyncio, gc, threading
+            import eventlog_handler
+
+            eventlog_handler.setup()
+
+            async def failing():
+                raise OSError("a real failure")
+
+            async def main():
+                loop = asyncio.get_running_loop()
+                task = loop.create_task(failing())
+                await asyncio.sleep(0.01)
+                del task
+                gc.collect()
+                future = loop.create_future()
+                future.set_exception(asyncio.CancelledError())
+                del future
+                gc.collect()
+                loop.call_later(0.05, asyncio.current_task().cancel)
+                await asyncio.sleep(5)
+
+            worker = threading.Thread(target=asyncio.run, args=(main(),))
+            worker.start()
+            worker.join()
+            asyncio.run(main())
+            """
+        ),
+    )
+    assert cancelled.returncode == 1 and "CancelledError" in cancelled.stderr, cancelled.stderr
+    interrupted = run_python(
+        server.url,
+        script(
+            """
+            import asyncio
+            import eventlog_handler
+
+            eventlog_handler.setup()
+
+            async def child():
+                await asyncio.sleep(0.01)
+                raise KeyboardInterrupt
+
+            async def main():
+                task = asyncio.create_task(child())
+                await asyncio.sleep(1)
+
+            asyncio.run(main())
+            """
+        ),
+    )
+    assert interrupted.returncode != 0 and "KeyboardInterrupt" in interrupted.stderr
+    time.sleep(0.5)
+    errors = errors_of(server.events)
+    assert [e["@simple_error"]["type"] for e in errors] == ["OSError", "OSError"], errors

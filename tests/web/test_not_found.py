@@ -152,7 +152,10 @@ def test_an_application_that_reports_its_own_404_sends_one_event(
     setup = eventlog_handler.setup(API_KEY, fault_server.url, capture_exceptions=False, **FAST)
     try:
         client = create_flask().test_client()
-        assert client.get("/items/c", headers={"User-Agent": BROWSER}).status_code == 404
+        # Closed, as a server closes it: its request scope ends then (open, it was this
+        # thread's, and the tests run after it here saw its request and its trace).
+        with client.get("/items/c", headers={"User-Agent": BROWSER}) as answer:
+            assert answer.status_code == 404
         assert setup.flush(5)
     finally:
         setup.close(5)
