@@ -137,19 +137,24 @@ def test_under_a_steady_stream_each_event_is_printed_once(collector: Collector) 
     assert messages == list(range(posted))
 
 
-def test_a_reader_that_goes_away_ends_tail_without_a_traceback(collector: Collector) -> None:
-    """``eventlog tail | head -1``: the next line tail printed after ``head`` had gone raised
-    ``BrokenPipeError`` into a traceback. It ends as a tool killed by SIGPIPE: status 141."""
+def _tail_process(collector: Collector, *arguments: str) -> subprocess.Popen[str]:
+    """``eventlog tail`` against ``collector`` in a process of its own, its output piped."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     env["EVENTLOG_USER_TOKEN"] = collector.user_token
     command = [sys.executable, "-m", "eventlog_handler.cli", "tail", "--server-url", collector.url]
-    http = Client(collector)
-    http.post_events({"message": "first", "source": "shop.pipe"})
-    process = subprocess.Popen(
-        [*command, "--interval", "0.2", "--filter", "source:shop.pipe"],
+    return subprocess.Popen(
+        [*command, *arguments],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+
+
+def test_a_reader_that_goes_away_ends_tail_without_a_traceback(collector: Collector) -> None:
+    """``eventlog tail | head -1``: the next line tail printed after ``head`` had gone raised
+    ``BrokenPipeError`` into a traceback. It ends as a tool killed by SIGPIPE: status 141."""
+    http = Client(collector)
+    http.post_events({"message": "first", "source": "shop.pipe"})
+    process = _tail_process(collector, "--interval", "0.2", "--filter", "source:shop.pipe")
     try:
         assert process.stdout is not None
         assert "first" in process.stdout.readline()
@@ -172,17 +177,10 @@ def test_a_reader_that_goes_away_ends_tail_without_a_traceback(collector: Collec
 def test_a_reader_that_goes_away_ends_tail_on_a_quiet_project(collector: Collector) -> None:
     """``eventlog tail | head -1`` where no event comes after ``head``'s line: tail noticed the
     closed pipe only at its next line, and ran on until an event came, maybe never."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    env["EVENTLOG_USER_TOKEN"] = collector.user_token
-    command = [sys.executable, "-m", "eventlog_handler.cli", "tail", "--server-url", collector.url]
     http = Client(collector)
     http.post_events([{"message": f"quiet {i}", "source": "shop.quiet"} for i in range(3)])
     http.close()
-    process = subprocess.Popen(
-        [*command, "--interval", "1", "--last", "3"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    process = _tail_process(collector, "--interval", "1", "--last", "3")
     try:
         assert process.stdout is not None
         assert "quiet" in process.stdout.readline()

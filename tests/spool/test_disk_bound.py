@@ -46,12 +46,25 @@ def test_a_file_emptied_gives_its_pages_back(tmp_path: Path) -> None:
     assert free_pages(own) == 0
 
 
+#: The end of a program: wait until nothing is queued or in flight (all of it on disk).
+SETTLE = """
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    stats = handle.stats()
+    if stats["queued"] == 0 and stats["in_flight"] == 0:
+        break
+    time.sleep(0.1)
+time.sleep(0.5)
+stats = handle.stats()
+"""
+
 # Logs with an error every 100 (errors are kept longest; with the trace log on, each carries
 # the lines before it, some 8 KB: rows on overflow pages), to a server that is down, with a 1 MB
 # bound: far more than fits. Once everything is on disk, the program prints a mark and waits
 # for its standard input to close, so that the directory is measured while it runs (settled:
 # no write under way, where the README lets a write pass the bound for a moment) and after.
-PROGRAM = """
+PROGRAM = (
+    """
 import json, logging, sys, time
 import eventlog_handler
 logging.getLogger().addHandler(logging.NullHandler())
@@ -63,18 +76,13 @@ for i in range(30_000):
         log.error("burst %d error %s", i, "e" * 250)
     else:
         log.info("burst %d %s", i, "z" * 250)
-deadline = time.monotonic() + 120
-while time.monotonic() < deadline:
-    stats = handle.stats()
-    if stats["queued"] == 0 and stats["in_flight"] == 0:
-        break
-    time.sleep(0.1)
-time.sleep(0.5)
-stats = handle.stats()
-print("MARK settled", json.dumps({k: stats[k] for k in ("queued", "in_flight", "spooled")}))
+"""
+    + SETTLE
+    + """print("MARK settled", json.dumps({k: stats[k] for k in ("queued", "in_flight", "spooled")}))
 print("MARK spool_full", stats["dropped"]["spool_full"])
 sys.stdin.read()
 """
+)
 BOUND = 1_000_000
 
 
@@ -118,7 +126,8 @@ def test_a_burst_during_an_outage_keeps_the_spool_within_its_bound(tmp_path: Pat
     assert "kept in the spool" in stderr, stderr
 
 
-CAPACITY = """
+CAPACITY = (
+    """
 import json, logging, os, sys, time
 import eventlog_handler
 logging.getLogger().addHandler(logging.NullHandler())
@@ -127,18 +136,13 @@ handle = eventlog_handler.setup(spool_path=sys.argv[1], spool_max_bytes=4_000_00
 log = logging.getLogger("orders")
 for i in range(6_000):  # some 2 KB each: an event with a payload of its own
     log.info("order %d", i, extra={"payload": "%06d" % i * 330})
-deadline = time.monotonic() + 120
-while time.monotonic() < deadline:
-    stats = handle.stats()
-    if stats["queued"] == 0 and stats["in_flight"] == 0:
-        break
-    time.sleep(0.1)
-time.sleep(0.5)
-stats = handle.stats()
-on_disk = sum(entry.stat().st_size for entry in os.scandir(sys.argv[1]) if entry.is_file())
+"""
+    + SETTLE
+    + """on_disk = sum(entry.stat().st_size for entry in os.scandir(sys.argv[1]) if entry.is_file())
 print("MARK spool", json.dumps({"bytes": stats["spool_bytes"], "disk": on_disk,
                                 "spooled": stats["spooled"]}), flush=True)
 """
+)
 
 
 def test_the_spool_holds_what_its_bound_says_of_events_of_2_kb(tmp_path: Path) -> None:
