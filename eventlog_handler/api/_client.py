@@ -100,11 +100,13 @@ class TokenCreationRefusedError(errors.PermissionDeniedError):
         )
 
 
-def compress(body: bytes) -> tuple[bytes, bool]:
-    """``body`` gzip-compressed when it is over :data:`GZIP_THRESHOLD`, and whether it was."""
+def compress(body: bytes, level: int = 6) -> tuple[bytes, bool]:
+    """``body`` gzip-compressed at ``level`` when it is over :data:`GZIP_THRESHOLD`, and
+    whether it was. Event posts of the delivery worker are made at level 1
+    (:data:`eventlog_handler.delivery._batches.WORKER_LEVEL`)."""
     if len(body) <= GZIP_THRESHOLD:
         return body, False
-    return gzip.compress(body, compresslevel=6, mtime=0), True
+    return gzip.compress(body, compresslevel=level, mtime=0), True
 
 
 def batch_body(encoded_events: Iterable[bytes]) -> bytes:

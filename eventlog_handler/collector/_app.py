@@ -240,7 +240,7 @@ class Collector:
             storage.close()
 
     def _settle(self) -> None:
-        """Wait until the posts answered so far are stored (see :mod:`.pending`)."""
+        """Wait until the posts answered so far are stored (see :mod:`._pending`)."""
         api = self._api
         if api is not None:
             api.events.pending.wait()

@@ -190,7 +190,7 @@ def secure_file(path: Path) -> None:
 
 
 class Database:
-    """The connection and the transaction helpers; :class:`~.storage.Storage` builds on it."""
+    """The connection and the transaction helpers; :class:`~._storage.Storage` builds on it."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path is None else Path(path)

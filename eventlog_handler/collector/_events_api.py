@@ -147,7 +147,7 @@ class EventsApi:
         request: Request,
         body: Received | None = None,
     ) -> Response:
-        """Answer (``status``), then store the events (see :mod:`.pending`). The body is kept
+        """Answer (``status``), then store the events (see :mod:`._pending`). The body is kept
         with the request's ``User-Agent`` (``@submission_client`` of its events)."""
         for problem in normalizer.problems:
             self._note(project_id, f"Dropped an event: {problem}.")

@@ -161,8 +161,8 @@ def _wire(event: NormalizedEvent) -> dict[str, Any]:
 
 class EventStore(StackReads):
     """Events and stacks; mixed into :class:`~eventlog_handler.collector._storage.Storage`.
-    Writing is here; reading in :class:`~.eventreads.EventReads` and
-    :class:`~.stackreads.StackReads`."""
+    Writing is here; reading in :class:`~._eventreads.EventReads` and
+    :class:`~._stackreads.StackReads`."""
 
     # -- writing -----------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ Limits, so that no client can hold the collector:
   has arrived, its request line and headers must be complete within ``header_timeout`` seconds
   and its body within ``body_timeout`` seconds, however slowly the bytes trickle in; otherwise
   the connection is closed;
-- a request whose ``Host`` is not a name of this collector (:class:`~.auth.HostPolicy`) is
+- a request whose ``Host`` is not a name of this collector (:class:`~._auth.HostPolicy`) is
   answered 421 without being looked at further.
 """
 

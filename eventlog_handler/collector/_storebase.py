@@ -1,8 +1,8 @@
 """The collector's store of events and stacks, the parts every side of it shares: event ids,
 the caches of project and stack ids, and reading a kept request body back.
 
-:class:`~eventlog_handler.collector._eventstore.EventStore` writes; :mod:`.eventreads` lists and
-reads events; :mod:`.stackreads` lists and changes stacks.
+:class:`~eventlog_handler.collector._eventstore.EventStore` writes; :mod:`._eventreads` lists and
+reads events; :mod:`._stackreads` lists and changes stacks.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from eventlog_handler.api import _errors as errors
-from eventlog_handler.delivery._batches import Part, compress, encode_parts
+from eventlog_handler.api._client import compress
+from eventlog_handler.delivery._batches import WORKER_LEVEL, Part, encode_parts
 from eventlog_handler.delivery._courtesy import Courtesy
 from eventlog_handler.delivery._intake import BUSY, Intake
 from eventlog_handler.delivery._ledger import Ledger
@@ -154,7 +155,7 @@ class Delivery:
                 # to the spool (or counts them): posting one now would send it twice.
                 return False
             part = parts[0]
-            payload, gzipped = compress(part.body())
+            payload, gzipped = compress(part.body(), WORKER_LEVEL)
             refused = part is not retried and self._known_too_large(len(payload))
             if len(part) > 1 and (refused or len(payload) > self.settings.max_batch_bytes):
                 parts.popleft()

@@ -101,13 +101,10 @@ class Pipeline:
             if found is None:
                 if len(self._other_scrubbers) >= 16:
                     self._other_scrubbers.clear()
-                found = self._other_scrubbers[key] = Scrubber(
-                    (settings.api_key,), (*settings.data_exclusions, *extra)
-                )
+                found = self._other_scrubbers[key] = Scrubber.for_settings(settings, (), extra)
             return found
         if self._scrubber is None or self._scrubber_for != extra:
-            settings = self.settings
-            self._scrubber = Scrubber((settings.api_key,), (*settings.data_exclusions, *extra))
+            self._scrubber = Scrubber.for_settings(self.settings, (), extra)
             self._scrubber_for = extra
         return self._scrubber
 

@@ -122,12 +122,11 @@ class Scrubber:
         cls,
         settings: Settings,
         secrets: Iterable[str | None] = (),
-        exclusions: Collection[str] | None = None,
+        exclusions: Collection[str] = (),
     ) -> Scrubber:
-        """The scrubber of an engine: its API key plus ``secrets``, and its data exclusions
-        (or ``exclusions``: the local ones with the service's ``@@DataExclusions``)."""
-        chosen = settings.data_exclusions if exclusions is None else exclusions
-        return cls((settings.api_key, *secrets), chosen)
+        """The scrubber of ``settings``: its API key plus ``secrets``, its data exclusions
+        plus ``exclusions`` (the service's ``@@DataExclusions``)."""
+        return cls((settings.api_key, *secrets), (*settings.data_exclusions, *exclusions))
 
     def __repr__(self) -> str:
         return f"<Scrubber secrets={len(self._secrets)}>"
