@@ -28,7 +28,7 @@ import math
 import time
 from typing import Any
 
-from eventlog_handler.wire._events import _orjson
+from eventlog_handler.wire._events import _orjson, exact
 
 #: Distinct events remembered at most.
 MAX_KEYS = 2_000
@@ -66,7 +66,8 @@ def _freeze(value: Any) -> Any:
     """
     try:
         if _orjson is not None:
-            return _orjson.dumps(value, option=_ORJSON_OPTIONS)
+            # kept as a held event's key: in an allocation of its own length (see exact)
+            return exact(_orjson.dumps(value, option=_ORJSON_OPTIONS))
         return _sorted_json(value)
     except (TypeError, ValueError, OverflowError, RecursionError):
         return (_TUPLES, _tuples(value))

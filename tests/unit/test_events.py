@@ -554,3 +554,23 @@ def test_environment_info_uses_service_spelling():
     assert events.environment_info() is info
     thread = events.thread_info()
     assert set(thread) == {"thread_name", "thread_id"}
+
+
+def test_an_encoded_event_holds_no_more_memory_than_its_length() -> None:
+    """``orjson.dumps`` returns bytes that keep its encoder's whole buffer (64-128 KiB behind
+    an 8 KB event); what the spool and a batch hold was counted by its length."""
+    import tracemalloc
+
+    from eventlog_handler.wire._events import encode, encode_batch
+
+    event = {"type": "log", "message": "upload", "data": {"pad": "q" * 8_000}}
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        bodies = [encode(dict(event, date=str(i))) for i in range(50)]
+        bodies.append(encode_batch([event] * 10))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    length = sum(len(body) for body in bodies)
+    assert held < 1.5 * length + 50_000, (held, length)
