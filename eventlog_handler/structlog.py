@@ -276,7 +276,7 @@ class EventLogProcessor:
             )
         verdict = admit.admit(source, levelno, exc, settings, engine)
         if verdict != admit.SEND:
-            if trace and verdict == admit.BELOW_LOG_SETTING:
+            if trace:  # a line of the program, sent or not, as the handler notes its records
                 tracelog.note_event(created, levelno, source, message)
             if bridged:
                 _note_bridged(logger, method_name, levelno, event_dict, message, key)
