@@ -676,3 +676,20 @@ def test_a_processor_after_the_renderer_says_where_it_belongs(
     assert proc(None, "info", "rendered text") == "rendered text"
     assert proc.errors == 1
     assert "it comes after the renderer" in capsys.readouterr().err
+
+
+def test_an_event_not_sent_is_still_a_line_of_the_trace_log(server: CaptureServer) -> None:
+    """An exception turned off (``ignore_exceptions``) is not sent, and what the program logged
+    with it is a line of the next error's trace log, as the handler does for such records."""
+    from eventlog_handler.capture import _tracelog as tracelog
+
+    proc = processor(server, ignore_exceptions=[KeyError])
+    tracelog.clear()
+    try:
+        raise KeyError("basket")
+    except KeyError:
+        proc(None, "error", {"event": "lookup missed", "exc_info": True})
+    proc(None, "error", {"event": "checkout failed"})
+    (event,) = delivered(proc, server, 1)
+    assert event["message"] == "checkout failed"
+    assert any("lookup missed" in line for line in event["data"]["@trace"]), event["data"]
