@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.fixtures import collector as collector  # in memory, on 127.0.0.1
+from tests.support.fixtures import collector_client as client  # noqa: F401 - its HTTP Client
 
 #: The launch flags that keep a headless Chromium quiet and on this machine.
 CHROMIUM_ARGS = [

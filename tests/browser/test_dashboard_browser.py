@@ -7,11 +7,8 @@ at a phone's 390 px, where nothing may need scrolling sideways.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from eventlog_handler.collector import Collector
 from tests.browser.conftest import PHONE, no_horizontal_scroll
@@ -23,13 +20,6 @@ TRACE = (
     "    card = cards[order.card_id]\n"
     "KeyError: 'card-7'"
 )
-
-
-@pytest.fixture
-def http(collector: Collector) -> Iterator[Client]:
-    client = Client(collector)
-    yield client
-    client.close()
 
 
 def _shoot(page: Any, folder: Path, name: str) -> None:
@@ -45,7 +35,7 @@ def _at_phone_width(page: Any, folder: Path, name: str) -> None:
     _shoot(page, folder, name + "-phone")
 
 
-def _seed_errors_and_logs(http: Client) -> None:
+def _seed_errors_and_logs(client: Client) -> None:
     error = {"type": "KeyError", "message": "'card-7'", "stack_trace": TRACE}
     batch: list[dict[str, Any]] = [
         {
@@ -71,11 +61,11 @@ def _seed_errors_and_logs(http: Client) -> None:
             },
         }
     ]
-    assert http.post_events(batch, compress=True).status_code == 202
+    assert client.post_events(batch, compress=True).status_code == 202
 
 
-def test_the_stack_list(page: Any, collector: Collector, http: Client, screenshots: Path) -> None:
-    _seed_errors_and_logs(http)
+def test_the_stack_list(page: Any, collector: Collector, client: Client, screenshots: Path) -> None:
+    _seed_errors_and_logs(client)
     page.goto(collector.url + "/?refresh=0")
     rows = page.locator("table.stacks tbody tr")
     assert rows.count() == 3
@@ -90,9 +80,9 @@ def test_the_stack_list(page: Any, collector: Collector, http: Client, screensho
 
 
 def test_a_stack_and_its_status(
-    page: Any, collector: Collector, http: Client, screenshots: Path
+    page: Any, collector: Collector, client: Client, screenshots: Path
 ) -> None:
-    _seed_errors_and_logs(http)
+    _seed_errors_and_logs(client)
     page.goto(collector.url + "/?refresh=0")
     page.get_by_role("link", name="KeyError: 'card-7'").click()
     page.wait_for_url(re.compile(r"/stacks/[0-9a-f]{24}"))
@@ -108,7 +98,7 @@ def test_a_stack_and_its_status(
     _shoot(page, screenshots, "stack-fixed")
 
     error = {"type": "KeyError", "message": "'card-7'", "stack_trace": TRACE}
-    assert http.post_events({"type": "error", "@simple_error": error}).status_code == 202
+    assert client.post_events({"type": "error", "@simple_error": error}).status_code == 202
     page.reload()
     assert page.locator(".badge.regressed").count() == 1
     assert "happened again" in page.inner_text("main")
@@ -125,7 +115,7 @@ def test_a_stack_and_its_status(
 
 
 def test_an_error_event_with_chained_causes_and_its_trace(
-    page: Any, collector: Collector, http: Client, screenshots: Path
+    page: Any, collector: Collector, client: Client, screenshots: Path
 ) -> None:
     event = {
         "type": "error",
@@ -180,7 +170,7 @@ def test_an_error_event_with_chained_causes_and_its_trace(
         },
         "data": {"order": {"id": 1001, "total": 59.9}},
     }
-    assert http.post_events(event).status_code == 202
+    assert client.post_events(event).status_code == 202
     (stored,) = collector.events()
     page.goto(collector.url + f"/events/{stored['id']}")
     assert page.locator("h1").inner_text().startswith("checkout failed for order 1001")
@@ -208,9 +198,9 @@ def test_an_error_event_with_chained_causes_and_its_trace(
 
 
 def test_search_with_the_syntax_explained(
-    page: Any, collector: Collector, http: Client, screenshots: Path
+    page: Any, collector: Collector, client: Client, screenshots: Path
 ) -> None:
-    _seed_errors_and_logs(http)
+    _seed_errors_and_logs(client)
     page.goto(collector.url + "/events?refresh=0")
     help_box = page.locator("details.help")
     assert not help_box.locator("table").is_visible()
@@ -235,14 +225,14 @@ def test_search_with_the_syntax_explained(
 
 
 def test_paging_past_a_thousand_events(
-    page: Any, collector: Collector, http: Client, screenshots: Path
+    page: Any, collector: Collector, client: Client, screenshots: Path
 ) -> None:
     total = 1_100
     for start in range(0, total, 550):
         batch = [
             {"message": f"event {i:05d}", "source": "pager"} for i in range(start, start + 550)
         ]
-        assert http.post_events(batch, compress=True).status_code == 202
+        assert client.post_events(batch, compress=True).status_code == 202
     page.goto(collector.url + "/events")
     seen: list[str] = []
     pages = 0

@@ -4,12 +4,9 @@ events list's type tabs, a session's event page. Screenshots as in ``conftest.py
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from eventlog_handler.collector import Collector
 from eventlog_handler.collector._formats import format_event_date
@@ -17,18 +14,11 @@ from tests.browser.conftest import PHONE, no_horizontal_scroll
 from tests.support.collector import Client
 
 
-@pytest.fixture
-def http(collector: Collector) -> Iterator[Client]:
-    client = Client(collector)
-    yield client
-    client.close()
-
-
 def _ago(minutes: float) -> str:
     return format_event_date(datetime.now(timezone.utc) - timedelta(minutes=minutes))
 
 
-def _seed(http: Client, collector: Collector) -> None:
+def _seed(client: Client, collector: Collector) -> None:
     batch: list[dict[str, Any]] = [
         {
             "type": "session",
@@ -43,11 +33,11 @@ def _seed(http: Client, collector: Collector) -> None:
         {"type": "404", "source": "/no/such/page"},
         {"type": "log", "message": "cache warmed", "@level": "Info"},
     ]
-    assert http.post_events(batch).status_code == 202
+    assert client.post_events(batch).status_code == 202
     for identifier, close in (("u-3", "false"), ("u-3", "false"), ("session-user-00", "true")):
         params = {"id": identifier, "close": close}
         heartbeat = "/api/v2/events/session/heartbeat"
-        assert http.get(heartbeat, collector.project_token, params=params).status_code == 200
+        assert client.get(heartbeat, collector.project_token, params=params).status_code == 200
 
 
 def _shoot(page: Any, folder: Path, name: str) -> None:
@@ -56,8 +46,10 @@ def _shoot(page: Any, folder: Path, name: str) -> None:
     assert path.stat().st_size > 1000
 
 
-def test_the_sessions_tab(page: Any, collector: Collector, http: Client, screenshots: Path) -> None:
-    _seed(http, collector)
+def test_the_sessions_tab(
+    page: Any, collector: Collector, client: Client, screenshots: Path
+) -> None:
+    _seed(client, collector)
     page.goto(collector.url + "/?refresh=0")
     page.locator("header.top nav").get_by_role("link", name="Sessions").click()
     page.wait_for_url(re.compile(r"/sessions$"))
@@ -92,9 +84,9 @@ def test_the_sessions_tab(page: Any, collector: Collector, http: Client, screens
 
 
 def test_the_event_type_tabs(
-    page: Any, collector: Collector, http: Client, screenshots: Path
+    page: Any, collector: Collector, client: Client, screenshots: Path
 ) -> None:
-    _seed(http, collector)
+    _seed(client, collector)
     page.goto(collector.url + "/events?refresh=0")
     rows = page.locator("table.events tbody tr")
     assert rows.count() == 7

@@ -9,7 +9,6 @@ import json
 import shlex
 import subprocess
 import sys
-import time
 
 import pytest
 import responses
@@ -19,6 +18,7 @@ from eventlog_handler._version import __version__
 from eventlog_handler.cli import _main as cli
 from eventlog_handler.collector import Collector
 from tests.cli.conftest import Run
+from tests.support.waits import poll_until
 
 
 class Terminal(io.StringIO):
@@ -183,12 +183,12 @@ def test_scope_refusal_also_mentions_login(run: Run, collector: Collector) -> No
 
 def project_pages(collector: Collector) -> list:
     # the collector records a request just after answering it: give it a moment
-    deadline = time.monotonic() + 5
-    while True:
-        pages = [info for info in collector.request_log if info.path == "/api/v2/projects"]
-        if pages or time.monotonic() > deadline:
-            return pages
-        time.sleep(0.01)
+    return poll_until(
+        lambda: [info for info in collector.request_log if info.path == "/api/v2/projects"],
+        bool,
+        5,
+        step=0.01,
+    )
 
 
 def test_projects_asks_for_pages_of_1000(run: Run, collector: Collector, user_args) -> None:

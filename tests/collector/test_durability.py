@@ -25,6 +25,8 @@ import requests
 
 from tests.collector.test_cli import _read_banner, _spawn, close
 from tests.support.constants import REPO
+from tests.support.fixtures import tmpfs
+from tests.support.waits import wait_until
 
 THREADS = 8
 BATCH = 50
@@ -68,9 +70,7 @@ def test_every_acknowledged_event_survives_kill_9(tmp_path: Path) -> None:
     try:
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 30
-        while sum(map(len, acknowledged)) < 6_000 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: sum(map(len, acknowledged)) >= 6_000, 30, step=0.05)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=10)
     finally:
@@ -112,63 +112,59 @@ def test_events_acknowledged_while_the_disk_was_full_are_stored_once_it_has_room
     stored only at the next start; now the next store that works stores them too."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not allowed here: {mounted.stderr!r}")
-    database = disk / "collector.sqlite3"
-    log = (tmp_path / "collector.log").open("w")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    command = ["-m", "eventlog_handler.collector", "--port", "0", "--db", str(database)]
-    process = subprocess.Popen(
-        [sys.executable, *command, "--print-env"],
-        stdout=subprocess.PIPE,
-        stderr=log,  # a traceback per failed store: a pipe nobody reads would fill
-        text=True,
-        env=env,
-    )
-    try:
-        banner = _read_banner(process)
-        url = re.search(r"EVENTLOG_SERVER_URL=(\S+)", banner)
-        key = re.search(r"EVENTLOG_API_KEY=(\S+)", banner)
-        assert url is not None and key is not None, banner
-        session = requests.Session()
-        session.headers["Authorization"] = "Bearer " + key.group(1).strip("'")
-        endpoint = url.group(1).strip("'") + "/api/v2/events"
-        acknowledged: set[str] = set()
-        statuses: list[int] = []
-        for batch in range(120):
-            ids = [f"full-{batch}-{index}" for index in range(50)]
-            # Gzipped and compressible: the body kept before the 202 is small, and the events
-            # stored after it are not, so the disk fills up while storing them.
-            events = [
-                {"type": "log", "reference_id": ref, "message": f"{ref} " + "x" * 2000}
-                for ref in ids
-            ]
-            body = gzip.compress(json.dumps(events).encode())
-            headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-            answer = session.post(endpoint, data=body, headers=headers, timeout=30)
-            statuses.append(answer.status_code)
-            if answer.status_code == 202:
-                acknowledged.update(ids)
-            elif statuses.count(answer.status_code) >= 3:
-                break  # the disk is full: the collector refuses bodies it can't keep
-        assert statuses[-1] != 202, statuses  # the disk did fill up
-        subprocess.run(["mount", "-o", "remount,size=20m", str(disk)], check=True)
-        answer = session.post(
-            endpoint, json=[{"type": "log", "reference_id": "room-after-remount"}]
+    with tmpfs(disk, "size=2m") as failure:
+        if failure is not None:
+            pytest.skip(failure)
+        database = disk / "collector.sqlite3"
+        log = (tmp_path / "collector.log").open("w")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        command = ["-m", "eventlog_handler.collector", "--port", "0", "--db", str(database)]
+        process = subprocess.Popen(
+            [sys.executable, *command, "--print-env"],
+            stdout=subprocess.PIPE,
+            stderr=log,  # a traceback per failed store: a pipe nobody reads would fill
+            text=True,
+            env=env,
         )
-        assert answer.status_code == 202
-        acknowledged.add("room-after-remount")
-        time.sleep(1.0)  # stored right after the answer
-        with sqlite3.connect(database) as db:
-            stored = {row[0] for row in db.execute("SELECT reference_id FROM events")}
-        missing = acknowledged - stored
-        assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged events missing"
-    finally:
-        close(process)
-        log.close()
-        if subprocess.run(["umount", str(disk)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], check=False)
+        try:
+            banner = _read_banner(process)
+            url = re.search(r"EVENTLOG_SERVER_URL=(\S+)", banner)
+            key = re.search(r"EVENTLOG_API_KEY=(\S+)", banner)
+            assert url is not None and key is not None, banner
+            session = requests.Session()
+            session.headers["Authorization"] = "Bearer " + key.group(1).strip("'")
+            endpoint = url.group(1).strip("'") + "/api/v2/events"
+            acknowledged: set[str] = set()
+            statuses: list[int] = []
+            for batch in range(120):
+                ids = [f"full-{batch}-{index}" for index in range(50)]
+                # Gzipped and compressible: the body kept before the 202 is small, and the events
+                # stored after it are not, so the disk fills up while storing them.
+                events = [
+                    {"type": "log", "reference_id": ref, "message": f"{ref} " + "x" * 2000}
+                    for ref in ids
+                ]
+                body = gzip.compress(json.dumps(events).encode())
+                headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+                answer = session.post(endpoint, data=body, headers=headers, timeout=30)
+                statuses.append(answer.status_code)
+                if answer.status_code == 202:
+                    acknowledged.update(ids)
+                elif statuses.count(answer.status_code) >= 3:
+                    break  # the disk is full: the collector refuses bodies it can't keep
+            assert statuses[-1] != 202, statuses  # the disk did fill up
+            subprocess.run(["mount", "-o", "remount,size=20m", str(disk)], check=True)
+            answer = session.post(
+                endpoint, json=[{"type": "log", "reference_id": "room-after-remount"}]
+            )
+            assert answer.status_code == 202
+            acknowledged.add("room-after-remount")
+            time.sleep(1.0)  # stored right after the answer
+            with sqlite3.connect(database) as db:
+                stored = {row[0] for row in db.execute("SELECT reference_id FROM events")}
+            missing = acknowledged - stored
+            assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged events missing"
+        finally:
+            close(process)
+            log.close()

@@ -4,9 +4,6 @@ failures leave the window."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import requests
 
 from eventlog_handler.collector import Collector
@@ -17,12 +14,6 @@ from eventlog_handler.collector._throttle import (
 )
 
 
-@pytest.fixture
-def served() -> Iterator[Collector]:
-    with Collector() as running:
-        yield running
-
-
 def _login(collector: Collector, email: str, password: str) -> requests.Response:
     return requests.post(
         f"{collector.url}/api/v2/auth/login",
@@ -31,10 +22,10 @@ def _login(collector: Collector, email: str, password: str) -> requests.Response
     )
 
 
-def test_wrong_passwords_are_refused_with_429_before_the_50th(served: Collector) -> None:
+def test_wrong_passwords_are_refused_with_429_before_the_50th(collector: Collector) -> None:
     statuses = []
     for attempt in range(50):
-        answer = _login(served, served.admin_email, f"guess-{attempt}")
+        answer = _login(collector, collector.admin_email, f"guess-{attempt}")
         statuses.append(answer.status_code)
         if answer.status_code == 429:
             retry_after = int(answer.headers["Retry-After"])
@@ -44,24 +35,24 @@ def test_wrong_passwords_are_refused_with_429_before_the_50th(served: Collector)
     assert len(statuses) < 50
     assert set(statuses[:-1]) == {401}
     # Throttled: the right password is refused too, for now.
-    assert _login(served, served.admin_email, served.admin_password).status_code == 429
+    assert _login(collector, collector.admin_email, collector.admin_password).status_code == 429
 
 
-def test_another_account_is_not_locked_by_one_accounts_failures(served: Collector) -> None:
-    served.create_user("ann@example.test", "correct horse battery staple")
+def test_another_account_is_not_locked_by_one_accounts_failures(collector: Collector) -> None:
+    collector.create_user("ann@example.test", "correct horse battery staple")
     for attempt in range(LOGIN_FAILURES_PER_ACCOUNT):
-        assert _login(served, served.admin_email, f"guess-{attempt}").status_code == 401
-    assert _login(served, served.admin_email, served.admin_password).status_code == 429
-    answer = _login(served, "ann@example.test", "correct horse battery staple")
+        assert _login(collector, collector.admin_email, f"guess-{attempt}").status_code == 401
+    assert _login(collector, collector.admin_email, collector.admin_password).status_code == 429
+    answer = _login(collector, "ann@example.test", "correct horse battery staple")
     assert answer.status_code == 200, answer.text
 
 
-def test_basic_credentials_count_as_logins(served: Collector) -> None:
+def test_basic_credentials_count_as_logins(collector: Collector) -> None:
     last = None
     for attempt in range(LOGIN_FAILURES_PER_ACCOUNT + 1):
         last = requests.get(
-            f"{served.url}/api/v2/projects",
-            auth=(served.admin_email, f"guess-{attempt}"),
+            f"{collector.url}/api/v2/projects",
+            auth=(collector.admin_email, f"guess-{attempt}"),
             timeout=10,
         )
     assert last is not None and last.status_code == 429

@@ -8,28 +8,20 @@ import datetime as dt
 import decimal
 import logging
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from eventlog_handler import EventLogHandler
 from eventlog_handler.collector import Collector
-from eventlog_handler.delivery import _engine as transport
 from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
 from tests.support.faultserver import FaultServer
 from tests.support.fixtures import collector as collector  # a fixture
+from tests.support.fixtures import fresh_engines as fresh_engines  # autouse
 from tests.support.waits import wait_until
 
 FAST = {"flush_interval": 0.05, "error_delay": 0.0, "server_settings": False, "rollup_window": 0}
-
-
-@pytest.fixture(autouse=True)
-def fresh_engines() -> Iterator[None]:
-    transport._forget_engines_for_tests()
-    yield
-    transport._forget_engines_for_tests()
 
 
 def logger_with(url: str, key: str, before_send: Any, name: str) -> logging.Logger:

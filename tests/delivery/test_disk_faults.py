@@ -20,31 +20,10 @@ import pytest
 
 from tests.support.accounting import accounted
 from tests.support.faultserver import FaultServer
+from tests.support.fixtures import small_disk_or_fsize as small_disk_or_fsize  # ``small_disk``
+from tests.support.fixtures import tmpfs
 from tests.support.processes import marks
 from tests.support.waits import dead_port, wait_until
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
-    """A real 1 MB file system (tmpfs) when this machine lets us mount one; else a 1 MB
-    file-size limit for the program (``EVENTLOG_TEST_FSIZE``), which fails writes the same
-    way (``EFBIG``, which SQLite reports as an I/O error)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    mounted = False
-    if sys.platform.startswith("linux") and shutil.which("mount"):
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)],
-            capture_output=True,
-            check=False,
-        )
-        mounted = done.returncode == 0
-    try:
-        yield mount, ({} if mounted else {"EVENTLOG_TEST_FSIZE": "1000000"})
-    finally:
-        if mounted and subprocess.run(["umount", str(mount)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], check=False)
-
 
 PREAMBLE = """
 import atexit, json, logging, os, resource, signal, sys, time
@@ -299,17 +278,9 @@ def test_events_of_earlier_runs_on_a_read_only_disk_are_said(tmp_path: Path) -> 
     runs wait in it."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    mounted = sys.platform.startswith("linux") and shutil.which("mount") is not None
-    if mounted:
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)],
-            capture_output=True,
-            check=False,
-        )
-        mounted = done.returncode == 0
-    if not mounted:
-        pytest.skip("this machine does not let the tests mount a file system")
-    try:
+    with tmpfs(mount, "size=4m,mode=0700") as failure:
+        if failure is not None:
+            pytest.skip("this machine does not let the tests mount a file system")
         spool = mount / "spool"
         down = f"http://127.0.0.1:{dead_port()}"
         code, stderr, _ = run_with_args(LOG_A_FEW, down, tmp_path, [str(spool), "25", "1"])
@@ -322,9 +293,6 @@ def test_events_of_earlier_runs_on_a_read_only_disk_are_said(tmp_path: Path) -> 
         assert code == 0, stderr
         assert f"the spool directory {spool} can't be used (Read-only file system" in stderr
         assert "25 event(s) of earlier runs wait in it, unsent until then" in stderr, stderr
-    finally:
-        if subprocess.run(["umount", str(mount)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.fixture

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eventlog_handler import EventLogHandler
-from eventlog_handler.delivery import _engine as transport
 from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
 from tests.support.faultserver import FaultServer
+from tests.support.fixtures import fresh_engines as fresh_engines  # autouse
 from tests.support.processes import run_program
 from tests.support.waits import wait_until
 
@@ -28,13 +27,6 @@ class PaymentError(Exception):
 
 class CardDeclined(PaymentError):
     pass
-
-
-@pytest.fixture(autouse=True)
-def fresh_engines() -> Iterator[None]:
-    transport._forget_engines_for_tests()
-    yield
-    transport._forget_engines_for_tests()
 
 
 def logger_for(server: FaultServer, name: str = "dlv", **options: Any) -> logging.Logger:

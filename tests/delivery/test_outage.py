@@ -16,7 +16,7 @@ from eventlog_handler.settings import DEFAULT_SERVER_URL, Settings
 from tests.support.constants import API_KEY, REPO
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
-from tests.support.waits import dead_port, free_port
+from tests.support.waits import dead_port, free_port, wait_until
 
 PROGRAM = """
 import logging, time
@@ -96,9 +96,7 @@ def test_the_default_server_is_named_as_such(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr("eventlog_handler.delivery._delivery.say", lines.append)
     engine = engine_at_the_default_server(outage_notice=0.2, retry_initial=0.05, max_backoff=0.1)
     engine.enqueue({"type": "log", "message": "x", "reference_id": "abcdef0123456789-1"})
-    deadline = time.monotonic() + 10
-    while not lines and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: bool(lines), 10, step=0.05)
     engine.shutdown(0.1)
     assert lines, "nothing was said about the outage"
     assert "EVENTLOG_SERVER_URL" in lines[0] and DEFAULT_SERVER_URL in lines[0]

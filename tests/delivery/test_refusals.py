@@ -6,25 +6,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from eventlog_handler import EventLogHandler
-from eventlog_handler.delivery import _engine as transport
 from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
 from tests.support.faultserver import FaultServer, Reply
+from tests.support.fixtures import fresh_engines as fresh_engines  # autouse
 from tests.support.processes import marks, run_program
 from tests.support.waits import wait_until
-
-
-@pytest.fixture(autouse=True)
-def fresh_engines() -> Iterator[None]:
-    transport._forget_engines_for_tests()
-    yield
-    transport._forget_engines_for_tests()
 
 
 def test_400_on_every_post_costs_a_few_requests_and_one_line(

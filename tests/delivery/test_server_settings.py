@@ -8,29 +8,21 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from eventlog_handler import EventLogHandler
 from eventlog_handler.api._client import Client
-from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._server_settings import NO_FILTER, OFF, ServerSettings
 from eventlog_handler.wire import _events as events
 from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
 from tests.support.faultserver import FaultServer
+from tests.support.fixtures import fresh_engines as fresh_engines  # autouse
 from tests.support.waits import wait_until
 
 FAST = {"flush_interval": 0.05, "error_delay": 0.0, "retry_initial": 0.01, "max_backoff": 0.05}
-
-
-@pytest.fixture(autouse=True)
-def fresh_engines() -> Iterator[None]:
-    transport._forget_engines_for_tests()
-    yield
-    transport._forget_engines_for_tests()
 
 
 @pytest.fixture

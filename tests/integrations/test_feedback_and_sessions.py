@@ -9,7 +9,6 @@ import contextvars
 import logging
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,9 @@ import pytest
 import eventlog_handler
 from tests.support.constants import API_KEY, FAST
 from tests.support.faultserver import FaultServer
+from tests.support.fixtures import fault_server as fault_server  # ``server``: a FaultServer here
 from tests.support.processes import Program, run_program
 from tests.support.waits import wait_until
-
-
-@pytest.fixture
-def server() -> Iterator[FaultServer]:
-    with FaultServer() as running:
-        yield running
 
 
 def _setup(server: FaultServer, **options: Any) -> Any:

@@ -16,13 +16,8 @@ import eventlog_handler
 from eventlog_handler.wsgi import EventLogMiddleware
 from tests.support.constants import API_KEY, FAST
 from tests.support.faultserver import FaultServer
+from tests.support.fixtures import fault_server as fault_server  # ``server``: a FaultServer here
 from tests.support.waits import wait_until
-
-
-@pytest.fixture
-def server() -> Iterator[FaultServer]:
-    with FaultServer() as running:
-        yield running
 
 
 @pytest.fixture

@@ -36,12 +36,6 @@ from tests.support.waits import wait_until
 GIGABYTE = 1024**3
 
 
-@pytest.fixture
-def http(client: Client) -> Client:
-    """The collector's HTTP helper (``tests/collector``'s fixture) under this file's name."""
-    return client
-
-
 def raw_exchange(
     collector: Collector, head: bytes, body: bytes = b"", timeout: float = 10.0
 ) -> bytes:
@@ -65,13 +59,13 @@ def raw_exchange(
 # -- scopes and projects ------------------------------------------------------------------
 
 
-def test_project_token_is_refused_on_user_endpoints(http: Client, collector: Collector) -> None:
+def test_project_token_is_refused_on_user_endpoints(client: Client, collector: Collector) -> None:
     token = collector.project_token
     project = collector.project_id
-    assert_problem(http.get("/api/v2/projects", token), 403)
-    assert_problem(http.get(f"/api/v2/projects/{project}", token), 403)
-    assert_problem(http.get(f"/api/v2/tokens/{token}", token), 403)
-    created = http.request(
+    assert_problem(client.get("/api/v2/projects", token), 403)
+    assert_problem(client.get(f"/api/v2/projects/{project}", token), 403)
+    assert_problem(client.get(f"/api/v2/tokens/{token}", token), 403)
+    created = client.request(
         "POST",
         f"/api/v2/projects/{project}/tokens",
         token,
@@ -80,33 +74,33 @@ def test_project_token_is_refused_on_user_endpoints(http: Client, collector: Col
     )
     assert_problem(created, 403)
     # The user token may do all of that.
-    assert http.get("/api/v2/projects", collector.user_token).status_code == 200
+    assert client.get("/api/v2/projects", collector.user_token).status_code == 200
 
 
 def test_a_project_token_cannot_post_to_or_read_another_project(
-    http: Client, collector: Collector
+    client: Client, collector: Collector
 ) -> None:
     other = collector.create_project("other")
     other_token = collector.create_token(other["id"])
     mine = collector.project_token
-    response = http.post_events(
+    response = client.post_events(
         {"message": "into the other project"}, mine, path=f"/api/v2/projects/{other['id']}/events"
     )
     assert_problem(response, 404)
     assert collector.events(project_id=other["id"]) == []
-    assert_problem(http.get(f"/api/v2/projects/{other['id']}/events", mine), 403)
+    assert_problem(client.get(f"/api/v2/projects/{other['id']}/events", mine), 403)
     # And the other way round.
-    assert http.post_events({"message": "its own"}, other_token).status_code == 202
-    assert http.post_events({"message": "mine"}, mine).status_code == 202
+    assert client.post_events({"message": "its own"}, other_token).status_code == 202
+    assert client.post_events({"message": "mine"}, mine).status_code == 202
     # A project token reads no events (403), not even its own project's.
-    assert_problem(http.get("/api/v2/events", mine), 403)
+    assert_problem(client.get("/api/v2/events", mine), 403)
     (theirs,) = collector.events(project_id=other["id"])
-    assert_problem(http.get(f"/api/v2/events/{theirs['id']}", mine), 403)
+    assert_problem(client.get(f"/api/v2/events/{theirs['id']}", mine), 403)
     # A user-scoped token bound to this project does not see the other one's.
     reader = collector.create_token(collector.project_id, ["user"])
-    listed = http.get("/api/v2/events", reader).json()
+    listed = client.get("/api/v2/events", reader).json()
     assert [event["message"] for event in listed] == ["mine"]
-    assert_problem(http.get(f"/api/v2/events/{theirs['id']}", reader), 404)
+    assert_problem(client.get(f"/api/v2/events/{theirs['id']}", reader), 404)
 
 
 # -- oversized bodies ---------------------------------------------------------------------------
@@ -180,13 +174,13 @@ def deflate_bomb(inflated_bytes: int) -> bytes:
     ids=["gzip", "gzip-multi-member", "deflate"],
 )
 def test_a_decompression_bomb_is_refused_with_bounded_memory(
-    http: Client, collector: Collector, encoding: str, make: Any
+    client: Client, collector: Collector, encoding: str, make: Any
 ) -> None:
     bomb = make()
     assert len(bomb) < 200_000  # small as sent: it passes the body limit
     tracemalloc.start()
     try:
-        response = http.post_events(bomb, headers={"Content-Encoding": encoding})
+        response = client.post_events(bomb, headers={"Content-Encoding": encoding})
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -215,12 +209,12 @@ def test_a_decompression_bomb_is_refused_with_bounded_memory(
     ],
 )
 def test_bodies_that_cannot_be_read_are_refused(
-    http: Client, collector: Collector, body: bytes, headers: dict[str, str], status: int
+    client: Client, collector: Collector, body: bytes, headers: dict[str, str], status: int
 ) -> None:
-    response = http.post_events(body, headers=headers)
+    response = client.post_events(body, headers=headers)
     assert_problem(response, status)
     assert collector.events() == []
-    assert http.post_events({"message": "still serving"}).status_code == 202
+    assert client.post_events({"message": "still serving"}).status_code == 202
 
 
 @pytest.mark.parametrize(
@@ -247,19 +241,19 @@ def test_bodies_that_cannot_be_read_are_refused(
     ],
 )
 def test_malformed_events_are_stored_like_the_service_stores_them(
-    http: Client, collector: Collector, body: bytes, message: str | None
+    client: Client, collector: Collector, body: bytes, message: str | None
 ) -> None:
     """As text (the whole body as a log message), or, for bytes that are not UTF-8, read with
     replacement characters."""
-    response = http.post_events(gzip.compress(body), headers={"Content-Encoding": "gzip"})
+    response = client.post_events(gzip.compress(body), headers={"Content-Encoding": "gzip"})
     assert response.status_code == 202
     (event,) = collector.events()
     assert event["type"] == "log"
     assert len(event["message"]) <= 2000
     expected = body.decode()[:2000] if message is None else message
     assert event["message"] == expected
-    assert http.get(f"/events/{event['id']}").status_code == 200
-    assert http.post_events({"message": "still serving"}).status_code == 202
+    assert client.get(f"/events/{event['id']}").status_code == 200
+    assert client.post_events({"message": "still serving"}).status_code == 202
 
 
 # -- the dashboard ------------------------------------------------------------------------------
@@ -321,7 +315,7 @@ HostileError.__module__ = XSS[0]
 
 
 def test_dashboard_escapes_event_content_sent_by_the_handler(
-    http: Client, collector: Collector
+    client: Client, collector: Collector
 ) -> None:
     handler = EventLogHandler(collector.project_token, collector.url, **FAST)
     logger = logging.Logger(XSS[1], logging.DEBUG)  # the source
@@ -336,10 +330,10 @@ def test_dashboard_escapes_event_content_sent_by_the_handler(
             logger.exception(XSS[6] + XSS[0])
     assert handler.engine.flush(10), handler.stats()
     stored = collector.wait_for_events(2)
-    pages = [http.get("/"), http.get("/", params={"q": XSS[0], "type": XSS[1]})]
-    pages += [http.get(f"/events/{event['id']}") for event in stored]
-    pages += [http.get(f"/stacks/{event['stack_id']}") for event in stored]
-    pages += [http.get("/events", params={"q": XSS[2], "level": XSS[3]})]
+    pages = [client.get("/"), client.get("/", params={"q": XSS[0], "type": XSS[1]})]
+    pages += [client.get(f"/events/{event['id']}") for event in stored]
+    pages += [client.get(f"/stacks/{event['stack_id']}") for event in stored]
+    pages += [client.get("/events", params={"q": XSS[2], "level": XSS[3]})]
     for response in pages:
         assert response.status_code == 200
         assert response.headers["Content-Type"].startswith("text/html")

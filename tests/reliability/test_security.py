@@ -21,7 +21,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from tests.reliability.conftest import EXCEPTION_GROUP, FAST, HandlerRun, collec
 from tests.support.constants import API_KEY, REPO
 from tests.support.faultserver import FaultServer, Reply
 from tests.support.processes import child_env, run_program
-from tests.support.waits import dead_port
+from tests.support.waits import dead_port, wait_until
 
 SECRETS = ["hunter2-secret-value", "tok-3f9a7c-value", "sess-abc123-value", "pk-0091-value"]
 
@@ -461,9 +460,7 @@ def test_secrets_inside_text_never_reach_the_spool(tmp_path: Path) -> None:
     )
     try:
         log_text_secrets(run.logger)
-        deadline = time.monotonic() + 10
-        while run.engine.stats()["spooled"] < 4 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: run.engine.stats()["spooled"] >= 4, 10, step=0.01)
         assert run.engine.stats()["spooled"] == 4, run.engine.stats()
         stored = b"".join(path.read_bytes() for path in tmp_path.rglob("*") if path.is_file())
         assert_text_secrets_masked(stored.decode("utf-8", "replace"))

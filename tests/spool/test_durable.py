@@ -23,7 +23,7 @@ from tests.support.constants import TRANSPORT_API_KEY as API_KEY
 from tests.support.constants import TRANSPORT_FAST as FAST
 from tests.support.faultserver import FaultServer
 from tests.support.processes import child_env
-from tests.support.waits import dead_port, free_port
+from tests.support.waits import dead_port, free_port, poll_until, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,15 +35,16 @@ def make(url: str, spool: Path, **options: Any) -> transport.Engine:
     )
 
 
+def settled(stats: dict[str, Any]) -> bool:
+    return stats["queued"] == 0 and stats["in_flight"] == 0
+
+
 def wait_settled(engine: transport.Engine, timeout: float = 20.0) -> dict[str, Any]:
     """Wait until nothing is queued or in flight (everything delivered, dropped or on disk)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stats = engine.stats()
-        if stats["queued"] == 0 and stats["in_flight"] == 0:
-            return stats
-        time.sleep(0.01)
-    raise AssertionError(f"not settled: {engine.stats()}")
+    stats = poll_until(engine.stats, settled, timeout, step=0.01)
+    if not settled(stats):
+        raise AssertionError(f"not settled: {stats}")
+    return stats
 
 
 def log_steadily(engine: transport.Engine, events: list[dict[str, Any]], room: int) -> None:
@@ -53,9 +54,7 @@ def log_steadily(engine: transport.Engine, events: list[dict[str, Any]], room: i
     for index, event in enumerate(events):
         engine.enqueue(event)
         if index % room == room - 1:
-            deadline = time.monotonic() + 10
-            while engine.stats()["queued"] >= room and time.monotonic() < deadline:
-                time.sleep(0.002)
+            wait_until(lambda: engine.stats()["queued"] < room, 10, step=0.002)
 
 
 def accounted(stats: dict[str, Any]) -> int:
@@ -443,11 +442,10 @@ def test_rows_expired_before_a_disk_error_are_counted_as_expired(
         monkeypatch.setattr(spooling.spool, "disk_bytes", failing)
         for index in range(5):
             engine.enqueue(log_event(f"second {index}", level="Info"))
-        stats = wait_settled(engine)
-        deadline = time.monotonic() + 10
-        while stats["dropped"].get("expired", 0) < 10 and time.monotonic() < deadline:
-            time.sleep(0.01)
-            stats = engine.stats()
+        wait_settled(engine)
+        stats = poll_until(
+            engine.stats, lambda now: now["dropped"].get("expired", 0) >= 10, 10, step=0.01
+        )
         assert stats["dropped"]["expired"] == 10, stats
         assert stats["spooled"] == 5, stats
         assert stats["captured"] == accounted(stats) == 15, stats

@@ -10,7 +10,6 @@ The service is a stand-in client (its answers scripted), the spool a real direct
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,8 @@ from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.settings import Settings
 from tests.support.accounting import accounted
 from tests.support.constants import API_KEY
-
-
-@pytest.fixture(autouse=True)
-def fresh_engines() -> Iterator[None]:
-    transport._forget_engines_for_tests()
-    yield
-    transport._forget_engines_for_tests()
+from tests.support.fixtures import fresh_engines as fresh_engines  # autouse
+from tests.support.waits import wait_until
 
 
 class ScriptedService:
@@ -92,9 +86,7 @@ def test_a_failure_at_exit_keeps_the_held_roll_ups_on_disk(tmp_path: Path) -> No
     engine = engine_for(service, tmp_path / "spool", flush_interval=0.05)
     for index in range(5):
         log(engine, "the same line", index)
-    deadline = time.monotonic() + 10
-    while engine.stats()["delivered"] < 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: engine.stats()["delivered"] >= 1, 10)
     assert engine.stats()["delivered"] == 1  # the first went; the others are held
     for index in range(3):
         log(engine, f"other {index}", 10 + index)
@@ -146,9 +138,7 @@ def test_a_failed_write_counts_nothing_twice(
     filler = "x" * 2_000
     for index in range(300):  # ~600 KB of events for a 100 KB spool: the bound drops some
         log(engine, f"event {index} {filler}", index)
-    deadline = time.monotonic() + 20
-    while not failures and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: bool(failures), 20, step=0.05)
     assert failures, "the write never failed (the case is not exercised)"
     assert engine.spooling is not None
     engine.spooling._full_until = 0.0  # the backoff after a failed write is over

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,34 +26,10 @@ from eventlog_handler.delivery._spool import (
     SpoolCorrupt,
     SpoolFile,
 )
+from tests.support.fixtures import small_tmpfs as small_tmpfs  # ``small_disk``
 
 ROOT = Path(__file__).resolve().parents[2]
 BODY = b'{"message":"' + b"x" * 680 + b'"}'  # about the size of a log event with some data
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 1 MB file system (tmpfs), mounted for the test and unmounted after it."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if not sys.platform.startswith("linux") or shutil.which("mount") is None:
-        pytest.skip("a tmpfs mount needs Linux; the file-size-limit tests cover the same code")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(
-            f"mounting a tmpfs is not allowed here ({done.stderr.strip()}); "
-            "the file-size-limit tests cover the same code"
-        )
-    try:
-        yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill(file: SpoolFile, batch: int = 50) -> tuple[int, int]:

@@ -8,8 +8,9 @@ Import from here, never from another directory's ``conftest.py``:
 - :mod:`tests.support.faultserver`: :class:`FaultServer`, a scriptable endpoint with faults;
 - :mod:`tests.support.collector`: an HTTP client for the local collector and problem checks;
 - :mod:`tests.support.processes`: the environment of a child interpreter, running programs;
-- :mod:`tests.support.waits`: :func:`wait_until`, :func:`free_port`;
+- :mod:`tests.support.waits`: :func:`wait_until`, :func:`poll_until`, :func:`free_port`;
 - :mod:`tests.support.accounting`: the accounting identity on ``stats()``;
-- :mod:`tests.support.fixtures`: pytest fixtures; a ``conftest.py`` imports the ones it wants
-  (``from tests.support.fixtures import fault_server  # noqa: F401``).
+- :mod:`tests.support.fixtures`: pytest fixtures, and :func:`~tests.support.fixtures.tmpfs`, a
+  small disk mounted for a block; a ``conftest.py`` (or a test module, for itself) imports the
+  fixtures it wants (``from tests.support.fixtures import fault_server  # noqa: F401``).
 """

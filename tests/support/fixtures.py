@@ -4,15 +4,21 @@
 
 Two fixtures are named ``server``: :func:`capture_server` (a :class:`CaptureServer`) and
 :func:`fault_server` (a :class:`FaultServer`); a directory imports one of them. Fixtures that
-take ``server`` (``make_handler``, ``make_engine``) use the one their directory has.
+take ``server`` (``make_handler``, ``make_engine``) use the one their directory has. Two are
+named ``small_disk`` likewise: :func:`small_disk_or_fsize` (for a program in its own
+process) and :func:`small_tmpfs` (for this process: skipped where no tmpfs can be mounted).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,6 +137,15 @@ def isolation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def fresh_engines() -> Iterator[None]:
+    """Autouse where imported: no delivery engine of another test is reused by this one, nor
+    kept after it (:func:`isolation` does the same among the rest it restores)."""
+    transport._forget_engines_for_tests()
+    yield
+    transport._forget_engines_for_tests()
+
+
+@pytest.fixture(autouse=True)
 def restore_loggers() -> Iterator[None]:
     """Loggers come out of a test as they went in (new ones: no handlers, propagating)."""
     manager = logging.root.manager
@@ -188,3 +203,54 @@ def make_engine(server: Any) -> Iterator[Any]:
     yield make
     for engine in made:
         engine.shutdown(0.5)
+
+
+# -- a small disk ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def tmpfs(mount: Path, options: str = "size=1m") -> Iterator[str | None]:
+    """Mount a tmpfs with ``options`` on the empty directory ``mount`` for the block, and
+    unmount it after (lazily if it is still busy). Yields ``None`` once mounted, else why it
+    could not be (nothing is mounted then)."""
+    if not sys.platform.startswith("linux") or shutil.which("mount") is None:
+        yield "a tmpfs mount needs Linux"
+        return
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        yield f"mounting a tmpfs is not allowed here ({done.stderr.strip()})"
+        return
+    try:
+        yield None
+    finally:
+        if subprocess.run(["umount", str(mount)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture(name="small_disk")
+def small_disk_or_fsize(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """``small_disk``: ``(directory, environment)`` for a program in a process of its own. The
+    directory is a real 1 MB file system (tmpfs) when this machine lets us mount one; else the
+    environment sets a 1 MB file-size limit for the program (``EVENTLOG_TEST_FSIZE``), which
+    fails writes the same way (``EFBIG``, which SQLite reports as an I/O error)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    with tmpfs(mount, "size=1m,mode=0700") as failure:
+        yield mount, ({} if failure is None else {"EVENTLOG_TEST_FSIZE": "1000000"})
+
+
+@pytest.fixture(name="small_disk")
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """``small_disk``: a real 1 MB file system (tmpfs), mounted for the test and unmounted
+    after it; the test is skipped where none can be mounted."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    with tmpfs(mount) as failure:
+        if failure is not None:
+            pytest.skip(f"{failure}; the file-size-limit tests cover the same code")
+        yield mount

@@ -5,7 +5,10 @@ from __future__ import annotations
 import http.client
 import socket
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def wait_until(condition: Any, timeout: float, step: float = 0.02) -> bool:
@@ -17,6 +20,19 @@ def wait_until(condition: Any, timeout: float, step: float = 0.02) -> bool:
             return True
         time.sleep(step)
     return bool(condition())
+
+
+def poll_until(
+    fetch: Callable[[], T], ready: Callable[[T], Any], timeout: float, step: float = 0.02
+) -> T:
+    """Call ``fetch()`` every ``step`` s until ``ready`` is true of its value or ``timeout`` s
+    passed; the last value fetched (ready or not: the caller checks it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if ready(value) or time.monotonic() >= deadline:
+            return value
+        time.sleep(step)
 
 
 #: The sockets that hold :func:`dead_port`'s ports for the rest of the test run.
