@@ -105,7 +105,16 @@ def child(part: str, loop: str, events: int) -> None:
         done(f"queued {handler.stats()['queued']}")
 
     from eventlog_handler.capture._records import capture_record
-    from eventlog_handler.delivery._batches import compress, encode_parts
+    from eventlog_handler.delivery._batches import encode_parts
+
+    try:  # the worker's level (a tree before 2b3d19c has a compress of its own there)
+        from eventlog_handler.api._client import compress as compress_at
+        from eventlog_handler.delivery._batches import WORKER_LEVEL
+
+        def compress(body: bytes) -> tuple[bytes, bool]:
+            return compress_at(body, WORKER_LEVEL)
+    except ImportError:
+        from eventlog_handler.delivery._batches import compress  # type: ignore[attr-defined,no-redef]
 
     settings = handler.settings
     batches = []
