@@ -84,6 +84,7 @@ class Scrubber:
 
     __slots__ = (
         "_clean_sources",
+        "_clean_values",
         "_excluded",
         "_flat_keys",
         "_frames_memo",
@@ -116,6 +117,8 @@ class Scrubber:
         self._short = min((13, *(len(secret) for secret in self._secrets)))
         #: Sources (logger names) found to hold nothing to mask.
         self._clean_sources: set[str] = set()
+        #: Per data key, the last text found clean: not searched again when it comes back.
+        self._clean_values: dict[str, str] = {}
 
     @classmethod
     def for_settings(
@@ -253,8 +256,7 @@ class Scrubber:
         if data is not None:
             if type(data) is not dict:
                 return self.event(event)
-            keys = self._flat_keys
-            short = self._short
+            keys, short, clean = self._flat_keys, self._short, self._clean_values
             for key, value in data.items():
                 kind = type(value)
                 if kind is dict or kind is list:
@@ -273,9 +275,13 @@ class Scrubber:
                 elif kind is str and not (
                     len(value) < short and ":" not in value and "=" not in value
                 ):
+                    if clean.get(key) is value:
+                        continue  # the very text found clean last time (``@version``)
                     scrubbed = text(value)
                     if scrubbed is not value:
                         data[key] = scrubbed
+                    elif len(value) <= 1_000 and len(clean) < _CACHE_KEYS:
+                        clean[key] = value  # (up to 1,000 characters)
         message = event.get("message")
         if (
             not plain_message

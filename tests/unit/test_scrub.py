@@ -695,6 +695,18 @@ def test_flat_event_leaves_a_message_known_plain_alone_and_masks_the_rest() -> N
     assert scrubber.flat_event(dict(with_user), True)["message"] == f"key {MASK}"
 
 
+def test_flat_event_searches_a_repeated_data_value_once_and_still_masks_secrets() -> None:
+    scrubber = Scrubber([API_KEY])
+    version = "af3966a45186bc9d1ed0e9f7387c0db5e6600584"  # a commit: long enough to search
+    leaky = f"postgres://admin:hunter2@db/x {API_KEY}"
+    for _ in range(3):  # the same objects, event after event
+        event = {"type": "log", "message": "m", "data": {"@version": version, "url": leaky}}
+        data = scrubber.flat_event(event)["data"]
+        assert data["@version"] is version
+        assert data["url"] == f"postgres://admin:{MASK}@db/x {MASK}"
+    assert scrubber._clean_values == {"@version": version}  # what has no secret, only
+
+
 def test_flat_event_masks_data_like_event_does(scrub: Scrubber) -> None:
     data = {
         "password": "hunter2",  # an excluded name
