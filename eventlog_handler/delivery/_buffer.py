@@ -93,7 +93,8 @@ class Entry:
         self.tags = tags
         self.is_error = is_error
         self.exc = None if exc is None else detached(exc)
-        #: Bytes this entry holds, estimated when it is queued (:func:`entry_size`).
+        #: Bytes this entry holds, estimated when it is queued (:func:`entry_size`), or by
+        #: the capture of a log record (0 until then).
         self.size = 0
 
     def __repr__(self) -> str:

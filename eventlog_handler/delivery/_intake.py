@@ -114,12 +114,15 @@ class Intake:
         self._eager = settings.spool_all  # every event goes to disk at once
 
     def put(self, entry: Entry) -> bool:
-        """Queue ``entry`` (its ``enqueued`` time set). ``False`` when it was dropped at once."""
+        """Queue ``entry`` (its ``enqueued`` time set; its :attr:`~Entry.size` estimated unless
+        its capture did). ``False`` when it was dropped at once."""
         ledger = self.ledger
         buffer = self.buffer
         errors, logs = buffer.errors, buffer.logs
         is_error = entry.is_error
-        entry.size = nbytes = entry_size(entry)
+        nbytes = entry.size  # set at capture (a log record's), else 0: estimated here
+        if not nbytes:
+            entry.size = nbytes = entry_size(entry)
         if self.finished:
             return self._put_late(entry)
         with ledger.lock:

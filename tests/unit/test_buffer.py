@@ -321,3 +321,30 @@ def test_what_an_exception_holds_is_counted_once_and_cheaply() -> None:
     lazy = KeyError("user")
     lazy.user = Lazy()  # type: ignore[attr-defined]
     assert held_by(lazy) > 0
+
+
+@pytest.mark.parametrize(
+    "args, extra",
+    [
+        ((), None),
+        (("ann", 3), {"a": 1, "b": "two"}),
+        (("é",), {"text": "naïve ☃", "f": 1.5, "yes": True, "none": None, "big": 2**80}),
+        ((1,), {"ascii": "x" * 5_000, "wide": "☃" * 300}),
+    ],
+)
+def test_a_log_record_is_sized_at_capture_as_entry_size_sizes_it(
+    args: tuple[object, ...], extra: dict[str, object] | None
+) -> None:
+    """The capture of a log record counts its entry's size in its look at the extras (no
+    second walk in the intake): what :func:`entry_size` would give."""
+    import logging
+
+    from eventlog_handler.capture._records import capture_record
+
+    template = "plain" if not args else "m" + " %s" * len(args)
+    record = logging.getLogger("t").makeRecord(
+        "t", logging.WARNING, __file__, 1, template, args, None, extra=extra
+    )
+    captured = capture_record(record, SETTINGS)
+    assert captured.event is None and captured.size > 0
+    assert captured.size == entry_size(captured)
