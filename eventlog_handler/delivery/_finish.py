@@ -50,6 +50,10 @@ _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _HALF_MESSAGE, _HALF_SOURCE, _HALF_STRING = MAX_MESSAGE >> 1, MAX_SOURCE >> 1, MAX_STRING >> 1
 #: Whether a data key is excluded, per exclusion list (keys of a program repeat endlessly).
 _EXCLUDED: dict[tuple[str, ...], dict[str, bool]] = {}
+#: The exclusion list last looked up there and its dict, in one tuple (one assignment: another
+#: thread never sees one's list with the other's dict): a list of 20 words hashed again for
+#: every event cost more than the rest of the lookup.
+_LAST_EXCLUDED: tuple[tuple[str, ...] | None, dict[str, bool]] = (None, {})
 #: The last user object and its JSON form, per exclusion list (a context's user repeats).
 _LAST_USER: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
@@ -151,9 +155,13 @@ def flat_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str, An
     ``None``. ``data`` must be the caller's own dict (the worker's entries' are)."""
     if len(data) > MAX_ITEMS:
         return None  # the general builder keeps MAX_ITEMS and marks the rest
-    cache = _EXCLUDED.get(exclusions)
-    if cache is None:
+    global _LAST_EXCLUDED
+    last = _LAST_EXCLUDED
+    if last[0] is exclusions:
+        cache = last[1]
+    else:
         cache = _EXCLUDED.setdefault(exclusions, {})
+        _LAST_EXCLUDED = (exclusions, cache)
     masked: list[str] | None = None
     for key, value in data.items():
         kind = type(value)
