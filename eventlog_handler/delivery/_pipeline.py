@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from typing import Any
 
 from eventlog_handler.delivery._buffer import Entry, built_out
@@ -157,14 +158,14 @@ class Pipeline:
                 _check_references(data)
             if version is not None:
                 if data is None:
-                    event["data"] = {"@version": version}
+                    data = event["data"] = {"@version": version}
                 elif type(data) is dict:
                     data["@version"] = version
             if sessions is not None:
                 user = event.get("@user")
                 identity = user.get("identity") if type(user) is dict else None
                 _stamp_session(event, sessions.id_at(entry.created, identity))
-            data = event.get("data")
+                data = event.get("data")
             if data and (VALUE_KEY in data or CRITICAL_KEY in data):
                 _lift_marks(event, data)
             if mixed:
@@ -235,10 +236,12 @@ class Pipeline:
         """:func:`~eventlog_handler.delivery._finish.built` for the reversed ``entries``, each
         popped as it is built; ``(None, None)`` for an entry whose building failed (a bug must
         not lose the batch: the rest are built)."""
+        pop = entries.pop
         while entries:
             left = len(entries)
             try:
-                yield from built(_popped(entries))
+                # Each taken off the list as it is built (popped in C: no generator of ours).
+                yield from built(map(pop, repeat(-1, left)))
             except Exception as exc:
                 self.ledger.last_error = f"building events: {type(exc).__name__}: {safe_str(exc)}"
                 if len(entries) == left:  # it failed before taking one: that one goes
@@ -302,13 +305,6 @@ class Pipeline:
             f"eventlog_handler: before_send {what}; {outcome} "
             f"(counted in stats()['hook_errors'], said once)."
         )
-
-
-def _popped(entries: list[Entry]) -> Iterator[Entry]:
-    """The items of ``entries`` from the last, each taken off the list as it is handed out."""
-    pop = entries.pop
-    while entries:
-        yield pop()
 
 
 def _turned_off(entry: Entry, event: dict[str, Any], server: ServerSettings) -> bool:
