@@ -52,7 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SinkProcess, machine
 
 from eventlog_handler.api._client import Client, batch_body, compress
-from eventlog_handler.wire._events import encode, error_event, log_event
+from eventlog_handler.wire._events import encode, error_event
+from eventlog_handler.wire._logs import log_event
 
 TARGET = 50_000
 BATCH = 500

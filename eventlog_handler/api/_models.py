@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventlog_handler.settings import mask_secret
-from eventlog_handler.wire._events import parse_date
+from eventlog_handler.wire._dates import parse_date
 
 
 def _optional_date(value: Any) -> _dt.datetime | None:

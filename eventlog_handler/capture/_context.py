@@ -40,7 +40,8 @@ from typing import Any, Generic, TypeVar
 from eventlog_handler.capture import _tracelog as tracelog
 from eventlog_handler.capture._admit import reference_of
 from eventlog_handler.delivery._stderr import say_once
-from eventlog_handler.wire._events import normalize_tags, quote_reference, user_info
+from eventlog_handler.wire._dates import quote_reference
+from eventlog_handler.wire._events import normalize_tags, user_info
 
 _T = TypeVar("_T")
 

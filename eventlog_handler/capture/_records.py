@@ -56,14 +56,9 @@ from eventlog_handler.capture._context import (
     get_user,
     note_reference,
 )
-from eventlog_handler.delivery._buffer import ENTRY_OVERHEAD, JSON_READY, RAW, SORTED, Entry
+from eventlog_handler.delivery._buffer import ENTRY_OVERHEAD, Entry
 from eventlog_handler.settings import MASK, Settings
-from eventlog_handler.wire._events import (
-    environment_info,
-    error_event,
-    log_event,
-    thread_info,
-)
+from eventlog_handler.wire._events import environment_info, error_event, thread_info
 from eventlog_handler.wire._extras import (
     SPECIAL_EXTRAS,
     sort_extras,
@@ -72,6 +67,7 @@ from eventlog_handler.wire._extras import (
 from eventlog_handler.wire._frames import FRAMES_KEY, call_site, error_refs
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name
+from eventlog_handler.wire._logs import JSON_READY, RAW, SORTED, log_event
 from eventlog_handler.wire._simple_error import chained, group_member_errors, group_members
 
 __all__ = [

@@ -26,8 +26,9 @@ from eventlog_handler.capture._exceptions import current_settings
 from eventlog_handler.delivery._engine import get_engine, is_sender_thread
 from eventlog_handler.delivery._errands import Errand
 from eventlog_handler.delivery._stderr import say_once
-from eventlog_handler.wire._events import is_valid_reference_id, log_event
+from eventlog_handler.wire._dates import is_valid_reference_id
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable, truncate
+from eventlog_handler.wire._logs import log_event
 
 __all__ = ["submit_feature_usage", "submit_not_found", "submit_user_description"]
 

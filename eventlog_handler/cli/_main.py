@@ -47,7 +47,8 @@ from eventlog_handler.settings import (
     ENV_SERVER_URL,
     ENV_USER_TOKEN,
 )
-from eventlog_handler.wire._events import LEVELS, log_event
+from eventlog_handler.wire._events import LEVELS
+from eventlog_handler.wire._logs import log_event
 from eventlog_handler.wire._scrub import Scrubber
 
 EXIT_OK = 0

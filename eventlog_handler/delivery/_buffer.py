@@ -25,13 +25,10 @@ from sys import getsizeof
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
+from eventlog_handler.wire._logs import RAW
+
 if TYPE_CHECKING:
     from eventlog_handler.settings import Settings
-
-
-#: ``Entry.data_ready``: extras as copied from a record (to be sorted out), sorted-out scalars
-#: (data exclusions still to apply), or JSON-safe data.
-RAW, SORTED, JSON_READY = 0, 1, 2
 
 
 class Entry:
@@ -40,9 +37,9 @@ class Entry:
     A log entry's ``message`` is formatted: formatting it on the worker would keep the arguments' tuple
     alive with the entry, one more object for the garbage collector to count (it runs after
     every ~700 of them, on whichever thread allocates next). ``data`` is ``None``, or a dict
-    whose state ``data_ready`` tells: :data:`RAW` (the record's extras, immutable scalars,
-    copied as they were), :data:`SORTED` (tags, user and known keys taken out) or
-    :data:`JSON_READY`. ``exc`` is kept only for a ``before_send`` hook's hint, as a copy
+    whose state ``data_ready`` tells (:mod:`eventlog_handler.wire._logs`): ``RAW`` (the record's
+    extras, immutable scalars, copied as they were), ``SORTED`` (tags, user and known keys taken
+    out) or ``JSON_READY``. ``exc`` is kept only for a ``before_send`` hook's hint, as a copy
     without traceback (:func:`detached`). ``created`` is the POSIX time of the call,
     ``enqueued`` its monotonic time.
     """

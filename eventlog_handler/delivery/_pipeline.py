@@ -41,7 +41,8 @@ from eventlog_handler.delivery._sessions import SESSION_TYPES, Sessions
 from eventlog_handler.delivery._stderr import redact, say, say_once
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire._conform import before_hook, conform, named
-from eventlog_handler.wire._events import MAX_MESSAGE, QUOTED, is_valid_reference_id
+from eventlog_handler.wire._dates import QUOTED, is_valid_reference_id
+from eventlog_handler.wire._events import MAX_MESSAGE
 from eventlog_handler.wire._extras import set_aside
 from eventlog_handler.wire._jsonsafe import safe_str, to_jsonable
 from eventlog_handler.wire._levels import level_name

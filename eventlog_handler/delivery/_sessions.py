@@ -37,7 +37,7 @@ from typing import Any
 from eventlog_handler.delivery._errands import Errand, Errands
 from eventlog_handler.delivery._ledger import Ledger
 from eventlog_handler.settings import Settings
-from eventlog_handler.wire._events import log_event
+from eventlog_handler.wire._logs import log_event
 
 #: Types that are never stamped with ``@ref:session`` (the session's own events).
 SESSION_TYPES = frozenset(("session", "sessionend", "heartbeat"))

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eventlog_handler.delivery._stderr import say_once
-from eventlog_handler.wire._events import new_reference_id
+from eventlog_handler.wire._dates import new_reference_id
 
 _ADVICE = (
     "eventlog_handler: set up in the uWSGI master, which forks its workers without Python's "

@@ -6,6 +6,7 @@ manual stacks, JSON safety, secret masking, and encoding within the service's si
 Nothing here knows about threads, queues or HTTP.
 """
 
+from eventlog_handler.wire._dates import format_date, parse_date
 from eventlog_handler.wire._events import (
     LEVELS,
     MAX_AGE_SECONDS,
@@ -13,11 +14,9 @@ from eventlog_handler.wire._events import (
     encode,
     error_event,
     fit,
-    format_date,
-    log_event,
     message_event,
-    parse_date,
 )
+from eventlog_handler.wire._logs import log_event
 from eventlog_handler.wire._stacking import manual_stack, stack
 
 __all__ = [

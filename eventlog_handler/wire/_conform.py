@@ -19,14 +19,8 @@ from collections.abc import Collection, Mapping, Set
 from typing import Any
 
 from eventlog_handler._values import fits
-from eventlog_handler.wire._events import (
-    MAX_MESSAGE,
-    MAX_SOURCE,
-    format_date,
-    is_valid_reference_id,
-    normalize_tags,
-    parse_date,
-)
+from eventlog_handler.wire._dates import format_date, is_valid_reference_id, parse_date
+from eventlog_handler.wire._events import MAX_MESSAGE, MAX_SOURCE, normalize_tags
 from eventlog_handler.wire._jsonsafe import safe_str, truncate
 
 #: The top-level fields the service reads with a type, and the data keys it reads as objects

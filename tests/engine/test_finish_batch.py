@@ -97,11 +97,11 @@ def test_the_fast_path_builds_what_the_general_builder_builds(
     specs: list[Any], with_context: bool, tagged: bool
 ) -> None:
     """:func:`finish_batch` makes an entry's data safe the fast way (flat data of plain values,
-    :func:`~eventlog_handler.delivery._finish.flat_data`) or the general way
-    (:func:`~eventlog_handler.delivery._finish.general_data`, what
-    :func:`~eventlog_handler.wire._events.log_event` uses): both give the same event for the
+    :func:`~eventlog_handler.wire._logs.flat_data`) or the general way
+    (:func:`~eventlog_handler.wire._logs.general_data`, what
+    :func:`~eventlog_handler.wire._logs.log_event` uses): both give the same event for the
     same record."""
-    from eventlog_handler.delivery import _finish
+    from eventlog_handler.wire import _logs
 
     chosen = TAGGED if tagged else SETTINGS
     scopes = [set_user("u-1", name="Ann"), add_tags("t1")] if with_context else []
@@ -118,9 +118,9 @@ def test_the_fast_path_builds_what_the_general_builder_builds(
             scope.reset()
     # A message that does not fit its arguments is said in data at capture, which makes the
     # data JSON-safe there (with a ``stack`` extra): such an entry takes neither builder.
-    assume(all(pair[0].data_ready != _finish.JSON_READY for pair in pairs))
+    assume(all(pair[0].data_ready != _logs.JSON_READY for pair in pairs))
     fast = finish_batch([pair[0] for pair in pairs])
-    real = (_finish.flat_data, _finish.JSON_READY, _finish.general_data)
+    real = (_logs.flat_data, _logs.JSON_READY, _logs.general_data)
     built: list[Any] = []
 
     def general_data(*args: Any) -> Any:
@@ -128,12 +128,12 @@ def test_the_fast_path_builds_what_the_general_builder_builds(
         return real[2](*args)
 
     try:  # every entry the general way: nothing is flat, nothing is ready
-        _finish.flat_data = lambda data, exclusions: None  # type: ignore[assignment]
-        _finish.JSON_READY = object()  # type: ignore[assignment,misc]
-        _finish.general_data = general_data
+        _logs.flat_data = lambda data, exclusions: None  # type: ignore[assignment]
+        _logs.JSON_READY = object()  # type: ignore[assignment,misc]
+        _logs.general_data = general_data
         general = finish_batch([pair[1] for pair in pairs])
     finally:
-        _finish.flat_data, _finish.JSON_READY, _finish.general_data = real  # type: ignore[misc]
+        _logs.flat_data, _logs.JSON_READY, _logs.general_data = real  # type: ignore[misc]
     assert len(built) == len(specs)  # the general way made every event's data
     assert without_ids(fast) == without_ids(general)
 
@@ -141,11 +141,11 @@ def test_the_fast_path_builds_what_the_general_builder_builds(
 @settings(max_examples=200, deadline=None)
 @given(records, st.booleans())
 def test_an_entry_is_the_event_log_event_builds(spec: Any, nested: bool) -> None:
-    """The wire form of a log event is :func:`~eventlog_handler.wire._events.log_event`'s: the
+    """The wire form of a log event is :func:`~eventlog_handler.wire._logs.log_event`'s: the
     worker's builder gives that event for a record, with flat data or nested data."""
-    from eventlog_handler.wire._events import log_event
     from eventlog_handler.wire._extras import sort_extras
     from eventlog_handler.wire._levels import level_name
+    from eventlog_handler.wire._logs import log_event
 
     level, template, args, extras, name, created = spec
     record = record_of(spec)

@@ -12,9 +12,10 @@ import pytest
 from eventlog_handler import EventLogHandler, add_tags, set_user
 from eventlog_handler.capture._records import record_to_event
 from eventlog_handler.settings import MASK, Settings
-from eventlog_handler.wire._events import format_date, log_event, parse_date
+from eventlog_handler.wire._dates import format_date, parse_date
 from eventlog_handler.wire._extras import RESERVED_ATTRS
 from eventlog_handler.wire._levels import level_name
+from eventlog_handler.wire._logs import log_event
 from tests.support.capture import CaptureServer, deliver
 from tests.support.constants import API_KEY
 from tests.support.processes import run_python

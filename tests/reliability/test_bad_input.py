@@ -29,6 +29,7 @@ from eventlog_handler import EventLogHandler
 from eventlog_handler.capture._admit import is_ignored_logger
 from eventlog_handler.structlog import EventLogProcessor, level_number
 from eventlog_handler.wire import _events as events
+from eventlog_handler.wire._dates import is_valid_reference_id
 from eventlog_handler.wire._jsonsafe import MAX_ITEMS
 from tests.reliability.conftest import EXCEPTION_GROUP, collect
 from tests.support.constants import API_KEY
@@ -215,7 +216,7 @@ def check_wire(event: Any) -> None:
     assert decoded == json.loads(events.encode(fitted))
     assert event.get("type") in ("log", "error")
     assert isinstance(event.get("date"), str)
-    assert events.is_valid_reference_id(event.get("reference_id"))
+    assert is_valid_reference_id(event.get("reference_id"))
     if "message" in event:
         assert isinstance(event["message"], str) and len(event["message"]) <= events.MAX_MESSAGE
     if "source" in event:

@@ -18,7 +18,8 @@ import pytest
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.delivery._spool import SUFFIX
 from eventlog_handler.settings import Settings
-from eventlog_handler.wire._events import error_event, log_event
+from eventlog_handler.wire._events import error_event
+from eventlog_handler.wire._logs import log_event
 from tests.support.constants import TRANSPORT_API_KEY as API_KEY
 from tests.support.constants import TRANSPORT_FAST as FAST
 from tests.support.faultserver import FaultServer
@@ -156,7 +157,7 @@ SCRIPT = """
 import json, os, sys, time
 sys.path.insert(0, {root!r})
 from eventlog_handler.delivery import _engine as transport
-from eventlog_handler.wire._events import log_event
+from eventlog_handler.wire._logs import log_event
 from eventlog_handler.settings import Settings
 settings = Settings.from_options(
     {{"server_url": {url!r}, "api_key": {key!r}, "spool_path": {spool!r},

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from eventlog_handler.wire._events import error_event, log_event
+from eventlog_handler.wire._events import error_event
+from eventlog_handler.wire._logs import log_event
 from tests.support.accounting import accounted_in_memory as accounted
 from tests.support.faultserver import FaultServer, Reply
 from tests.support.waits import wait_until

@@ -17,7 +17,7 @@ import pytest
 
 from eventlog_handler.delivery import _engine as transport
 from eventlog_handler.settings import Settings
-from eventlog_handler.wire._events import log_event
+from eventlog_handler.wire._logs import log_event
 from tests.support.accounting import accounted_in_memory as accounted
 from tests.support.constants import TRANSPORT_API_KEY as API_KEY
 
@@ -176,7 +176,7 @@ PRELUDE = """
 import os, sys, time
 sys.path.insert(0, {root!r})
 from eventlog_handler.delivery import _engine as transport
-from eventlog_handler.wire._events import log_event
+from eventlog_handler.wire._logs import log_event
 from eventlog_handler.settings import Settings
 settings = Settings.from_options(
     {{"server_url": {url!r}, "api_key": {key!r}, "shutdown_timeout": {shutdown!r},
@@ -350,7 +350,7 @@ def test_multiprocessing_children_deliver_their_events_once(server, method, tmp_
 
     def child(index):
         from eventlog_handler.delivery import _engine as transport
-        from eventlog_handler.wire._events import log_event
+        from eventlog_handler.wire._logs import log_event
         from eventlog_handler.settings import Settings
         engine = transport.get_engine(settings)
         for i in range(30):

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from eventlog_handler.wire._events import log_event
+from eventlog_handler.wire._logs import log_event
 from tests.support.faultserver import FaultServer
 from tests.support.proxy import Proxy
 

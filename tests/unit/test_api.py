@@ -19,7 +19,8 @@ from eventlog_handler._version import __version__
 from eventlog_handler.api import _answers as answers
 from eventlog_handler.api import _client as api
 from eventlog_handler.api import _errors as errors
-from eventlog_handler.wire._events import log_event, message_event
+from eventlog_handler.wire._events import message_event
+from eventlog_handler.wire._logs import log_event
 
 from .conftest import SERVER, TOKEN
 

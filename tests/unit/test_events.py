@@ -12,19 +12,21 @@ import pytest
 
 from eventlog_handler import settings
 from eventlog_handler.wire import _events as events
+from eventlog_handler.wire._dates import (
+    format_date,
+    is_valid_reference_id,
+    new_reference_id,
+    parse_date,
+)
 from eventlog_handler.wire._events import (
     MAX_EVENT_BYTES,
     encode,
     error_event,
     fit,
-    format_date,
-    is_valid_reference_id,
-    log_event,
     message_event,
-    new_reference_id,
     normalize_tags,
-    parse_date,
 )
+from eventlog_handler.wire._logs import log_event
 
 DATE_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{7}[+-]\d\d:\d\d$")
 EST = dt.timezone(dt.timedelta(hours=-5))

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from eventlog_handler.wire import _events as events
 from eventlog_handler.wire import _simple_error as se
 from eventlog_handler.wire._events import MAX_EVENT_BYTES, encode, error_event, fit
+from eventlog_handler.wire._logs import log_event
 
 
 def deep_error(depth: int = 60) -> BaseException:
@@ -122,7 +122,7 @@ def test_keys_the_service_reads_survive_dropping_data():
 
 def test_the_stack_value_is_never_shortened_with_the_data_values():
     signature = {"key": "s" * 900}
-    event = events.log_event(
+    event = log_event(
         "m", data={"@stack": {"title": "t" * 900, "signature_data": signature}, "x": "y" * 200_000}
     )
     fitted, body = fit(event)

@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK
 from eventlog_handler.wire import _events as events
+from eventlog_handler.wire._dates import is_valid_reference_id
 from eventlog_handler.wire._events import MAX_EVENT_BYTES, MAX_MESSAGE, encode, fit
+from eventlog_handler.wire._logs import log_event
 
 PROFILE = settings(
     max_examples=150,
@@ -104,7 +106,7 @@ def check_wire(event: dict) -> dict:
     assert isinstance(parsed, dict)
     if "message" in parsed:
         assert len(parsed["message"]) <= MAX_MESSAGE
-    assert events.is_valid_reference_id(parsed["reference_id"])
+    assert is_valid_reference_id(parsed["reference_id"])
     assert len(parsed.get("tags", [])) <= events.MAX_TAGS
     return parsed
 
@@ -113,7 +115,7 @@ def check_wire(event: dict) -> dict:
 @given(message=st.one_of(TEXT, LONG_TEXT), data=DATA, tags=st.lists(TEXT, max_size=60))
 def test_log_event_always_encodes(message, data, tags):
     parsed = check_wire(
-        events.log_event(
+        log_event(
             message,
             data=data,
             tags=tags,
@@ -162,7 +164,7 @@ def test_submit_body_is_valid_json(value):
 @given(message=TEXT, data=BULKY_DATA, exc=EXCEPTIONS)
 def test_bulky_events_are_trimmed_to_fit(message, data, exc):
     for event in (
-        events.log_event(message, data=data),
+        log_event(message, data=data),
         events.error_event(exc, message=message, data=data),
     ):
         assert len(encode(event)) > MAX_EVENT_BYTES
@@ -224,7 +226,7 @@ def data_with_secret(draw):
 @given(case=data_with_secret())
 def test_secrets_never_appear_in_log_events(case):
     secret, data = case
-    event = events.log_event("message", data=data, exclusions=DEFAULT_DATA_EXCLUSIONS)
+    event = log_event("message", data=data, exclusions=DEFAULT_DATA_EXCLUSIONS)
     _, body = fit(event)
     assert secret not in body.decode("utf-8")
     assert secret not in encode(event).decode("utf-8")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from eventlog_handler.settings import DEFAULT_DATA_EXCLUSIONS, MASK, Settings
 from eventlog_handler.wire import _events as events
 from eventlog_handler.wire._jsonsafe import is_excluded
+from eventlog_handler.wire._logs import log_event
 from eventlog_handler.wire._scrub import Scrubber
 
 API_KEY = "kX9f2mQ7pL4vT8wZ3nB6cR1dY5hJ0sAeUiOoGqWx"
@@ -226,7 +227,7 @@ def test_event_every_place_that_carries_text(scrub: Scrubber) -> None:
 
 
 def test_event_without_secrets_is_returned_as_it_is(scrub: Scrubber) -> None:
-    event = events.log_event(
+    event = log_event(
         "order 42 placed: total=9.5",
         source="shop",
         level="Info",
@@ -243,7 +244,7 @@ def test_event_without_secrets_is_returned_as_it_is(scrub: Scrubber) -> None:
 
 
 def test_exclusions_that_arrive_later_apply_to_captured_events() -> None:
-    event = events.log_event("m", data={"customer_pin": "1234", "nested": [{"Pin_Code": 7}]})
+    event = log_event("m", data={"customer_pin": "1234", "nested": [{"Pin_Code": 7}]})
     scrubbed = Scrubber([], (*DEFAULT_DATA_EXCLUSIONS, "*pin*")).event(event, copy=True)
     assert scrubbed["data"] == {"customer_pin": MASK, "nested": [{"Pin_Code": MASK}]}
 
@@ -520,7 +521,7 @@ def test_property_planted_secret_never_in_the_encoded_event(
 @given(text=clean_text(), data=st.dictionaries(PLAIN_NAME, PLAIN_WORD, max_size=4))
 def test_property_event_without_secrets_is_unchanged(text: str, data: dict[str, str]) -> None:
     assume(not any(is_excluded(key, DEFAULT_DATA_EXCLUSIONS) for key in data))
-    event = events.log_event(text, data={**data, "note": text}, tags=[text[:100]])
+    event = log_event(text, data={**data, "note": text}, tags=[text[:100]])
     before = copy.deepcopy(event)
     assert Scrubber([API_KEY]).event(event) == before
 

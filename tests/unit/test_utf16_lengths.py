@@ -12,10 +12,11 @@ import pytest
 from eventlog_handler import _values
 from eventlog_handler.collector import _normalize
 from eventlog_handler.delivery._buffer import Entry
-from eventlog_handler.delivery._finish import finish, flat_data
+from eventlog_handler.delivery._finish import finish
 from eventlog_handler.settings import Settings
 from eventlog_handler.wire import _conform, _events
 from eventlog_handler.wire._jsonsafe import MAX_STRING, to_jsonable, truncate
+from eventlog_handler.wire._logs import flat_data, log_event
 
 EMOJI = "😀"  # U+1F600: 2 UTF-16 code units
 
@@ -46,7 +47,7 @@ def test_a_tag_of_60_emoji_is_120_units_and_not_sent() -> None:
 
 def test_a_message_of_1500_emoji_is_cut_to_2000_units_without_splitting_one() -> None:
     for text in (EMOJI * 1500, "a" + EMOJI * 1500, ("ab" + EMOJI) * 700):
-        event = _events.log_event(text, source=EMOJI * 1200)
+        event = log_event(text, source=EMOJI * 1200)
         for name in ("message", "source"):
             cut = event[name]
             assert units(cut) <= 2000, name
