@@ -266,6 +266,9 @@ class Pipeline:
             "level": level_name(entry.levelno) if entry.levelno else None,  # None: no level
             "source": entry.source,
         }
+        user = event.get("@user")
+        if type(user) is dict:  # the builder's last user, shared by the events that follow
+            event["@user"] = {**user, "data": dict(user["data"])} if "data" in user else dict(user)
         before = before_hook(event)
         try:
             result = hook(event, hint)

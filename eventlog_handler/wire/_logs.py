@@ -55,6 +55,8 @@ _EXCLUDED: dict[tuple[str, ...], dict[str, bool]] = {}
 _LAST_EXCLUDED: tuple[tuple[str, ...] | None, dict[str, bool]] = (None, {})
 #: The last user object and its JSON form, per exclusion list (a context's user repeats).
 _LAST_USER: dict[tuple[str, ...], tuple[Any, Any]] = {}
+#: Exclusion lists cached at most (a program has a few; log_event may be given any).
+_CACHED_LISTS = 64
 #: Extras that make the builder sort a raw entry's extras out first.
 _SPECIAL = SPECIAL_EXTRAS | RESERVED_ATTRS
 
@@ -72,6 +74,7 @@ def log_builder() -> Generator[dict[str, Any], Any, None]:
     own_tags: tuple[str, ...] = ()
     exclusions: tuple[str, ...] = ()
     environment: str | None = None
+    users: Any = _user
     event: Any = None  # answered to the first next()
     while True:
         entry = yield event
@@ -79,6 +82,7 @@ def log_builder() -> Generator[dict[str, Any], Any, None]:
             settings = entry.settings
             own_tags, exclusions = settings.tags, settings.data_exclusions
             environment = settings.environment
+            users = user_with_exclusions if type(settings) is _Given else _user
         message = entry.message
         data = entry.data
         user = entry.user
@@ -128,7 +132,7 @@ def log_builder() -> Generator[dict[str, Any], Any, None]:
             clean["@stack"] = stack  # after the exclusions: its signature is not a secret
         event = with_common(
             {"type": "log", "message": message, "date": date},
-            _user(user, exclusions) if user else None,
+            users(user, exclusions) if user else None,
             source,
             normalize_tags(tags) if tags else None,
             clean,
@@ -150,6 +154,8 @@ def flat_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str, An
     if last[0] is exclusions:
         cache = last[1]
     else:
+        if exclusions not in _EXCLUDED and len(_EXCLUDED) >= _CACHED_LISTS:
+            _EXCLUDED.clear()
         cache = _EXCLUDED.setdefault(exclusions, {})
         _LAST_EXCLUDED = (exclusions, cache)
     masked: list[str] | None = None
@@ -192,10 +198,15 @@ def general_data(data: dict[str, Any], exclusions: tuple[str, ...]) -> dict[str,
 
 
 def _user(user: Mapping[str, Any], exclusions: tuple[str, ...]) -> Any:
+    """The ``@user`` of ``user``, the same object for the same user in a row (a context's
+    user repeats): for the worker's batches only, whose users are the package's own copies
+    (:func:`log_event`'s are the caller's, which may change between calls)."""
     last = _LAST_USER.get(exclusions)
     if last is not None and last[0] is user:
         return last[1]
     converted = user_with_exclusions(user, exclusions)
+    if len(_LAST_USER) >= _CACHED_LISTS:
+        _LAST_USER.clear()
     _LAST_USER[exclusions] = (user, converted)
     return converted
 

@@ -186,3 +186,31 @@ def test_a_log_call_that_fails_to_become_an_event_is_said_once(
     err = capsys.readouterr().err
     assert err.count("a log call could not be made an event (RuntimeError: cannot read it") == 1
     assert API_KEY not in err and "emit_errors" in err, err
+
+
+def test_a_hook_that_edits_one_events_user_leaves_the_next_events_user_alone(
+    collector: Collector,
+) -> None:
+    """The builder gives events of the same user in a row one ``@user`` object; a hook that
+    took the e-mail out of one event's user (in place) took it out of every event after it."""
+    from eventlog_handler import user_context
+
+    def hide_email_of_errors(event: dict[str, Any], hint: dict[str, Any]) -> dict[str, Any]:
+        if event.get("message") == "payment failed":
+            event["@user"]["data"].pop("email", None)
+        return event
+
+    log = logger_with(collector.url, collector.project_token, hide_email_of_errors, "shop.users")
+    handler = log.handlers[0]
+    assert isinstance(handler, EventLogHandler)
+    with user_context("u-1", data={"email": "ann@example.org"}):
+        log.warning("payment failed")
+        assert handler.engine.flush(10.0)
+        log.warning("retried")
+        assert handler.engine.flush(10.0)
+    stored = {event["message"]: event for event in collector.events()}
+    assert stored["payment failed"]["data"]["@user"] == {"identity": "u-1", "data": {}}, stored
+    assert stored["retried"]["data"]["@user"] == {
+        "identity": "u-1",
+        "data": {"email": "ann@example.org"},
+    }, stored

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import time
+from typing import Any
 
 import pytest
 
@@ -576,3 +577,28 @@ def test_an_encoded_event_holds_no_more_memory_than_its_length() -> None:
         tracemalloc.stop()
     length = sum(len(body) for body in bodies)
     assert held < 1.5 * length + 50_000, (held, length)
+
+
+def test_log_event_reads_the_user_it_is_given_each_time() -> None:
+    """``log_event`` is given the caller's dict, which may change between calls, and each
+    event has a ``@user`` of its own (the worker's builder reuses one for a user in a row)."""
+    from eventlog_handler.wire._logs import log_event
+
+    user: dict[str, Any] = {"identity": "alice", "data": {"plan": "free"}}
+    first = log_event("login", user=user)
+    user["identity"], user["data"] = "bob", {"plan": "pro"}
+    second = log_event("login", user=user)
+    assert first["@user"] == {"identity": "alice", "data": {"plan": "free"}}
+    assert second["@user"] == {"identity": "bob", "data": {"plan": "pro"}}
+    third = log_event("again", user=user)
+    third["@user"]["name"] = "edited"
+    assert "name" not in log_event("again", user=user)["@user"]
+
+
+def test_exclusion_lists_given_to_log_event_are_not_cached_without_bound() -> None:
+    """Each distinct exclusion list had a cache of its own, kept for good."""
+    from eventlog_handler.wire import _logs
+
+    for index in range(200):
+        _logs.log_event("m", data={"k": 1}, exclusions=[f"secret{index}"])
+    assert len(_logs._EXCLUDED) <= _logs._CACHED_LISTS
