@@ -56,7 +56,7 @@ from eventlog_handler.capture._context import (
     get_user,
     note_reference,
 )
-from eventlog_handler.delivery._buffer import ENTRY_OVERHEAD, Entry
+from eventlog_handler.delivery._buffer import ENTRY_OVERHEAD, Entry, data_size
 from eventlog_handler.settings import MASK, Settings
 from eventlog_handler.wire._events import environment_info, error_event, thread_info
 from eventlog_handler.wire._extras import (
@@ -401,21 +401,17 @@ def capture_record(
         return capture_full(record, settings, formatter)
     attributes = record.__dict__
     data: dict[str, Any] | None = None
-    # The entry's size (what :func:`~eventlog_handler.delivery._buffer.entry_size` gives, and
-    # a test keeps equal), counted in the look at the extras' types: no second walk.
+    # The entry's size (what :func:`~eventlog_handler.delivery._buffer.entry_size` gives),
+    # counted in the look at the extras' types: no second walk in the intake.
     size = ENTRY_OVERHEAD
     if len(attributes) > _RECORD_ATTRIBUTE_COUNT:
         data = dict(islice(attributes.items(), _RECORD_ATTRIBUTE_COUNT - 1, None))
         if data.pop(_LAST_RECORD_ATTRIBUTE, _MISSING) is _MISSING:
             return capture_full(record, settings, formatter)  # an unusual record
-        for value in data.values():
-            kind = type(value)
-            if kind is str:
-                size += 72 + len(value) if value.isascii() else 16 + getsizeof(value)
-            elif kind is int or kind is float or kind is bool or value is None:
-                size += 48
-            else:
-                return capture_full(record, settings, formatter)
+        extras = data_size(data, True)
+        if extras < 0:  # a value that could change after the call: snapshotted there
+            return capture_full(record, settings, formatter)
+        size += extras
     if args:
         try:
             msg = msg % args  # as record.getMessage(), for a str template

@@ -277,15 +277,25 @@ def entry_size(entry: Entry) -> int:
     if type(message) is str:
         size += len(message) if message.isascii() else getsizeof(message)
     data = entry.data
-    if data:
-        for value in data.values():
-            kind = type(value)
-            if kind is str:
-                size += 72 + len(value) if value.isascii() else 16 + getsizeof(value)
-            elif kind is int or kind is float or kind is bool or value is None:
-                size += 48
-            else:
-                size += 16 + estimate(value)
+    return size + data_size(data) if data else size
+
+
+def data_size(data: dict[str, Any], scalars_only: bool = False) -> int:
+    """What the values of a log entry's ``data`` hold in bytes, roughly (see
+    :func:`estimate`); with ``scalars_only``, -1 at the first value that is not a str, an int,
+    a float, a bool or ``None`` (the capture of a record sizes its extras in the look at their
+    types, :func:`~eventlog_handler.capture._records.capture_record`)."""
+    size = 0
+    for value in data.values():
+        kind = type(value)
+        if kind is str:
+            size += 72 + len(value) if value.isascii() else 16 + getsizeof(value)
+        elif kind is int or kind is float or kind is bool or value is None:
+            size += 48
+        elif scalars_only:
+            return -1
+        else:
+            size += 16 + estimate(value)
     return size
 
 
